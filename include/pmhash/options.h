@@ -1,0 +1,64 @@
+// pmhash/options.h — how to open a pool and which index to run in it.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+namespace pmhash {
+
+// How stores reach persistence. The same index code is instantiated once per policy
+// (src/pm/persist.h); this enum picks the instantiation at run time through the registry.
+enum class Durability : uint8_t {
+  kDram = 0,  // volatile: no flush, no fence. The "DRAM variant" of every index.
+  kAdr = 1,   // caches are volatile: clwb (else clflushopt, else clflush) + sfence.
+  kEadr = 2,  // caches are persistent: no flush, sfence for ordering only.
+  kSim = 3,   // every flush/fence/non-temporal copy goes to a per-thread hook (crash simulator).
+};
+
+enum class OpenMode : uint8_t {
+  kOpenOrCreate = 0,     // open the pool at `path`, create it if the file does not exist
+  kCreateExclusive = 1,  // create; fail with kInvalidArgument if the file exists
+  kOpenExisting = 2,     // open; fail with kNotFound if the file does not exist
+};
+
+// Hash function selection. kCollide is for tests: it forces fingerprint collisions and clusters
+// of keys that share the same full hash (see src/common/hash.h for the exact construction).
+enum class HashMode : uint8_t { kStrong = 0, kCollide = 1 };
+
+// REH parameters (../shared/papers/reh.txt). Buckets are 256 B with 15 slots (the paper's
+// geometry, pinned by static_assert); what varies is the directory.
+struct RehParams {
+  uint32_t initial_depth = 1;  // global depth of a new pool (2^d buckets); 1 <= d <= max_depth
+  uint32_t max_depth = 32;     // refuse to grow the directory past 2^max_depth entries
+};
+
+struct Options {
+  // Pool location. Empty: an anonymous, unnamed DRAM region (nothing survives Close). Otherwise a
+  // file on tmpfs, an ordinary or fsdax file system (mapped with MAP_SYNC when the file system
+  // supports it), or a devdax character device (/dev/daxX.Y).
+  std::string path;
+  uint64_t pool_size = uint64_t{1} << 30;  // bytes, used on create (a devdax device has its own)
+  OpenMode mode = OpenMode::kOpenOrCreate;
+  Durability durability = Durability::kAdr;
+
+  // Hashing, recorded in the pool header on create; on open the stored values must match.
+  HashMode hash_mode = HashMode::kStrong;
+  uint64_t hash_seed = 0x9e3779b97f4a7c15ULL;
+
+  // Where to try to map the pool (a hint, never MAP_FIXED). Tests use it to prove that a pool
+  // reopens at another address; nullptr lets the kernel choose.
+  void* map_address_hint = nullptr;
+
+  // Persistence traffic counters (src/pm/counters.h): compiled in, off unless asked for.
+  bool counters = false;
+  uint32_t media_block_bytes = 256;  // 256: Optane XPLine; 64: CXL-attached memory
+
+  // Per-index parameters, typed. Only the struct of the chosen kind is read.
+  RehParams reh;
+};
+
+std::string_view DurabilityName(Durability d);
+bool ParseDurability(std::string_view s, Durability* out);
+
+}  // namespace pmhash

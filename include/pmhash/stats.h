@@ -1,0 +1,36 @@
+// pmhash/stats.h — what an index reports about itself.
+#pragma once
+
+#include <cstdint>
+
+namespace pmhash {
+
+// Persistence traffic, summed over all threads since the counters were last reset.
+// Media writes are an estimate: flushed lines are grouped into media blocks (256 B on Optane,
+// configurable) by a small write-combining model (src/pm/counters.h).
+struct TrafficStats {
+  uint64_t persists = 0;       // Persist()/Flush() requests made by the index
+  uint64_t fences = 0;         // ordering fences issued
+  uint64_t flushed_lines = 0;  // 64 B lines written back (clwb/clflushopt/clflush)
+  uint64_t nt_bytes = 0;       // bytes written with non-temporal stores
+  uint64_t media_writes = 0;   // estimated media block writes
+  uint32_t media_block_bytes = 256;
+};
+
+struct IndexStats {
+  uint64_t size = 0;             // live keys
+  uint64_t capacity_slots = 0;   // slots the index could hold without growing
+  double load_factor = 0;        // size / capacity_slots
+  uint64_t pm_bytes = 0;         // persistent bytes in use by the index structure
+  uint64_t dram_bytes = 0;       // DRAM used by volatile metadata (directories, fingerprints)
+  uint64_t pool_bytes = 0;       // size of the pool
+  uint32_t global_depth = 0;     // directory depth for extendible designs (0 otherwise)
+  uint64_t buckets = 0;          // buckets (REH) or segments, per index
+  uint64_t splits = 0;           // structural growth events since open
+  uint64_t doublings = 0;        // directory doublings since open
+  bool recovered = false;        // the last open found no clean-shutdown mark
+  double recovery_seconds = 0;   // time spent rebuilding DRAM state at open
+  TrafficStats traffic;
+};
+
+}  // namespace pmhash

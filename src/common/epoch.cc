@@ -1,0 +1,89 @@
+#include "common/epoch.h"
+
+#include <thread>
+
+namespace pmhash {
+
+EpochManager::~EpochManager() {
+  std::vector<Retired> left;
+  {
+    LockGuard<SpinLock> g(mu_);
+    left.swap(retired_);
+  }
+  for (auto& r : left) r.fn();
+}
+
+uint32_t EpochManager::MySlot() {
+  static thread_local char marker;
+  const uintptr_t a = reinterpret_cast<uintptr_t>(&marker);
+  return static_cast<uint32_t>(((a >> 12) * 0x9E3779B97F4A7C15ULL) >> 58);  // 64 slots
+}
+
+void EpochManager::Enter(uint32_t* slot, uint32_t* parity) {
+  const uint32_t s = MySlot();
+  for (;;) {
+    const uint64_t e = epoch_.load(std::memory_order_acquire);
+    const uint32_t p = static_cast<uint32_t>(e & 1);
+    // seq_cst RMW: the increment is visible before our reads of shared data.
+    slots_[s].active[p].fetch_add(1, std::memory_order_seq_cst);
+    if (epoch_.load(std::memory_order_seq_cst) == e) {
+      *slot = s;
+      *parity = p;
+      return;
+    }
+    slots_[s].active[p].fetch_sub(1, std::memory_order_release);
+  }
+}
+
+void EpochManager::Retire(std::function<void()> fn) {
+  {
+    LockGuard<SpinLock> g(mu_);
+    retired_.push_back({epoch_.load(std::memory_order_acquire), std::move(fn)});
+    if (retired_.size() < 64) return;
+  }
+  Reclaim();
+}
+
+size_t EpochManager::Reclaim() {
+  std::vector<Retired> ready;
+  {
+    LockGuard<SpinLock> g(mu_);
+    const uint64_t e = epoch_.load(std::memory_order_acquire);
+    // Readers of epoch e-1 count in parity (e+1)&1; wait for none before advancing.
+    const uint32_t old_parity = static_cast<uint32_t>((e + 1) & 1);
+    bool quiet = true;
+    for (const Slot& s : slots_) {
+      if (s.active[old_parity].load(std::memory_order_seq_cst) != 0) {
+        quiet = false;
+        break;
+      }
+    }
+    if (quiet) epoch_.store(e + 1, std::memory_order_seq_cst);
+    const uint64_t now = epoch_.load(std::memory_order_relaxed);
+    // Objects retired at epoch r are safe once the epoch reached r + 2.
+    auto keep = retired_.begin();
+    for (auto it = retired_.begin(); it != retired_.end(); ++it) {
+      if (it->epoch + 2 <= now) {
+        ready.push_back(std::move(*it));
+      } else {
+        *keep++ = std::move(*it);
+      }
+    }
+    retired_.erase(keep, retired_.end());
+  }
+  for (auto& r : ready) r.fn();
+  return ready.size();
+}
+
+void EpochManager::Drain() {
+  while (pending() != 0) {
+    if (Reclaim() == 0) std::this_thread::yield();
+  }
+}
+
+size_t EpochManager::pending() const {
+  LockGuard<SpinLock> g(mu_);
+  return retired_.size();
+}
+
+}  // namespace pmhash

@@ -1,0 +1,82 @@
+// src/common/epoch.h — epoch-based deferred reclamation (for readers that take no lock).
+//
+// A reader brackets its access with an EpochGuard; a writer that unlinks an object Retire()s it
+// with a deleter; the object is destroyed only once every reader that might still see it has left.
+//
+// Scheme: a global epoch E and kSlots reader slots (cache-line padded, chosen from the thread's
+// identity so unrelated threads rarely share one). Each slot holds two counters, one per epoch
+// parity. Entering increments counter[E & 1] of the thread's slot (and re-checks E, retrying if
+// it moved, so a reader is never counted under a stale parity without noticing); leaving
+// decrements the same counter. Retire() queues under the current epoch. Reclaim() flips E to E+1
+// only when no reader remains in parity (E+1)&1 (those are readers of E-1); then everything
+// retired at E-1 or before is unreachable by any reader and is freed.
+//
+// No thread registration is needed (the library cannot know its callers' threads), nothing is
+// global: each index owns its EpochManager.
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include "common/locks.h"
+
+namespace pmhash {
+
+class EpochManager {
+ public:
+  static constexpr int kSlots = 64;
+
+  EpochManager() = default;
+  ~EpochManager();  // frees everything still retired
+  EpochManager(const EpochManager&) = delete;
+  EpochManager& operator=(const EpochManager&) = delete;
+
+  class Guard {
+   public:
+    explicit Guard(EpochManager& m) : m_(m) { m_.Enter(&slot_, &parity_); }
+    ~Guard() { m_.Leave(slot_, parity_); }
+    Guard(const Guard&) = delete;
+    Guard& operator=(const Guard&) = delete;
+
+   private:
+    EpochManager& m_;
+    uint32_t slot_ = 0;
+    uint32_t parity_ = 0;
+  };
+
+  // Defers fn() until no reader that entered before this call remains. Thread-safe.
+  void Retire(std::function<void()> fn) EXCLUDES(mu_);
+  // Advances the epoch if possible and runs deleters that became safe. Returns how many ran.
+  // Called by Retire() opportunistically; may be called by anyone.
+  size_t Reclaim() EXCLUDES(mu_);
+  // Blocks until everything retired so far has been freed (readers must eventually leave).
+  void Drain() EXCLUDES(mu_);
+
+  uint64_t epoch() const { return epoch_.load(std::memory_order_acquire); }
+  size_t pending() const EXCLUDES(mu_);
+
+ private:
+  struct alignas(64) Slot {
+    std::atomic<uint64_t> active[2] = {0, 0};
+  };
+  struct Retired {
+    uint64_t epoch;
+    std::function<void()> fn;
+  };
+
+  void Enter(uint32_t* slot, uint32_t* parity);
+  void Leave(uint32_t slot, uint32_t parity) {
+    slots_[slot].active[parity].fetch_sub(1, std::memory_order_release);
+  }
+  static uint32_t MySlot();
+
+  std::atomic<uint64_t> epoch_{2};
+  std::array<Slot, kSlots> slots_;
+  mutable SpinLock mu_;
+  std::vector<Retired> retired_ GUARDED_BY(mu_);
+};
+
+}  // namespace pmhash

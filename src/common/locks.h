@@ -1,0 +1,132 @@
+// src/common/locks.h — the small locks every index shares.
+//
+//   SpinLock      test-and-test-and-set byte lock; for short critical sections (allocator,
+//                 counters stripes, per-shard writers).
+//   RwSpinLock    reader-writer spin lock, writer-preferring; REH's directory lock.
+//   VersionLock   32-bit optimistic lock (Dash/REH section III-F): bit 0 = locked, bits 1..31 =
+//                 version. Writers lock/unlock (unlock bumps the version); readers take a
+//                 snapshot, read without writing anything, and validate that the word is unchanged.
+//
+// None of them allocate or touch persistent memory: locks live in DRAM, so a crash can never
+// leave one held.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+
+#include "common/thread_annotations.h"
+
+namespace pmhash {
+
+inline void CpuRelax() { __builtin_ia32_pause(); }
+
+class CAPABILITY("mutex") SpinLock {
+ public:
+  void lock() ACQUIRE() {
+    while (flag_.exchange(true, std::memory_order_acquire)) {
+      while (flag_.load(std::memory_order_relaxed)) CpuRelax();
+    }
+  }
+  bool try_lock() TRY_ACQUIRE(true) {
+    return !flag_.load(std::memory_order_relaxed) &&
+           !flag_.exchange(true, std::memory_order_acquire);
+  }
+  void unlock() RELEASE() { flag_.store(false, std::memory_order_release); }
+
+ private:
+  std::atomic<bool> flag_{false};
+};
+
+class CAPABILITY("shared mutex") RwSpinLock {
+ public:
+  void lock() ACQUIRE() {
+    // Announce the writer first so new readers back off, then wait for readers to drain.
+    uint32_t s = state_.load(std::memory_order_relaxed);
+    for (;;) {
+      if ((s & kWriter) == 0 &&
+          state_.compare_exchange_weak(s, s | kWriter, std::memory_order_acquire)) {
+        break;
+      }
+      CpuRelax();
+      s = state_.load(std::memory_order_relaxed);
+    }
+    while ((state_.load(std::memory_order_acquire) & ~kWriter) != 0) CpuRelax();
+  }
+  void unlock() RELEASE() { state_.fetch_and(~kWriter, std::memory_order_release); }
+  void lock_shared() ACQUIRE_SHARED() {
+    for (;;) {
+      uint32_t s = state_.load(std::memory_order_relaxed);
+      if ((s & kWriter) == 0 &&
+          state_.compare_exchange_weak(s, s + 1, std::memory_order_acquire)) {
+        return;
+      }
+      CpuRelax();
+    }
+  }
+  void unlock_shared() RELEASE_SHARED() { state_.fetch_sub(1, std::memory_order_release); }
+
+ private:
+  static constexpr uint32_t kWriter = 1u << 31;
+  std::atomic<uint32_t> state_{0};
+};
+
+class VersionLock {
+ public:
+  static constexpr uint32_t kLocked = 1;
+
+  void Lock() {
+    for (;;) {
+      uint32_t v = word_.load(std::memory_order_relaxed);
+      if ((v & kLocked) == 0 &&
+          word_.compare_exchange_weak(v, v | kLocked, std::memory_order_acquire)) {
+        return;
+      }
+      CpuRelax();
+    }
+  }
+  bool TryLock() {
+    uint32_t v = word_.load(std::memory_order_relaxed);
+    return (v & kLocked) == 0 &&
+           word_.compare_exchange_strong(v, v | kLocked, std::memory_order_acquire);
+  }
+  // Releases and bumps the version in one store (readers that overlapped will retry).
+  void Unlock() {
+    uint32_t v = word_.load(std::memory_order_relaxed);
+    word_.store((v & ~kLocked) + 2, std::memory_order_release);
+  }
+  bool IsLocked() const { return word_.load(std::memory_order_relaxed) & kLocked; }
+
+  // Optimistic read: spin until unlocked, return the version to validate against.
+  uint32_t BeginRead() const {
+    for (;;) {
+      uint32_t v = word_.load(std::memory_order_acquire);
+      if ((v & kLocked) == 0) return v;
+      CpuRelax();
+    }
+  }
+  // True if no writer locked the word since BeginRead returned `v`. The acquire fence orders the
+  // (relaxed) data loads of the read section before the re-check.
+  bool Validate(uint32_t v) const {
+    std::atomic_thread_fence(std::memory_order_acquire);
+    return word_.load(std::memory_order_relaxed) == v;
+  }
+
+ private:
+  std::atomic<uint32_t> word_{0};
+};
+static_assert(sizeof(VersionLock) == 4, "the paper's 32-bit lock");
+
+// RAII guards (std::lock_guard does not carry the clang annotations for our types).
+template <class L>
+class SCOPED_CAPABILITY LockGuard {
+ public:
+  explicit LockGuard(L& l) ACQUIRE(l) : l_(l) { l_.lock(); }
+  ~LockGuard() RELEASE() { l_.unlock(); }
+  LockGuard(const LockGuard&) = delete;
+  LockGuard& operator=(const LockGuard&) = delete;
+
+ private:
+  L& l_;
+};
+
+}  // namespace pmhash

@@ -1,0 +1,743 @@
+// src/index/reh/reh.h — REH: Redesigning Extendible Hashing for Commercial Non-Volatile Memory.
+//
+// Paper: Zhengtao Li, Zhipeng Tan, Jianxi Chen. "REH: Redesigning Extendible Hashing for
+// Commercial Non-Volatile Memory" (../shared/papers/reh.txt).
+//
+// ============================================================================================
+// Design summary
+// ============================================================================================
+// Extendible hashing with no segment layer: a directory entry points straight at one 256 B
+// bucket (the Optane XPLine). Selective persistence: only the buckets live in PM; the directory
+// and each bucket's metadata (bitmap, fingerprints, lock) live in DRAM and are rebuilt from the
+// buckets at open. Buckets are chained in PM by sibling offsets in prefix order, so recovery can
+// rebuild the directory with one walk (Algorithm 1).
+//
+//   * Find reads DRAM metadata, SIMD-matches the 8-bit fingerprint against 15 tags, and touches
+//     PM only for fingerprint hits: a negative find normally reads no PM at all.
+//   * Insert writes the 16 B slot (value first, then key, same cache line) and persists that one
+//     line: one flush + one fence per insert, as in the paper. The DRAM bitmap/fingerprint are
+//     updated after the persist, under the bucket lock.
+//   * Split of a full bucket A (prefix P, depth d): copy A whole into a new bucket A' with header
+//     (d+1, A.sibling), persist A' (non-temporal), then ONE 8-byte atomic write sets A's header to
+//     (d+1, A'). That write both links A' into the chain and invalidates, in A, every key whose
+//     prefix is P1: no slot is erased and no key moved twice. Then DRAM metadata and directory.
+//   * Directory doubling under the directory lock (exclusive); splits take it shared while they
+//     update entries; inserts/finds take no directory lock (paper III-F) and re-validate instead.
+//
+// ============================================================================================
+// Layout
+// ============================================================================================
+//   PM bucket, 256 B, 256-aligned (one XPLine, four cache lines):
+//
+//     line 0:  [ key0 | val0 ][ key1 | val1 ][ key2 | val2 ][ key3 | val3 ]
+//     line 1:  [ key4 | val4 ] ...                            [ key7 | val7 ]
+//     line 2:  [ key8 | val8 ] ...                            [ key11| val11]
+//     line 3:  [ key12| val12][ key13| val13][ key14| val14][ LD:16 SIB:48 | reserved ]
+//
+//     SIB is the pool offset of the next bucket in prefix order (0 = end of chain).
+//     The pool's root 0 is the offset of the first bucket (prefix 00..0).
+//
+//   DRAM metadata, 32 B per bucket (paper Fig. 4, fields reordered for alignment):
+//
+//     [ fp0 .. fp14, -- : 16 B ][ bitmap:16 | pad:16 ][ VersionLock:32 ][ LD:16 | bucket:48 ]
+//
+//   DRAM directory: 2^GD pointers to metadata, indexed by the GD most significant hash bits.
+//   Retired directories are kept until Close (their total is bounded by the live one: geometric
+//   series), so readers need no epoch protection on the hot path.
+//
+// ============================================================================================
+// Crash-consistency invariants (what recovery relies on)
+// ============================================================================================
+//   I1  Slot validity is derived, never stored: slot j of a bucket with header (LD, ·) whose
+//       first bucket-chain position gives prefix P holds a live pair iff
+//       hash(key) >> (64 - LD) == P. LD >= 1 always (initial depth >= 1).
+//   I2  If a bucket is reachable from root 0 then its 256 bytes were persisted before the 8-byte
+//       header write that made it reachable (split: NtCopy + fence, then link + persist).
+//   I3  The chain visits buckets in increasing prefix order and their ranges tile the hash
+//       space: sum of 2^-LD over the chain == 1. Recovery checks this exactly.
+//   I4  Insert: value and key share one 64 B line and are stored value-then-key (x86 stores are
+//       not reordered, and a line is written back whole), so any persisted image of the line holds
+//       either the old key (the slot's old, invalid occupant: I1 keeps it invalid) or the new key
+//       with the new value. The insert is acknowledged only after the line's flush + fence.
+//   I5  Erase (the paper leaves durable deletes implicit): one 8-byte atomic store replaces the
+//       slot's key with a tombstone key T whose hash has the other top bit than the bucket's
+//       prefix, so T is invalid in this bucket and in every bucket split from it (prefixes only
+//       grow). Then persist. No other slot, and no header, is touched. Recovery never
+//       resurrects an erased key: after the persist the old key is gone from PM.
+//   I6  Update: one 8-byte atomic store of the value, then persist.
+//   I7  A fresh bucket's unused slots hold tombstones (creation) or keys copied from its split
+//       parent (split), all invalid in it by I1; zero-filled slots never appear (key 0 could be
+//       valid in a bucket by chance; the paper's "initialise buckets when first allocated").
+//   I8  No persistent memory leaks: the allocator's bitmap is DRAM only and rebuilt at open from
+//       the chain; a bucket allocated by a split that did not reach its link write is free again.
+//
+// Paper errata fixed here: Algorithm 1 compares the key's LD-bit prefix with the directory index
+// `i`, which is a GD-bit number; the bucket's prefix is i >> (GD - LD). Bucket merge (mentioned
+// in III-E) is not implemented: erase never shrinks the table.
+//
+// Concurrency (paper III-F): per-bucket optimistic VersionLock. Writers lock the bucket, then
+// re-read the directory to confirm it still maps the key to this bucket (a split that moved the
+// key away changed the entry before unlocking). Readers snapshot the version, re-read the
+// directory, read, and validate the version.
+//
+// Thread safety: all public operations may run concurrently. Close() requires quiescence.
+#pragma once
+
+#include <algorithm>
+#include <atomic>
+#include <bit>
+#include <chrono>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <new>
+#include <string>
+#include <unordered_set>
+#include <vector>
+
+#include "common/fingerprint.h"
+#include "common/hash.h"
+#include "common/locks.h"
+#include "common/striped_counter.h"
+#include "pm/persist.h"
+#include "pm/pool.h"
+#include "pmhash/index.h"
+
+namespace pmhash::reh {
+
+inline constexpr int kSlots = 15;
+inline constexpr uint16_t kFullMask = (1u << kSlots) - 1;
+inline constexpr uint64_t kOffsetMask = (uint64_t{1} << 48) - 1;
+inline constexpr uint32_t kMaxDepthLimit = 40;  // 2^40 directory entries: far beyond any pool
+
+struct PmSlot {
+  std::atomic<uint64_t> key;
+  std::atomic<uint64_t> value;
+};
+
+struct alignas(256) PmBucket {
+  PmSlot slots[kSlots];
+  std::atomic<uint64_t> header;  // LD:16 | sibling offset:48
+  uint64_t reserved;
+};
+static_assert(sizeof(PmSlot) == 16, "a slot is one 16 B key/value unit");
+static_assert(sizeof(PmBucket) == 256, "a bucket is one 256 B Optane XPLine");
+static_assert(offsetof(PmBucket, header) == 240, "header is the first word of the last unit");
+static_assert(std::atomic<uint64_t>::is_always_lock_free, "8-byte failure-atomic stores");
+
+inline constexpr uint64_t PackHeader(uint32_t ld, uint64_t offset) {
+  return (uint64_t{ld} << 48) | (offset & kOffsetMask);
+}
+inline constexpr uint32_t HeaderDepth(uint64_t h) { return static_cast<uint32_t>(h >> 48); }
+inline constexpr uint64_t HeaderOffset(uint64_t h) { return h & kOffsetMask; }
+
+// Per-bucket DRAM metadata (paper Fig. 4).
+struct alignas(32) Meta {
+  std::atomic<uint64_t> fp[2];  // fingerprint of slot j in byte j (byte 15 unused)
+  std::atomic<uint16_t> bitmap;
+  uint16_t pad;
+  VersionLock lock;
+  std::atomic<uint64_t> ld_bucket;  // LD:16 | bucket offset:48
+
+  uint32_t depth() const { return HeaderDepth(ld_bucket.load(std::memory_order_relaxed)); }
+  uint64_t bucket_offset() const { return HeaderOffset(ld_bucket.load(std::memory_order_relaxed)); }
+  uint8_t Fingerprint(int j) const {
+    return static_cast<uint8_t>(fp[j >> 3].load(std::memory_order_relaxed) >> ((j & 7) * 8));
+  }
+  // REQUIRES: lock held (or the meta not yet published).
+  void SetFingerprint(int j, uint8_t f) {
+    auto& w = fp[j >> 3];
+    const int sh = (j & 7) * 8;
+    w.store((w.load(std::memory_order_relaxed) & ~(uint64_t{0xFF} << sh)) | (uint64_t{f} << sh),
+            std::memory_order_relaxed);
+  }
+  // Bit j set iff slot j is live and its fingerprint equals f.
+  uint32_t Candidates(uint8_t f) const {
+    const __m128i v = _mm_set_epi64x(static_cast<long long>(fp[1].load(std::memory_order_relaxed)),
+                                     static_cast<long long>(fp[0].load(std::memory_order_relaxed)));
+    return Match16(v, f) & bitmap.load(std::memory_order_relaxed);
+  }
+};
+static_assert(sizeof(Meta) == 32, "paper: 32 B of DRAM metadata per bucket");
+
+// The byte image stored in the pool header: reopening with other parameters is refused.
+struct PersistentParams {
+  uint32_t layout_version = 1;
+  uint32_t bucket_bytes = sizeof(PmBucket);
+  uint32_t slots = kSlots;
+  uint32_t initial_depth = 0;
+  uint32_t max_depth = 0;
+};
+
+template <pm::PersistPolicy P>
+class Reh {
+ public:
+  static constexpr std::string_view kKindName = "reh";
+  using Policy = P;
+
+  static Result<std::unique_ptr<Reh>> Open(const Options& options);
+  ~Reh() = default;  // without Close(): the pool is left as after a crash (recovered at open)
+  Reh(const Reh&) = delete;
+  Reh& operator=(const Reh&) = delete;
+
+  Status Insert(Key k, Value v) { return Write(k, v, WriteMode::kInsert); }
+  Status Update(Key k, Value v) { return Write(k, v, WriteMode::kUpdate); }
+  Status Upsert(Key k, Value v) { return Write(k, v, WriteMode::kUpsert); }
+  Status Find(Key k, Value* v) const;
+  Status Erase(Key k);
+  uint64_t Size() const { return static_cast<uint64_t>(size_.Sum()); }
+  void ForEach(const std::function<void(Key, Value)>& fn) const;
+  IndexStats Stats() const;
+  Status CheckInvariants() const;
+  void ResetCounters() { pool_->counters().Reset(); }
+  Status Close();
+
+  // For tests and tools.
+  pm::Pool& pool() { return *pool_; }
+  uint32_t global_depth() const { return dir_.load(std::memory_order_acquire)->depth; }
+
+ private:
+  enum class WriteMode { kInsert, kUpdate, kUpsert };
+
+  struct Directory {
+    uint32_t depth;
+    std::unique_ptr<std::atomic<Meta*>[]> entries;
+    size_t size() const { return size_t{1} << depth; }
+  };
+
+  Reh(std::unique_ptr<pm::Pool> pool, const RehParams& params);
+
+  PmBucket* Bucket(const Meta* m) const { return pool_->At<PmBucket>(m->bucket_offset()); }
+  static size_t DirIndex(uint64_t h, const Directory* d) { return h >> (64 - d->depth); }
+  Meta* Lookup(uint64_t h) const {
+    const Directory* d = dir_.load(std::memory_order_acquire);
+    return d->entries[DirIndex(h, d)].load(std::memory_order_acquire);
+  }
+  // Locks the bucket that holds hash h, re-validated against the directory.
+  Meta* LockBucket(uint64_t h) const;
+  // Slot of key k in m (fingerprint-filtered), or -1. Valid under m's lock.
+  int FindSlot(const Meta* m, uint8_t f, Key k) const;
+  // A key invalid in every bucket that can hold h (I5): its hash has the other top bit.
+  uint64_t Tombstone(uint64_t h) const { return tombstone_[(h >> 63) ^ 1]; }
+
+  Status Write(Key k, Value v, WriteMode mode);
+  // REQUIRES: m locked and full. Returns with m unlocked.
+  Status Split(Meta* m, uint64_t h);
+  Status Double(const Directory* seen);
+
+  Status Create();
+  Status Recover();
+  Meta* NewMeta();
+  void FillTombstones(PmBucket* img, uint64_t prefix, uint32_t depth) const;
+
+  std::unique_ptr<pm::Pool> pool_;
+  const RehParams params_;
+  Hasher hash_;
+  pm::Persister<P> persist_;
+  uint64_t tombstone_[2] = {0, 0};  // a key whose hash has top bit 0 / 1
+
+  std::atomic<Directory*> dir_{nullptr};
+  mutable RwSpinLock dir_lock_;  // exclusive: doubling; shared: entry updates by splits
+  std::vector<std::unique_ptr<Directory>> dirs_ GUARDED_BY(dir_lock_);  // live + retired
+
+  mutable SpinLock meta_mu_;
+  std::vector<std::unique_ptr<Meta[]>> meta_blocks_ GUARDED_BY(meta_mu_);
+  std::atomic<size_t> meta_count_{0};  // metas handed out (== buckets)
+  static constexpr size_t kMetaBlock = 4096;
+
+  StripedCounter size_;
+  std::atomic<uint64_t> splits_{0};
+  std::atomic<uint64_t> doublings_{0};
+  bool recovered_ = false;
+  double recovery_seconds_ = 0;
+  bool closed_ = false;
+};
+
+// ============================================================================================
+// Implementation
+// ============================================================================================
+
+template <pm::PersistPolicy P>
+Reh<P>::Reh(std::unique_ptr<pm::Pool> pool, const RehParams& params)
+    : pool_(std::move(pool)),
+      params_(params),
+      hash_(pool_->hash_mode(), pool_->hash_seed()),
+      persist_(pool_->counters_ptr()) {
+  // Tombstone keys: the first keys whose hash has top bit 0 and 1 (two or three tries in
+  // expectation, in either hash mode).
+  bool have[2] = {false, false};
+  for (uint64_t k = 0; !(have[0] && have[1]); k++) {
+    const int b = static_cast<int>(hash_(k) >> 63);
+    if (!have[b]) {
+      tombstone_[b] = k;
+      have[b] = true;
+    }
+  }
+}
+
+template <pm::PersistPolicy P>
+Result<std::unique_ptr<Reh<P>>> Reh<P>::Open(const Options& options) {
+  const RehParams& rp = options.reh;
+  if (rp.max_depth < 1 || rp.max_depth > kMaxDepthLimit) {
+    return Status::InvalidArgument("reh.max_depth must be in [1, 40]");
+  }
+  if (rp.initial_depth < 1 || rp.initial_depth > rp.max_depth || rp.initial_depth > 24) {
+    return Status::InvalidArgument("reh.initial_depth must be in [1, min(max_depth, 24)]");
+  }
+  PersistentParams pp;
+  pp.initial_depth = rp.initial_depth;
+  pp.max_depth = rp.max_depth;
+  pm::PoolSpec spec;
+  spec.kind = kKindName;
+  spec.params = std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(&pp), sizeof(pp));
+  spec.chunk_size = sizeof(PmBucket);
+  spec.min_chunks = uint64_t{1} << rp.initial_depth;
+  auto pool = pm::Pool::Open(options, spec);
+  if (!pool.ok()) return pool.status();
+
+  std::unique_ptr<Reh> r(new (std::nothrow) Reh(std::move(pool).value(), rp));
+  if (!r) return Status::OutOfMemory("reh: index object");
+  if (r->pool_->created()) PMHASH_RETURN_IF_ERROR(r->Create());
+  PMHASH_RETURN_IF_ERROR(r->Recover());
+  return r;
+}
+
+template <pm::PersistPolicy P>
+void Reh<P>::FillTombstones(PmBucket* img, uint64_t prefix, uint32_t depth) const {
+  const uint64_t t = tombstone_[1 - ((prefix >> (depth - 1)) & 1)];
+  for (auto& s : img->slots) {
+    s.key.store(t, std::memory_order_relaxed);
+    s.value.store(0, std::memory_order_relaxed);
+  }
+}
+
+// Builds the initial chain: 2^d buckets, all tombstoned, linked in prefix order.
+template <pm::PersistPolicy P>
+Status Reh<P>::Create() {
+  const uint32_t d = params_.initial_depth;
+  const uint64_t n = uint64_t{1} << d;
+  std::vector<uint64_t> offs(n);
+  for (uint64_t i = 0; i < n; i++) {
+    auto off = pool_->allocator().Allocate(1);
+    if (!off.ok()) return off.status();
+    offs[i] = off.value();
+  }
+  // Write back to front so each bucket knows its successor.
+  alignas(256) PmBucket img;
+  for (uint64_t i = n; i-- > 0;) {
+    FillTombstones(&img, i, d);
+    img.header.store(PackHeader(d, i + 1 < n ? offs[i + 1] : 0), std::memory_order_relaxed);
+    img.reserved = 0;
+    persist_.NtCopy(pool_->At<PmBucket>(offs[i]), &img, sizeof(img));
+  }
+  persist_.Fence();
+  pool_->SetRoot(0, offs[0]);
+  return pool_->CommitCreate();
+}
+
+template <pm::PersistPolicy P>
+Meta* Reh<P>::NewMeta() {
+  LockGuard<SpinLock> g(meta_mu_);
+  const size_t n = meta_count_.load(std::memory_order_relaxed);
+  if (n % kMetaBlock == 0) {
+    std::unique_ptr<Meta[]> block(new (std::nothrow) Meta[kMetaBlock]);
+    if (!block) return nullptr;
+    meta_blocks_.push_back(std::move(block));
+  }
+  Meta* m = &meta_blocks_.back()[n % kMetaBlock];
+  m->fp[0].store(0, std::memory_order_relaxed);
+  m->fp[1].store(0, std::memory_order_relaxed);
+  m->bitmap.store(0, std::memory_order_relaxed);
+  m->ld_bucket.store(0, std::memory_order_relaxed);
+  meta_count_.store(n + 1, std::memory_order_release);
+  return m;
+}
+
+// Algorithm 1, with every offset validated: two walks of the chain (depths, then contents).
+template <pm::PersistPolicy P>
+Status Reh<P>::Recover() {
+  const auto t0 = std::chrono::steady_clock::now();
+  pm::ChunkAllocator& alloc = pool_->allocator();
+  alloc.Reset();
+  const uint64_t first = pool_->root(0);
+
+  // Walk 1: reachability (cycles and stray offsets are rejected by MarkReachable) and GD.
+  uint32_t gd = 0;
+  uint64_t buckets = 0;
+  for (uint64_t off = first; off != 0;) {
+    if (Status s = alloc.MarkReachable(off); !s.ok()) {
+      return Status::Corruption("reh: bucket chain: " + std::string(s.message()));
+    }
+    const uint64_t h = pool_->At<PmBucket>(off)->header.load(std::memory_order_relaxed);
+    const uint32_t ld = HeaderDepth(h);
+    if (ld < 1 || ld > params_.max_depth) {
+      return Status::Corruption("reh: bucket at offset " + std::to_string(off) +
+                                " has local depth " + std::to_string(ld));
+    }
+    gd = std::max(gd, ld);
+    buckets++;
+    off = HeaderOffset(h);
+  }
+  if (buckets == 0) return Status::Corruption("reh: pool has no bucket chain (root 0 is empty)");
+
+  // The directory: 2^gd entries. A hostile chain could ask for a huge one; refuse what cannot
+  // be a tiling of `buckets` buckets before allocating (2^gd <= buckets * 2^(gd - 1) always
+  // holds for a valid tiling, and gd <= max_depth bounds it).
+  auto dir = std::make_unique<Directory>();
+  dir->depth = gd;
+  dir->entries.reset(new (std::nothrow) std::atomic<Meta*>[size_t{1} << gd]);
+  if (!dir->entries) return Status::OutOfMemory("reh: directory of 2^" + std::to_string(gd));
+
+  // Walk 2: metadata and directory entries.
+  {
+    LockGuard<SpinLock> g(meta_mu_);
+    meta_blocks_.clear();
+    meta_count_.store(0);
+  }
+  uint64_t live = 0;
+  uint64_t i = 0;
+  const uint64_t entries = uint64_t{1} << gd;
+  for (uint64_t off = first; off != 0;) {
+    PmBucket* b = pool_->At<PmBucket>(off);
+    const uint64_t h = b->header.load(std::memory_order_relaxed);
+    const uint32_t ld = HeaderDepth(h);
+    const uint64_t stride = uint64_t{1} << (gd - ld);
+    if (i % stride != 0 || i + stride > entries) {
+      return Status::Corruption("reh: bucket chain does not tile the hash space (bucket at " +
+                                std::to_string(off) + ")");
+    }
+    const uint64_t prefix = i >> (gd - ld);  // (the paper's Algorithm 1 uses i here)
+    Meta* m = NewMeta();
+    if (!m) return Status::OutOfMemory("reh: bucket metadata");
+    uint16_t bitmap = 0;
+    for (int j = 0; j < kSlots; j++) {
+      const uint64_t kh = hash_(b->slots[j].key.load(std::memory_order_relaxed));
+      if ((kh >> (64 - ld)) == prefix) {
+        bitmap |= static_cast<uint16_t>(1u << j);
+        m->SetFingerprint(j, static_cast<uint8_t>(kh));
+        live++;
+      }
+    }
+    m->bitmap.store(bitmap, std::memory_order_relaxed);
+    m->ld_bucket.store(PackHeader(ld, off), std::memory_order_relaxed);
+    for (uint64_t e = i; e < i + stride; e++) dir->entries[e].store(m, std::memory_order_relaxed);
+    i += stride;
+    off = HeaderOffset(h);
+  }
+  if (i != entries) {
+    return Status::Corruption("reh: bucket chain covers " + std::to_string(i) + " of " +
+                              std::to_string(entries) + " directory entries");
+  }
+  {
+    LockGuard<RwSpinLock> g(dir_lock_);
+    dirs_.clear();
+    dir_.store(dir.get(), std::memory_order_release);
+    dirs_.push_back(std::move(dir));
+  }
+  size_.Reset(static_cast<int64_t>(live));
+  recovered_ = !pool_->created() && !pool_->was_clean();
+  recovery_seconds_ =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return Status::OK();
+}
+
+template <pm::PersistPolicy P>
+Meta* Reh<P>::LockBucket(uint64_t h) const {
+  for (;;) {
+    Meta* m = Lookup(h);
+    m->lock.Lock();
+    if (Lookup(h) == m) return m;  // still the bucket of h: nothing can move h away now
+    m->lock.Unlock();
+  }
+}
+
+template <pm::PersistPolicy P>
+int Reh<P>::FindSlot(const Meta* m, uint8_t f, Key k) const {
+  const PmBucket* b = Bucket(m);
+  for (uint32_t c = m->Candidates(f); c; c &= c - 1) {
+    const int j = std::countr_zero(c);
+    if (b->slots[j].key.load(std::memory_order_relaxed) == k) return j;
+  }
+  return -1;
+}
+
+template <pm::PersistPolicy P>
+Status Reh<P>::Find(Key k, Value* v) const {
+  const uint64_t h = hash_(k);
+  const uint8_t f = static_cast<uint8_t>(h);
+  for (;;) {
+    const Meta* m = Lookup(h);
+    const uint32_t ver = m->lock.BeginRead();
+    if (Lookup(h) != m) continue;  // a split moved h after we read the directory
+    const PmBucket* b = Bucket(m);
+    bool found = false;
+    Value val = 0;
+    for (uint32_t c = m->Candidates(f); c; c &= c - 1) {
+      const int j = std::countr_zero(c);
+      if (b->slots[j].key.load(std::memory_order_relaxed) == k) {
+        val = b->slots[j].value.load(std::memory_order_relaxed);
+        found = true;
+        break;
+      }
+    }
+    if (!m->lock.Validate(ver)) continue;
+    if (!found) return Status::NotFound();
+    *v = val;
+    return Status::OK();
+  }
+}
+
+template <pm::PersistPolicy P>
+Status Reh<P>::Write(Key k, Value v, WriteMode mode) {
+  const uint64_t h = hash_(k);
+  const uint8_t f = static_cast<uint8_t>(h);
+  for (;;) {
+    Meta* m = LockBucket(h);
+    PmBucket* b = Bucket(m);
+    if (const int j = FindSlot(m, f, k); j >= 0) {
+      if (mode == WriteMode::kInsert) {
+        m->lock.Unlock();
+        return Status::Exists();
+      }
+      b->slots[j].value.store(v, std::memory_order_release);  // I6
+      persist_.Persist(&b->slots[j].value, sizeof(Value));
+      m->lock.Unlock();
+      return Status::OK();
+    }
+    if (mode == WriteMode::kUpdate) {
+      m->lock.Unlock();
+      return Status::NotFound();
+    }
+    const uint16_t bitmap = m->bitmap.load(std::memory_order_relaxed);
+    if (bitmap != kFullMask) {
+      const int j = std::countr_one(bitmap);
+      PmSlot& s = b->slots[j];
+      s.value.store(v, std::memory_order_relaxed);  // I4: value, then key, one line
+      s.key.store(k, std::memory_order_release);
+      persist_.Persist(&s, sizeof(PmSlot));
+      m->SetFingerprint(j, f);
+      m->bitmap.store(static_cast<uint16_t>(bitmap | (1u << j)), std::memory_order_relaxed);
+      m->lock.Unlock();
+      size_.Add(1);
+      return Status::OK();
+    }
+    PMHASH_RETURN_IF_ERROR(Split(m, h));  // unlocks m; then retry into the right half
+  }
+}
+
+template <pm::PersistPolicy P>
+Status Reh<P>::Erase(Key k) {
+  const uint64_t h = hash_(k);
+  Meta* m = LockBucket(h);
+  const int j = FindSlot(m, static_cast<uint8_t>(h), k);
+  if (j < 0) {
+    m->lock.Unlock();
+    return Status::NotFound();
+  }
+  PmSlot& s = Bucket(m)->slots[j];
+  s.key.store(Tombstone(h), std::memory_order_release);  // I5
+  persist_.Persist(&s.key, sizeof(Key));
+  m->bitmap.store(static_cast<uint16_t>(m->bitmap.load(std::memory_order_relaxed) & ~(1u << j)),
+                  std::memory_order_relaxed);
+  m->lock.Unlock();
+  size_.Add(-1);
+  return Status::OK();
+}
+
+template <pm::PersistPolicy P>
+Status Reh<P>::Split(Meta* m, uint64_t h) NO_THREAD_SAFETY_ANALYSIS {
+  const uint32_t ld = m->depth();
+  dir_lock_.lock_shared();
+  Directory* d = dir_.load(std::memory_order_acquire);
+  if (ld == d->depth) {
+    dir_lock_.unlock_shared();
+    m->lock.Unlock();
+    return Double(d);
+  }
+  auto off = pool_->allocator().Allocate(1);
+  Meta* mb = off.ok() ? NewMeta() : nullptr;
+  if (!mb) {
+    if (off.ok()) pool_->allocator().Free(off.value());
+    dir_lock_.unlock_shared();
+    m->lock.Unlock();
+    return off.ok() ? Status::OutOfMemory("reh: bucket metadata") : off.status();
+  }
+  PmBucket* a = Bucket(m);
+  PmBucket* nb = pool_->At<PmBucket>(off.value());
+  const uint64_t a_header = a->header.load(std::memory_order_relaxed);
+
+  // I2: the new bucket is a full copy of A (its P0 keys are invalid there by I1) with header
+  // (ld+1, A's old sibling), persisted before it becomes reachable.
+  alignas(256) PmBucket img;
+  for (int j = 0; j < kSlots; j++) {
+    img.slots[j].key.store(a->slots[j].key.load(std::memory_order_relaxed), std::memory_order_relaxed);
+    img.slots[j].value.store(a->slots[j].value.load(std::memory_order_relaxed),
+                             std::memory_order_relaxed);
+  }
+  img.header.store(PackHeader(ld + 1, HeaderOffset(a_header)), std::memory_order_relaxed);
+  img.reserved = 0;
+  persist_.NtCopy(nb, &img, sizeof(img));
+  persist_.Fence();
+  // The split's commit point: one failure-atomic 8-byte write.
+  a->header.store(PackHeader(ld + 1, off.value()), std::memory_order_release);
+  persist_.Persist(&a->header, sizeof(uint64_t));
+
+  // DRAM: B takes the live slots whose hash has bit (63 - ld) set.
+  const uint16_t bitmap = m->bitmap.load(std::memory_order_relaxed);
+  uint16_t moved = 0;
+  for (uint32_t c = bitmap; c; c &= c - 1) {
+    const int j = std::countr_zero(c);
+    if ((hash_(img.slots[j].key.load(std::memory_order_relaxed)) >> (63 - ld)) & 1) {
+      moved |= static_cast<uint16_t>(1u << j);
+    }
+  }
+  mb->fp[0].store(m->fp[0].load(std::memory_order_relaxed), std::memory_order_relaxed);
+  mb->fp[1].store(m->fp[1].load(std::memory_order_relaxed), std::memory_order_relaxed);
+  mb->bitmap.store(moved, std::memory_order_relaxed);
+  mb->ld_bucket.store(PackHeader(ld + 1, off.value()), std::memory_order_relaxed);
+  m->bitmap.store(static_cast<uint16_t>(bitmap & ~moved), std::memory_order_relaxed);
+  m->ld_bucket.store(PackHeader(ld + 1, pool_->OffsetOf(a)), std::memory_order_relaxed);
+
+  // Directory: the upper half of A's entry range now maps to B.
+  const uint64_t prefix = h >> (64 - ld);
+  const uint64_t span = uint64_t{1} << (d->depth - ld);
+  const uint64_t first = prefix * span;
+  for (uint64_t e = first + span / 2; e < first + span; e++) {
+    d->entries[e].store(mb, std::memory_order_release);
+  }
+  dir_lock_.unlock_shared();
+  m->lock.Unlock();
+  splits_.fetch_add(1, std::memory_order_relaxed);
+  return Status::OK();
+}
+
+template <pm::PersistPolicy P>
+Status Reh<P>::Double(const Directory* seen) {
+  LockGuard<RwSpinLock> g(dir_lock_);
+  Directory* d = dir_.load(std::memory_order_acquire);
+  if (d != seen) return Status::OK();  // another thread doubled first
+  if (d->depth >= params_.max_depth) {
+    return Status::OutOfSpace("reh: directory at max_depth " + std::to_string(params_.max_depth) +
+                              " and a bucket of that depth is full");
+  }
+  auto nd = std::make_unique<Directory>();
+  nd->depth = d->depth + 1;
+  nd->entries.reset(new (std::nothrow) std::atomic<Meta*>[nd->size()]);
+  if (!nd->entries) return Status::OutOfMemory("reh: directory doubling");
+  for (size_t i = 0; i < d->size(); i++) {
+    Meta* m = d->entries[i].load(std::memory_order_relaxed);
+    nd->entries[2 * i].store(m, std::memory_order_relaxed);
+    nd->entries[2 * i + 1].store(m, std::memory_order_relaxed);
+  }
+  dir_.store(nd.get(), std::memory_order_release);
+  dirs_.push_back(std::move(nd));  // the old one stays allocated until Close (see layout note)
+  doublings_.fetch_add(1, std::memory_order_relaxed);
+  return Status::OK();
+}
+
+template <pm::PersistPolicy P>
+void Reh<P>::ForEach(const std::function<void(Key, Value)>& fn) const {
+  const size_t n = meta_count_.load(std::memory_order_acquire);
+  std::vector<std::pair<Key, Value>> pairs;
+  for (size_t i = 0; i < n; i++) {
+    Meta* m;
+    {
+      LockGuard<SpinLock> g(meta_mu_);
+      m = &meta_blocks_[i / kMetaBlock][i % kMetaBlock];
+    }
+    pairs.clear();
+    m->lock.Lock();
+    const PmBucket* b = Bucket(m);
+    for (uint32_t c = m->bitmap.load(std::memory_order_relaxed); c; c &= c - 1) {
+      const int j = std::countr_zero(c);
+      pairs.emplace_back(b->slots[j].key.load(std::memory_order_relaxed),
+                         b->slots[j].value.load(std::memory_order_relaxed));
+    }
+    m->lock.Unlock();
+    for (const auto& [k, v] : pairs) fn(k, v);
+  }
+}
+
+template <pm::PersistPolicy P>
+IndexStats Reh<P>::Stats() const {
+  IndexStats s;
+  const Directory* d = dir_.load(std::memory_order_acquire);
+  s.size = Size();
+  s.buckets = meta_count_.load(std::memory_order_acquire);
+  s.capacity_slots = s.buckets * kSlots;
+  s.load_factor = s.capacity_slots ? static_cast<double>(s.size) / s.capacity_slots : 0;
+  s.pm_bytes = s.buckets * sizeof(PmBucket) + pm::kHeaderBytes;
+  size_t dir_bytes = 0;
+  {
+    LockGuard<RwSpinLock> g(const_cast<RwSpinLock&>(dir_lock_));
+    for (const auto& x : dirs_) dir_bytes += x->size() * sizeof(void*);
+  }
+  s.dram_bytes = s.buckets * sizeof(Meta) + dir_bytes + pool_->allocator().dram_bytes();
+  s.pool_bytes = pool_->size();
+  s.global_depth = d->depth;
+  s.splits = splits_.load(std::memory_order_relaxed);
+  s.doublings = doublings_.load(std::memory_order_relaxed);
+  s.recovered = recovered_;
+  s.recovery_seconds = recovery_seconds_;
+  s.traffic = pool_->counters().Snapshot();
+  return s;
+}
+
+// REQUIRES: no concurrent writers.
+template <pm::PersistPolicy P>
+Status Reh<P>::CheckInvariants() const {
+  auto fail = [](const std::string& what) { return Status::Corruption("reh invariant: " + what); };
+  const Directory* d = dir_.load(std::memory_order_acquire);
+  const uint32_t gd = d->depth;
+  std::unordered_set<Key> keys;
+  uint64_t i = 0, buckets = 0, live = 0;
+  for (uint64_t off = pool_->root(0); off != 0; buckets++) {
+    if (buckets > pool_->allocator().chunk_count()) return fail("bucket chain has a cycle");
+    if (!pool_->allocator().IsUsed(off)) return fail("chain bucket not marked allocated");
+    const PmBucket* b = pool_->At<PmBucket>(off);
+    const uint64_t hdr = b->header.load(std::memory_order_relaxed);
+    const uint32_t ld = HeaderDepth(hdr);
+    if (ld < 1 || ld > gd) return fail("local depth out of range at " + std::to_string(off));
+    const uint64_t stride = uint64_t{1} << (gd - ld);
+    if (i % stride != 0 || i + stride > d->size()) return fail("chain out of prefix order");
+    const Meta* m = d->entries[i].load(std::memory_order_relaxed);
+    if (m->bucket_offset() != off || m->depth() != ld) return fail("metadata/bucket mismatch");
+    for (uint64_t e = i; e < i + stride; e++) {
+      if (d->entries[e].load(std::memory_order_relaxed) != m) return fail("directory entry");
+    }
+    const uint64_t prefix = i >> (gd - ld);
+    const uint16_t bitmap = m->bitmap.load(std::memory_order_relaxed);
+    if (m->lock.IsLocked()) return fail("bucket lock held at rest");
+    for (int j = 0; j < kSlots; j++) {
+      const Key k = b->slots[j].key.load(std::memory_order_relaxed);
+      const uint64_t kh = hash_(k);
+      const bool valid = (kh >> (64 - ld)) == prefix;
+      if (valid != static_cast<bool>((bitmap >> j) & 1)) return fail("bitmap disagrees with PM");
+      if (!valid) continue;
+      if (m->Fingerprint(j) != static_cast<uint8_t>(kh)) return fail("stale fingerprint");
+      if (!keys.insert(k).second) return fail("duplicate key " + std::to_string(k));
+      live++;
+    }
+    i += stride;
+    off = HeaderOffset(hdr);
+  }
+  if (i != d->size()) return fail("chain does not cover the directory");
+  if (buckets != meta_count_.load()) return fail("bucket count != metadata count");
+  if (pool_->allocator().used_chunks() != buckets) {
+    return fail("allocated chunks (" + std::to_string(pool_->allocator().used_chunks()) +
+                ") != reachable buckets (" + std::to_string(buckets) + "): leak");
+  }
+  if (live != Size()) return fail("Size() != live slots");
+  return Status::OK();
+}
+
+template <pm::PersistPolicy P>
+Status Reh<P>::Close() {
+  if (closed_) return Status::OK();
+  closed_ = true;
+  pool_->MarkClean();
+  return Status::OK();
+}
+
+}  // namespace pmhash::reh

@@ -1,0 +1,42 @@
+// src/index_adapter.h — wraps any HashIndex in the virtual Index facade.
+#pragma once
+
+#include <memory>
+
+#include "pmhash/index.h"
+
+namespace pmhash {
+
+template <HashIndex T>
+class IndexAdapter final : public Index {
+ public:
+  explicit IndexAdapter(std::unique_ptr<T> impl) : impl_(std::move(impl)) {}
+  std::string_view kind() const override { return T::kKindName; }
+  Durability durability() const override { return T::Policy::kDurability; }
+  Status Insert(Key k, Value v) override { return impl_->Insert(k, v); }
+  Status Update(Key k, Value v) override { return impl_->Update(k, v); }
+  Status Upsert(Key k, Value v) override { return impl_->Upsert(k, v); }
+  Status Find(Key k, Value* v) const override { return impl_->Find(k, v); }
+  Status Erase(Key k) override { return impl_->Erase(k); }
+  uint64_t Size() const override { return impl_->Size(); }
+  void ForEach(const std::function<void(Key, Value)>& fn) const override { impl_->ForEach(fn); }
+  IndexStats Stats() const override { return impl_->Stats(); }
+  Status CheckInvariants() const override { return impl_->CheckInvariants(); }
+  void ResetCounters() override { impl_->ResetCounters(); }
+  Status Close() override { return impl_->Close(); }
+
+  T& impl() { return *impl_; }
+
+ private:
+  std::unique_ptr<T> impl_;
+};
+
+// Opens T and wraps it.
+template <HashIndex T>
+Result<std::unique_ptr<Index>> OpenWrapped(const Options& o) {
+  auto r = T::Open(o);
+  if (!r.ok()) return r.status();
+  return std::unique_ptr<Index>(new IndexAdapter<T>(std::move(r).value()));
+}
+
+}  // namespace pmhash

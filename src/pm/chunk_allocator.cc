@@ -1,0 +1,107 @@
+#include "pm/chunk_allocator.h"
+
+#include <bit>
+#include <string>
+
+namespace pmhash::pm {
+
+ChunkAllocator::ChunkAllocator(uint64_t heap_offset, uint32_t chunk_size, uint64_t chunk_count)
+    : heap_offset_(heap_offset),
+      chunk_size_(chunk_size),
+      chunk_count_(chunk_count),
+      bits_((chunk_count + 63) / 64, 0) {}
+
+void ChunkAllocator::SetLocked(uint64_t i, uint64_t n, bool used) {
+  for (uint64_t j = i; j < i + n; j++) {
+    if (used) {
+      bits_[j >> 6] |= uint64_t{1} << (j & 63);
+    } else {
+      bits_[j >> 6] &= ~(uint64_t{1} << (j & 63));
+    }
+  }
+  if (used) {
+    used_ += n;
+  } else {
+    used_ -= n;
+  }
+}
+
+Result<uint64_t> ChunkAllocator::Allocate(uint32_t n) {
+  if (n == 0) return Status::InvalidArgument("Allocate(0)");
+  LockGuard<SpinLock> g(mu_);
+  uint64_t i = hint_;
+  while (i + n <= chunk_count_) {
+    // Skip full words quickly.
+    if ((i & 63) == 0 && bits_[i >> 6] == ~uint64_t{0}) {
+      i += 64;
+      continue;
+    }
+    if (TestLocked(i)) {
+      i++;
+      continue;
+    }
+    uint64_t run = 1;
+    while (run < n && !TestLocked(i + run)) run++;
+    if (run == n) {
+      SetLocked(i, n, true);
+      if (n == 1 && i == hint_) hint_ = i + 1;
+      return heap_offset_ + i * chunk_size_;
+    }
+    i += run;
+  }
+  return Status::OutOfSpace("pool heap exhausted: " + std::to_string(used_) + " of " +
+                            std::to_string(chunk_count_) + " chunks of " +
+                            std::to_string(chunk_size_) + " B in use");
+}
+
+void ChunkAllocator::Free(uint64_t offset, uint32_t n) {
+  if (!ValidChunk(offset, n)) return;
+  const uint64_t i = (offset - heap_offset_) / chunk_size_;
+  LockGuard<SpinLock> g(mu_);
+  SetLocked(i, n, false);
+  if (i < hint_) hint_ = i;
+}
+
+void ChunkAllocator::Reset() {
+  LockGuard<SpinLock> g(mu_);
+  std::fill(bits_.begin(), bits_.end(), 0);
+  used_ = 0;
+  hint_ = 0;
+}
+
+bool ChunkAllocator::ValidChunk(uint64_t offset, uint32_t n) const {
+  if (offset < heap_offset_ || n == 0) return false;
+  const uint64_t rel = offset - heap_offset_;
+  if (rel % chunk_size_ != 0) return false;
+  const uint64_t i = rel / chunk_size_;
+  return i < chunk_count_ && n <= chunk_count_ - i;
+}
+
+Status ChunkAllocator::MarkReachable(uint64_t offset, uint32_t n) {
+  if (!ValidChunk(offset, n)) {
+    return Status::Corruption("offset " + std::to_string(offset) + " is not a heap chunk");
+  }
+  const uint64_t i = (offset - heap_offset_) / chunk_size_;
+  LockGuard<SpinLock> g(mu_);
+  for (uint64_t j = i; j < i + n; j++) {
+    if (TestLocked(j)) {
+      return Status::Corruption("chunk at offset " + std::to_string(heap_offset_ + j * chunk_size_) +
+                                " is reachable twice");
+    }
+  }
+  SetLocked(i, n, true);
+  return Status::OK();
+}
+
+bool ChunkAllocator::IsUsed(uint64_t offset) const {
+  if (!ValidChunk(offset)) return false;
+  LockGuard<SpinLock> g(mu_);
+  return TestLocked((offset - heap_offset_) / chunk_size_);
+}
+
+uint64_t ChunkAllocator::used_chunks() const {
+  LockGuard<SpinLock> g(mu_);
+  return used_;
+}
+
+}  // namespace pmhash::pm

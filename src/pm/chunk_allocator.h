@@ -1,0 +1,61 @@
+// src/pm/chunk_allocator.h — fixed-size chunk allocator over the pool heap.
+//
+// The heap is chunk_count chunks of chunk_size bytes starting at heap_offset. Which chunks are in
+// use is kept only in a DRAM bitmap, never persisted: at open the index walks its persistent
+// structure and reports every reachable chunk (MarkReachable), and whatever it did not report is
+// free. A chunk allocated but not yet linked into the structure when the process dies is
+// therefore reclaimed by the next open: no crash can leak persistent memory.
+//
+// Allocate(n) returns n contiguous chunks (first fit from a rotating hint). Out of space is a
+// Status, never an abort; the caller's structure is unchanged.
+//
+// Thread safety: all methods are safe to call concurrently (one internal spin lock; allocation is
+// rare compared with index operations: one per bucket/segment split).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "common/locks.h"
+#include "pmhash/status.h"
+
+namespace pmhash::pm {
+
+class ChunkAllocator {
+ public:
+  ChunkAllocator(uint64_t heap_offset, uint32_t chunk_size, uint64_t chunk_count);
+
+  // Offset (from the pool base) of n free contiguous chunks, now marked used.
+  Result<uint64_t> Allocate(uint32_t n = 1) EXCLUDES(mu_);
+  void Free(uint64_t offset, uint32_t n = 1) EXCLUDES(mu_);
+
+  // Recovery protocol: Reset() frees everything, then the index marks what it can reach.
+  // MarkReachable fails with kCorruption for an offset outside the heap, not chunk-aligned, or
+  // already marked (a cycle or a shared chunk in a corrupt pool).
+  void Reset() EXCLUDES(mu_);
+  Status MarkReachable(uint64_t offset, uint32_t n = 1) EXCLUDES(mu_);
+
+  // True if [offset, offset + n*chunk) is inside the heap and chunk-aligned.
+  bool ValidChunk(uint64_t offset, uint32_t n = 1) const;
+  bool IsUsed(uint64_t offset) const EXCLUDES(mu_);
+
+  uint64_t used_chunks() const EXCLUDES(mu_);
+  uint64_t chunk_count() const { return chunk_count_; }
+  uint32_t chunk_size() const { return chunk_size_; }
+  uint64_t heap_offset() const { return heap_offset_; }
+  uint64_t dram_bytes() const { return bits_.size() * sizeof(uint64_t); }
+
+ private:
+  bool TestLocked(uint64_t i) const REQUIRES(mu_) { return (bits_[i >> 6] >> (i & 63)) & 1; }
+  void SetLocked(uint64_t i, uint64_t n, bool used) REQUIRES(mu_);
+
+  const uint64_t heap_offset_;
+  const uint32_t chunk_size_;
+  const uint64_t chunk_count_;
+  mutable SpinLock mu_;
+  std::vector<uint64_t> bits_ GUARDED_BY(mu_);
+  uint64_t used_ GUARDED_BY(mu_) = 0;
+  uint64_t hint_ GUARDED_BY(mu_) = 0;  // no free chunk below this index
+};
+
+}  // namespace pmhash::pm

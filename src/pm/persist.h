@@ -1,0 +1,199 @@
+// src/pm/persist.h — durability policies: the only place where pmhash flushes or fences.
+//
+// An index is a template over one of four policies; the "DRAM variant" of an index is the same
+// code instantiated with Dram. Every policy offers the same three static operations:
+//
+//   Flush(addr, len)   write back every cache line of [addr, addr+len) (no ordering implied)
+//   Fence()            order: every Flush/NtCopy before it is durable before any store after it
+//   NtCopy(dst,src,n)  bulk copy that bypasses the cache (segment splits, rehash); durable at
+//                      the next Fence()
+//
+// Flush and Fence are also compiler barriers, so stores are never moved across them.
+//
+//   policy  | Flush                              | Fence   | NtCopy
+//   --------+------------------------------------+---------+---------------------------------
+//   Dram    | nothing                            | nothing | memcpy
+//   Adr     | clwb, else clflushopt, else clflush | sfence  | movnt stores (memcpy+flush tail)
+//   Eadr    | nothing (caches are persistent)    | sfence  | memcpy
+//   Sim     | SimHook::OnFlush                   | OnFence | memcpy + SimHook::OnNtCopy
+//
+// The flush instruction is picked once from CPUID (FlushInstruction()). Traffic counting is not
+// done here but by Persister<P> (below), which binds a policy to a pool's counters.
+#pragma once
+
+#include <emmintrin.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+
+#include "pm/counters.h"
+#include "pmhash/options.h"
+
+namespace pmhash::pm {
+
+inline constexpr size_t kCacheLine = 64;
+
+enum class FlushInstruction : uint8_t { kClwb, kClflushopt, kClflush };
+// Chosen once (thread-safe static initialisation) from CPUID leaf 7.
+FlushInstruction ActiveFlushInstruction();
+const char* FlushInstructionName(FlushInstruction f);
+
+// The crash simulator's hook (issue: crash suite). Installed per thread; Sim-policy indexes call
+// it for every flush, fence and non-temporal copy made by that thread. Without a hook, Sim
+// behaves like Dram. Implementations must be safe to call from the thread that installed them.
+class SimHook {
+ public:
+  virtual ~SimHook() = default;
+  virtual void OnFlush(const void* addr, size_t len) = 0;
+  virtual void OnFence() = 0;
+  // Called after the bytes were copied to dst: they count as flushed (pending until OnFence).
+  virtual void OnNtCopy(void* dst, size_t len) = 0;
+};
+
+namespace detail {
+inline thread_local SimHook* tls_sim_hook = nullptr;
+
+inline void CompilerBarrier() { asm volatile("" ::: "memory"); }
+
+inline void FlushLines(const void* addr, size_t len, FlushInstruction how) {
+  uintptr_t p = reinterpret_cast<uintptr_t>(addr) & ~(kCacheLine - 1);
+  const uintptr_t end = reinterpret_cast<uintptr_t>(addr) + len;
+  switch (how) {
+    case FlushInstruction::kClwb:
+      for (; p < end; p += kCacheLine) asm volatile("clwb %0" : "+m"(*reinterpret_cast<volatile char*>(p)));
+      break;
+    case FlushInstruction::kClflushopt:
+      for (; p < end; p += kCacheLine)
+        asm volatile("clflushopt %0" : "+m"(*reinterpret_cast<volatile char*>(p)));
+      break;
+    case FlushInstruction::kClflush:
+      for (; p < end; p += kCacheLine) asm volatile("clflush %0" : "+m"(*reinterpret_cast<volatile char*>(p)));
+      break;
+  }
+}
+
+// Non-temporal copy: 16-byte streaming stores for the aligned middle, cached copy + flush for the
+// unaligned head and tail. Durable after the next sfence.
+void NtCopyAdr(void* dst, const void* src, size_t n);
+}  // namespace detail
+
+// Installs `hook` for the calling thread (nullptr removes it). Returns the previous hook.
+inline SimHook* SetThreadSimHook(SimHook* hook) {
+  SimHook* prev = detail::tls_sim_hook;
+  detail::tls_sim_hook = hook;
+  return prev;
+}
+inline SimHook* ThreadSimHook() { return detail::tls_sim_hook; }
+
+struct Dram {
+  static constexpr Durability kDurability = Durability::kDram;
+  static constexpr bool kPersistent = false;  // nothing survives the process
+  static constexpr bool kWritesBack = false;  // Flush() issues no instruction
+  static void Flush(const void*, size_t) {}
+  static void Fence() {}
+  static void NtCopy(void* dst, const void* src, size_t n) { std::memcpy(dst, src, n); }
+};
+
+struct Adr {
+  static constexpr Durability kDurability = Durability::kAdr;
+  static constexpr bool kPersistent = true;
+  static constexpr bool kWritesBack = true;
+  static void Flush(const void* addr, size_t len) {
+    detail::CompilerBarrier();
+    static const FlushInstruction how = ActiveFlushInstruction();
+    detail::FlushLines(addr, len, how);
+    detail::CompilerBarrier();
+  }
+  static void Fence() { asm volatile("sfence" ::: "memory"); }
+  static void NtCopy(void* dst, const void* src, size_t n) { detail::NtCopyAdr(dst, src, n); }
+};
+
+struct Eadr {
+  static constexpr Durability kDurability = Durability::kEadr;
+  static constexpr bool kPersistent = true;
+  static constexpr bool kWritesBack = false;  // the platform drains caches on power failure
+  static void Flush(const void*, size_t) { detail::CompilerBarrier(); }
+  static void Fence() { asm volatile("sfence" ::: "memory"); }
+  static void NtCopy(void* dst, const void* src, size_t n) { std::memcpy(dst, src, n); }
+};
+
+struct Sim {
+  static constexpr Durability kDurability = Durability::kSim;
+  static constexpr bool kPersistent = true;
+  static constexpr bool kWritesBack = true;
+  static void Flush(const void* addr, size_t len) {
+    detail::CompilerBarrier();
+    if (SimHook* h = detail::tls_sim_hook) h->OnFlush(addr, len);
+    detail::CompilerBarrier();
+  }
+  static void Fence() {
+    detail::CompilerBarrier();
+    if (SimHook* h = detail::tls_sim_hook) h->OnFence();
+    detail::CompilerBarrier();
+  }
+  static void NtCopy(void* dst, const void* src, size_t n) {
+    std::memcpy(dst, src, n);
+    if (SimHook* h = detail::tls_sim_hook) h->OnNtCopy(dst, n);
+  }
+};
+
+template <class P>
+concept PersistPolicy = requires(const void* cp, void* p, size_t n) {
+  { P::kDurability } -> std::convertible_to<Durability>;
+  { P::kPersistent } -> std::convertible_to<bool>;
+  P::Flush(cp, n);
+  P::Fence();
+  P::NtCopy(p, cp, n);
+};
+
+// Binds a policy to a pool's traffic counters. Indexes hold one and call it for every persist.
+// With counters disabled the extra cost is one well-predicted branch; for Dram, none at all.
+template <PersistPolicy P>
+class Persister {
+ public:
+  explicit Persister(TrafficCounters* counters) : counters_(counters) {}
+
+  void Flush(const void* addr, size_t len) const {
+    P::Flush(addr, len);
+    if constexpr (P::kPersistent) {
+      if (counters_->enabled()) counters_->OnFlush(addr, len, P::kWritesBack);
+    }
+  }
+  void Fence() const {
+    P::Fence();
+    if constexpr (P::kPersistent) {
+      if (counters_->enabled()) counters_->OnFence();
+    }
+  }
+  // Flush + Fence: the range is durable when this returns.
+  void Persist(const void* addr, size_t len) const {
+    Flush(addr, len);
+    Fence();
+  }
+  void NtCopy(void* dst, const void* src, size_t n) const {
+    P::NtCopy(dst, src, n);
+    if constexpr (P::kPersistent) {
+      if (counters_->enabled()) counters_->OnNtCopy(dst, n);
+    }
+  }
+  TrafficCounters* counters() const { return counters_; }
+
+ private:
+  TrafficCounters* counters_;
+};
+
+// Runs `fn(policy)` with a value of the policy type matching `d` (for non-templated callers such
+// as the pool header code, which persists rarely).
+template <class Fn>
+decltype(auto) WithPolicy(Durability d, Fn&& fn) {
+  switch (d) {
+    case Durability::kAdr: return fn(Adr{});
+    case Durability::kEadr: return fn(Eadr{});
+    case Durability::kSim: return fn(Sim{});
+    case Durability::kDram: break;
+  }
+  return fn(Dram{});
+}
+
+}  // namespace pmhash::pm

@@ -1,0 +1,105 @@
+// src/pm/pool.h — a mapped persistent-memory pool: header, chunk heap, roots, lock.
+//
+// A Pool is a region mapped from a file (tmpfs, ordinary or fsdax file system, with MAP_SYNC when
+// the file system offers it), a devdax character device, or an anonymous DRAM region (empty path).
+// It owns the header (src/pm/pool_format.h), the chunk allocator over the heap, the traffic
+// counters, and an advisory lock (flock) that keeps a second opener out.
+//
+// Everything inside a pool is addressed by offset from base(): nothing in it depends on the
+// address the pool is mapped at, so a pool reopens anywhere.
+//
+// Creation protocol (crash-safe): the header is written with the "creating" magic, the index
+// builds its initial structure and sets its roots, then CommitCreate() persists the checksum and
+// finally the real magic. A crash before that leaves a pool that Open() recognises as incomplete
+// and re-creates (modes that allow creation) or refuses with kCorruption.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+
+#include "pm/chunk_allocator.h"
+#include "pm/counters.h"
+#include "pm/pool_format.h"
+#include "pmhash/options.h"
+#include "pmhash/status.h"
+
+namespace pmhash::pm {
+
+// What an index asks of the pool it opens.
+struct PoolSpec {
+  std::string_view kind;              // stored in / checked against the header
+  std::span<const uint8_t> params;    // typed parameter struct, byte image (<= 128 B)
+  uint32_t chunk_size = 256;          // allocator chunk size for a new pool
+  uint64_t min_chunks = 1;            // a new pool must offer at least this many chunks
+};
+
+class Pool {
+ public:
+  static Result<std::unique_ptr<Pool>> Open(const Options& options, const PoolSpec& spec);
+  ~Pool();
+  Pool(const Pool&) = delete;
+  Pool& operator=(const Pool&) = delete;
+
+  // True if this Open created the pool: the index must build its initial structure, set its
+  // roots, then call CommitCreate().
+  bool created() const { return created_; }
+  Status CommitCreate();
+
+  // Clean-shutdown protocol. Open() clears the flag (persisted) before returning; Close() of the
+  // index calls MarkClean() as its last persistent write.
+  bool was_clean() const { return was_clean_; }
+  void MarkClean();
+
+  char* base() const { return base_; }
+  uint64_t size() const { return size_; }
+  const std::string& path() const { return path_; }
+  Durability durability() const { return durability_; }
+  bool map_sync() const { return map_sync_; }
+  HashMode hash_mode() const { return static_cast<HashMode>(header()->hash_mode); }
+  uint64_t hash_seed() const { return header()->hash_seed; }
+
+  template <class T>
+  T* At(uint64_t offset) const { return reinterpret_cast<T*>(base_ + offset); }
+  uint64_t OffsetOf(const void* p) const {
+    return static_cast<uint64_t>(static_cast<const char*>(p) - base_);
+  }
+
+  // Roots: pool offsets the index uses to find its structure. SetRoot persists.
+  uint64_t root(int i) const { return header()->roots[i].load(std::memory_order_acquire); }
+  void SetRoot(int i, uint64_t offset);
+
+  ChunkAllocator& allocator() { return *allocator_; }
+  const ChunkAllocator& allocator() const { return *allocator_; }
+  TrafficCounters& counters() { return counters_; }
+  TrafficCounters* counters_ptr() { return &counters_; }
+
+  // Persist [p, p+len) with this pool's durability (for rare writes outside an index template).
+  void PersistRange(const void* p, size_t len);
+
+ private:
+  Pool(const Options& o, uint32_t media_block);
+  PoolHeader* header() const { return reinterpret_cast<PoolHeader*>(base_); }
+  Status MapFile(const Options& o, const PoolSpec& spec);
+  Status InitHeader(const Options& o, const PoolSpec& spec);
+  Status ValidateHeader(const Options& o, const PoolSpec& spec, uint64_t file_size);
+  void Unmap();
+
+  std::string path_;
+  Durability durability_;
+  int fd_ = -1;
+  char* base_ = nullptr;
+  uint64_t size_ = 0;
+  bool created_ = false;
+  bool was_clean_ = false;
+  bool map_sync_ = false;
+  bool anonymous_ = false;
+  bool created_file_ = false;  // this Open created the file (unlinked if never committed)
+  bool committed_ = false;
+  std::unique_ptr<ChunkAllocator> allocator_;
+  TrafficCounters counters_;
+};
+
+}  // namespace pmhash::pm

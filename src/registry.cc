@@ -1,0 +1,59 @@
+// The registry: index kinds by name, each instantiated for the four durability policies.
+// Immutable after static initialisation (a constant table, no registration side effects).
+#include <array>
+
+#include "index/reh/reh.h"
+#include "index_adapter.h"
+#include "pm/persist.h"
+#include "pmhash/index.h"
+
+namespace pmhash {
+
+namespace {
+
+using OpenFn = Result<std::unique_ptr<Index>> (*)(const Options&);
+
+template <template <class> class I>
+Result<std::unique_ptr<Index>> OpenAnyPolicy(const Options& o) {
+  switch (o.durability) {
+    case Durability::kDram: return OpenWrapped<I<pm::Dram>>(o);
+    case Durability::kAdr: return OpenWrapped<I<pm::Adr>>(o);
+    case Durability::kEadr: return OpenWrapped<I<pm::Eadr>>(o);
+    case Durability::kSim: return OpenWrapped<I<pm::Sim>>(o);
+  }
+  return Status::InvalidArgument("unknown durability");
+}
+
+struct Entry {
+  IndexInfo info;
+  OpenFn open;
+};
+
+const std::array<Entry, 1> kEntries = {{
+    {{"reh", "Li, Tan, Chen: REH: Redesigning Extendible Hashing for Commercial NVM",
+      "extendible hashing, 256 B PM buckets, DRAM directory + fingerprints, 1 flush/insert"},
+     &OpenAnyPolicy<reh::Reh>},
+}};
+
+}  // namespace
+
+const std::vector<IndexInfo>& RegisteredIndexes() {
+  static const std::vector<IndexInfo> kInfos = [] {
+    std::vector<IndexInfo> v;
+    for (const auto& e : kEntries) v.push_back(e.info);
+    return v;
+  }();
+  return kInfos;
+}
+
+Result<std::unique_ptr<Index>> Open(std::string_view kind, const Options& options) {
+  for (const auto& e : kEntries) {
+    if (e.info.name == kind) return e.open(options);
+  }
+  std::string known;
+  for (const auto& e : kEntries) known += (known.empty() ? "" : ", ") + std::string(e.info.name);
+  return Status::InvalidArgument("unknown index kind '" + std::string(kind) + "' (known: " +
+                                 known + ")");
+}
+
+}  // namespace pmhash
