@@ -43,7 +43,7 @@ class ChunkAllocator {
   uint64_t chunk_count() const { return chunk_count_; }
   uint32_t chunk_size() const { return chunk_size_; }
   uint64_t heap_offset() const { return heap_offset_; }
-  uint64_t dram_bytes() const { return bits_.size() * sizeof(uint64_t); }
+  uint64_t dram_bytes() const { return (chunk_count_ + 63) / 64 * sizeof(uint64_t); }
 
  private:
   bool TestLocked(uint64_t i) const REQUIRES(mu_) { return (bits_[i >> 6] >> (i & 63)) & 1; }
