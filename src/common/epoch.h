@@ -48,15 +48,15 @@ class EpochManager {
   };
 
   // Defers fn() until no reader that entered before this call remains. Thread-safe.
-  void Retire(std::function<void()> fn) EXCLUDES(mu_);
+  void Retire(std::function<void()> fn) PMHASH_EXCLUDES(mu_);
   // Advances the epoch if possible and runs deleters that became safe. Returns how many ran.
   // Called by Retire() opportunistically; may be called by anyone.
-  size_t Reclaim() EXCLUDES(mu_);
+  size_t Reclaim() PMHASH_EXCLUDES(mu_);
   // Blocks until everything retired so far has been freed (readers must eventually leave).
-  void Drain() EXCLUDES(mu_);
+  void Drain() PMHASH_EXCLUDES(mu_);
 
   uint64_t epoch() const { return epoch_.load(std::memory_order_acquire); }
-  size_t pending() const EXCLUDES(mu_);
+  size_t pending() const PMHASH_EXCLUDES(mu_);
 
  private:
   struct alignas(64) Slot {
@@ -76,7 +76,7 @@ class EpochManager {
   std::atomic<uint64_t> epoch_{2};
   std::array<Slot, kSlots> slots_;
   mutable SpinLock mu_;
-  std::vector<Retired> retired_ GUARDED_BY(mu_);
+  std::vector<Retired> retired_ PMHASH_GUARDED_BY(mu_);
 };
 
 }  // namespace pmhash

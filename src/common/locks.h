@@ -20,26 +20,26 @@ namespace pmhash {
 
 inline void CpuRelax() { __builtin_ia32_pause(); }
 
-class CAPABILITY("mutex") SpinLock {
+class PMHASH_CAPABILITY("mutex") SpinLock {
  public:
-  void lock() ACQUIRE() {
+  void lock() PMHASH_ACQUIRE() {
     while (flag_.exchange(true, std::memory_order_acquire)) {
       while (flag_.load(std::memory_order_relaxed)) CpuRelax();
     }
   }
-  bool try_lock() TRY_ACQUIRE(true) {
+  bool try_lock() PMHASH_TRY_ACQUIRE(true) {
     return !flag_.load(std::memory_order_relaxed) &&
            !flag_.exchange(true, std::memory_order_acquire);
   }
-  void unlock() RELEASE() { flag_.store(false, std::memory_order_release); }
+  void unlock() PMHASH_RELEASE() { flag_.store(false, std::memory_order_release); }
 
  private:
   std::atomic<bool> flag_{false};
 };
 
-class CAPABILITY("shared mutex") RwSpinLock {
+class PMHASH_CAPABILITY("shared mutex") RwSpinLock {
  public:
-  void lock() ACQUIRE() {
+  void lock() PMHASH_ACQUIRE() {
     // Announce the writer first so new readers back off, then wait for readers to drain.
     uint32_t s = state_.load(std::memory_order_relaxed);
     for (;;) {
@@ -52,8 +52,8 @@ class CAPABILITY("shared mutex") RwSpinLock {
     }
     while ((state_.load(std::memory_order_acquire) & ~kWriter) != 0) CpuRelax();
   }
-  void unlock() RELEASE() { state_.fetch_and(~kWriter, std::memory_order_release); }
-  void lock_shared() ACQUIRE_SHARED() {
+  void unlock() PMHASH_RELEASE() { state_.fetch_and(~kWriter, std::memory_order_release); }
+  void lock_shared() PMHASH_ACQUIRE_SHARED() {
     for (;;) {
       uint32_t s = state_.load(std::memory_order_relaxed);
       if ((s & kWriter) == 0 &&
@@ -63,7 +63,7 @@ class CAPABILITY("shared mutex") RwSpinLock {
       CpuRelax();
     }
   }
-  void unlock_shared() RELEASE_SHARED() { state_.fetch_sub(1, std::memory_order_release); }
+  void unlock_shared() PMHASH_RELEASE_SHARED() { state_.fetch_sub(1, std::memory_order_release); }
 
  private:
   static constexpr uint32_t kWriter = 1u << 31;
@@ -118,10 +118,10 @@ static_assert(sizeof(VersionLock) == 4, "the paper's 32-bit lock");
 
 // RAII guards (std::lock_guard does not carry the clang annotations for our types).
 template <class L>
-class SCOPED_CAPABILITY LockGuard {
+class PMHASH_SCOPED_CAPABILITY LockGuard {
  public:
-  explicit LockGuard(L& l) ACQUIRE(l) : l_(l) { l_.lock(); }
-  ~LockGuard() RELEASE() { l_.unlock(); }
+  explicit LockGuard(L& l) PMHASH_ACQUIRE(l) : l_(l) { l_.lock(); }
+  ~LockGuard() PMHASH_RELEASE() { l_.unlock(); }
   LockGuard(const LockGuard&) = delete;
   LockGuard& operator=(const LockGuard&) = delete;
 

@@ -26,36 +26,36 @@ class ChunkAllocator {
   ChunkAllocator(uint64_t heap_offset, uint32_t chunk_size, uint64_t chunk_count);
 
   // Offset (from the pool base) of n free contiguous chunks, now marked used.
-  Result<uint64_t> Allocate(uint32_t n = 1) EXCLUDES(mu_);
-  void Free(uint64_t offset, uint32_t n = 1) EXCLUDES(mu_);
+  Result<uint64_t> Allocate(uint32_t n = 1) PMHASH_EXCLUDES(mu_);
+  void Free(uint64_t offset, uint32_t n = 1) PMHASH_EXCLUDES(mu_);
 
   // Recovery protocol: Reset() frees everything, then the index marks what it can reach.
   // MarkReachable fails with kCorruption for an offset outside the heap, not chunk-aligned, or
   // already marked (a cycle or a shared chunk in a corrupt pool).
-  void Reset() EXCLUDES(mu_);
-  Status MarkReachable(uint64_t offset, uint32_t n = 1) EXCLUDES(mu_);
+  void Reset() PMHASH_EXCLUDES(mu_);
+  Status MarkReachable(uint64_t offset, uint32_t n = 1) PMHASH_EXCLUDES(mu_);
 
   // True if [offset, offset + n*chunk) is inside the heap and chunk-aligned.
   bool ValidChunk(uint64_t offset, uint32_t n = 1) const;
-  bool IsUsed(uint64_t offset) const EXCLUDES(mu_);
+  bool IsUsed(uint64_t offset) const PMHASH_EXCLUDES(mu_);
 
-  uint64_t used_chunks() const EXCLUDES(mu_);
+  uint64_t used_chunks() const PMHASH_EXCLUDES(mu_);
   uint64_t chunk_count() const { return chunk_count_; }
   uint32_t chunk_size() const { return chunk_size_; }
   uint64_t heap_offset() const { return heap_offset_; }
   uint64_t dram_bytes() const { return (chunk_count_ + 63) / 64 * sizeof(uint64_t); }
 
  private:
-  bool TestLocked(uint64_t i) const REQUIRES(mu_) { return (bits_[i >> 6] >> (i & 63)) & 1; }
-  void SetLocked(uint64_t i, uint64_t n, bool used) REQUIRES(mu_);
+  bool TestLocked(uint64_t i) const PMHASH_REQUIRES(mu_) { return (bits_[i >> 6] >> (i & 63)) & 1; }
+  void SetLocked(uint64_t i, uint64_t n, bool used) PMHASH_REQUIRES(mu_);
 
   const uint64_t heap_offset_;
   const uint32_t chunk_size_;
   const uint64_t chunk_count_;
   mutable SpinLock mu_;
-  std::vector<uint64_t> bits_ GUARDED_BY(mu_);
-  uint64_t used_ GUARDED_BY(mu_) = 0;
-  uint64_t hint_ GUARDED_BY(mu_) = 0;  // no free chunk below this index
+  std::vector<uint64_t> bits_ PMHASH_GUARDED_BY(mu_);
+  uint64_t used_ PMHASH_GUARDED_BY(mu_) = 0;
+  uint64_t hint_ PMHASH_GUARDED_BY(mu_) = 0;  // no free chunk below this index
 };
 
 }  // namespace pmhash::pm

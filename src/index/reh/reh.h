@@ -239,10 +239,10 @@ class Reh {
 
   std::atomic<Directory*> dir_{nullptr};
   mutable RwSpinLock dir_lock_;  // exclusive: doubling; shared: entry updates by splits
-  std::vector<std::unique_ptr<Directory>> dirs_ GUARDED_BY(dir_lock_);  // live + retired
+  std::vector<std::unique_ptr<Directory>> dirs_ PMHASH_GUARDED_BY(dir_lock_);  // live + retired
 
   mutable SpinLock meta_mu_;
-  std::vector<std::unique_ptr<Meta[]>> meta_blocks_ GUARDED_BY(meta_mu_);
+  std::vector<std::unique_ptr<Meta[]>> meta_blocks_ PMHASH_GUARDED_BY(meta_mu_);
   std::atomic<size_t> meta_count_{0};  // metas handed out (== buckets)
   static constexpr size_t kMetaBlock = 4096;
 
@@ -546,7 +546,7 @@ Status Reh<P>::Erase(Key k) {
 }
 
 template <pm::PersistPolicy P>
-Status Reh<P>::Split(Meta* m, uint64_t h) NO_THREAD_SAFETY_ANALYSIS {
+Status Reh<P>::Split(Meta* m, uint64_t h) PMHASH_NO_THREAD_SAFETY_ANALYSIS {
   const uint32_t ld = m->depth();
   dir_lock_.lock_shared();
   Directory* d = dir_.load(std::memory_order_acquire);
