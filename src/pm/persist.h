@@ -49,6 +49,10 @@ class SimHook {
   virtual void OnFence() = 0;
   // Called after the bytes were copied to dst: they count as flushed (pending until OnFence).
   virtual void OnNtCopy(void* dst, size_t len) = 0;
+  // A Sim-durability pool mapped / about to unmap [base, base+len). At OnMap the mapped bytes
+  // are, by definition, what the media holds.
+  virtual void OnMap(void* /*base*/, size_t /*len*/) {}
+  virtual void OnUnmap(void* /*base*/, size_t /*len*/) {}
 };
 
 namespace detail {

@@ -69,6 +69,9 @@ Pool::~Pool() {
 }
 
 void Pool::Unmap() {
+  if (base_ && durability_ == Durability::kSim) {
+    if (SimHook* h = ThreadSimHook()) h->OnUnmap(base_, size_);
+  }
   if (base_) munmap(base_, size_);
   base_ = nullptr;
 }
@@ -214,6 +217,9 @@ Status Pool::MapFile(const Options& o, const PoolSpec& spec) {
   }
   if (p == MAP_FAILED) return Status::IOError(Errno("mmap", path_));
   base_ = static_cast<char*>(p);
+  if (durability_ == Durability::kSim) {
+    if (SimHook* h = ThreadSimHook()) h->OnMap(base_, size_);
+  }
 
   if (!created_) return ValidateHeader(o, spec, file_size);
   return Status::OK();

@@ -98,6 +98,7 @@
 
 #include "common/fingerprint.h"
 #include "common/hash.h"
+#include "common/huge_array.h"
 #include "common/locks.h"
 #include "common/striped_counter.h"
 #include "pm/persist.h"
@@ -137,7 +138,7 @@ struct alignas(32) Meta {
   std::atomic<uint64_t> fp[2];  // fingerprint of slot j in byte j (byte 15 unused)
   std::atomic<uint16_t> bitmap;
   uint16_t pad;
-  VersionLock lock;
+  mutable VersionLock lock;  // logically not part of the value (ForEach locks const metas)
   std::atomic<uint64_t> ld_bucket;  // LD:16 | bucket offset:48
 
   uint32_t depth() const { return HeaderDepth(ld_bucket.load(std::memory_order_relaxed)); }
@@ -202,7 +203,7 @@ class Reh {
 
   struct Directory {
     uint32_t depth;
-    std::unique_ptr<std::atomic<Meta*>[]> entries;
+    HugeArray<std::atomic<Meta*>> entries;  // 2^depth, THP-backed
     size_t size() const { return size_t{1} << depth; }
   };
 
@@ -241,10 +242,14 @@ class Reh {
   mutable RwSpinLock dir_lock_;  // exclusive: doubling; shared: entry updates by splits
   std::vector<std::unique_ptr<Directory>> dirs_ PMHASH_GUARDED_BY(dir_lock_);  // live + retired
 
+  // Metadata lives in THP-backed blocks of geometrically growing size (4096 .. 65536 metas, the
+  // last being 2 MiB); addresses are stable for the life of the index.
   mutable SpinLock meta_mu_;
-  std::vector<std::unique_ptr<Meta[]>> meta_blocks_ PMHASH_GUARDED_BY(meta_mu_);
+  std::vector<HugeArray<Meta>> meta_blocks_ PMHASH_GUARDED_BY(meta_mu_);
+  size_t meta_block_used_ PMHASH_GUARDED_BY(meta_mu_) = 0;
   std::atomic<size_t> meta_count_{0};  // metas handed out (== buckets)
-  static constexpr size_t kMetaBlock = 4096;
+  static constexpr size_t kFirstMetaBlock = 4096;
+  static constexpr size_t kMaxMetaBlock = 65536;
 
   StripedCounter size_;
   std::atomic<uint64_t> splits_{0};
@@ -339,18 +344,17 @@ Status Reh<P>::Create() {
 template <pm::PersistPolicy P>
 Meta* Reh<P>::NewMeta() {
   LockGuard<SpinLock> g(meta_mu_);
-  const size_t n = meta_count_.load(std::memory_order_relaxed);
-  if (n % kMetaBlock == 0) {
-    std::unique_ptr<Meta[]> block(new (std::nothrow) Meta[kMetaBlock]);
+  if (meta_blocks_.empty() || meta_block_used_ == meta_blocks_.back().size()) {
+    const size_t n = meta_blocks_.empty()
+                         ? kFirstMetaBlock
+                         : std::min(kMaxMetaBlock, meta_blocks_.back().size() * 2);
+    HugeArray<Meta> block(n);
     if (!block) return nullptr;
     meta_blocks_.push_back(std::move(block));
+    meta_block_used_ = 0;
   }
-  Meta* m = &meta_blocks_.back()[n % kMetaBlock];
-  m->fp[0].store(0, std::memory_order_relaxed);
-  m->fp[1].store(0, std::memory_order_relaxed);
-  m->bitmap.store(0, std::memory_order_relaxed);
-  m->ld_bucket.store(0, std::memory_order_relaxed);
-  meta_count_.store(n + 1, std::memory_order_release);
+  Meta* m = new (&meta_blocks_.back()[meta_block_used_++]) Meta();
+  meta_count_.fetch_add(1, std::memory_order_release);
   return m;
 }
 
@@ -386,13 +390,14 @@ Status Reh<P>::Recover() {
   // holds for a valid tiling, and gd <= max_depth bounds it).
   auto dir = std::make_unique<Directory>();
   dir->depth = gd;
-  dir->entries.reset(new (std::nothrow) std::atomic<Meta*>[size_t{1} << gd]);
+  dir->entries = HugeArray<std::atomic<Meta*>>(size_t{1} << gd);
   if (!dir->entries) return Status::OutOfMemory("reh: directory of 2^" + std::to_string(gd));
 
   // Walk 2: metadata and directory entries.
   {
     LockGuard<SpinLock> g(meta_mu_);
     meta_blocks_.clear();
+    meta_block_used_ = 0;
     meta_count_.store(0);
   }
   uint64_t live = 0;
@@ -421,7 +426,7 @@ Status Reh<P>::Recover() {
     }
     m->bitmap.store(bitmap, std::memory_order_relaxed);
     m->ld_bucket.store(PackHeader(ld, off), std::memory_order_relaxed);
-    for (uint64_t e = i; e < i + stride; e++) dir->entries[e].store(m, std::memory_order_relaxed);
+    for (uint64_t e = i; e < i + stride; e++) new (&dir->entries[e]) std::atomic<Meta*>(m);
     i += stride;
     off = HeaderOffset(h);
   }
@@ -623,12 +628,12 @@ Status Reh<P>::Double(const Directory* seen) {
   }
   auto nd = std::make_unique<Directory>();
   nd->depth = d->depth + 1;
-  nd->entries.reset(new (std::nothrow) std::atomic<Meta*>[nd->size()]);
+  nd->entries = HugeArray<std::atomic<Meta*>>(nd->size());
   if (!nd->entries) return Status::OutOfMemory("reh: directory doubling");
   for (size_t i = 0; i < d->size(); i++) {
     Meta* m = d->entries[i].load(std::memory_order_relaxed);
-    nd->entries[2 * i].store(m, std::memory_order_relaxed);
-    nd->entries[2 * i + 1].store(m, std::memory_order_relaxed);
+    new (&nd->entries[2 * i]) std::atomic<Meta*>(m);
+    new (&nd->entries[2 * i + 1]) std::atomic<Meta*>(m);
   }
   dir_.store(nd.get(), std::memory_order_release);
   dirs_.push_back(std::move(nd));  // the old one stays allocated until Close (see layout note)
@@ -638,14 +643,18 @@ Status Reh<P>::Double(const Directory* seen) {
 
 template <pm::PersistPolicy P>
 void Reh<P>::ForEach(const std::function<void(Key, Value)>& fn) const {
-  const size_t n = meta_count_.load(std::memory_order_acquire);
-  std::vector<std::pair<Key, Value>> pairs;
-  for (size_t i = 0; i < n; i++) {
-    Meta* m;
-    {
-      LockGuard<SpinLock> g(meta_mu_);
-      m = &meta_blocks_[i / kMetaBlock][i % kMetaBlock];
+  // Snapshot the metadata addresses (stable), then visit bucket by bucket under each lock.
+  std::vector<const Meta*> metas;
+  {
+    LockGuard<SpinLock> g(meta_mu_);
+    metas.reserve(meta_count_.load(std::memory_order_relaxed));
+    for (size_t b = 0; b < meta_blocks_.size(); b++) {
+      const size_t used = b + 1 == meta_blocks_.size() ? meta_block_used_ : meta_blocks_[b].size();
+      for (size_t i = 0; i < used; i++) metas.push_back(&meta_blocks_[b][i]);
     }
+  }
+  std::vector<std::pair<Key, Value>> pairs;
+  for (const Meta* m : metas) {
     pairs.clear();
     m->lock.Lock();
     const PmBucket* b = Bucket(m);
@@ -671,7 +680,7 @@ IndexStats Reh<P>::Stats() const {
   size_t dir_bytes = 0;
   {
     LockGuard<RwSpinLock> g(const_cast<RwSpinLock&>(dir_lock_));
-    for (const auto& x : dirs_) dir_bytes += x->size() * sizeof(void*);
+    for (const auto& x : dirs_) dir_bytes += x->entries.bytes();
   }
   s.dram_bytes = s.buckets * sizeof(Meta) + dir_bytes + pool_->allocator().dram_bytes();
   s.pool_bytes = pool_->size();

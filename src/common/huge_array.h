@@ -1,0 +1,50 @@
+// src/common/huge_array.h — DRAM arrays backed by transparent huge pages.
+//
+// The volatile halves of the indexes (REH's directory and bucket metadata, later Pea Hash's lock
+// table or ElimDA's DRAM mirror) are probed at random, one or two lines per operation. With 4 KiB
+// pages almost every probe of a table larger than the STLB reach (~6 MiB) also misses the TLB;
+// 2 MiB pages remove most of those walks. Arrays of at least 2 MiB are mmap'ed 2 MiB-aligned and
+// advised MADV_HUGEPAGE (honoured when THP is in "madvise" or "always" mode); smaller arrays are
+// ordinary zeroed mappings. Memory is zero-filled.
+#pragma once
+
+#include <cstddef>
+#include <new>
+#include <utility>
+
+namespace pmhash {
+
+// nullptr on failure.
+void* AllocateHugeZeroed(size_t bytes) noexcept;
+void FreeHuge(void* p, size_t bytes) noexcept;
+
+// A fixed-size array of T (T must be valid when zero-filled: atomics, integers, pointers).
+template <class T>
+class HugeArray {
+ public:
+  HugeArray() = default;
+  explicit HugeArray(size_t n) : n_(n) {
+    data_ = static_cast<T*>(AllocateHugeZeroed(n * sizeof(T)));
+    if (!data_) n_ = 0;
+  }
+  ~HugeArray() { FreeHuge(data_, n_ * sizeof(T)); }
+  HugeArray(HugeArray&& o) noexcept : data_(std::exchange(o.data_, nullptr)), n_(std::exchange(o.n_, 0)) {}
+  HugeArray& operator=(HugeArray&& o) noexcept {
+    std::swap(data_, o.data_);
+    std::swap(n_, o.n_);
+    return *this;
+  }
+
+  explicit operator bool() const { return data_ != nullptr; }
+  T& operator[](size_t i) { return data_[i]; }
+  const T& operator[](size_t i) const { return data_[i]; }
+  T* data() { return data_; }
+  size_t size() const { return n_; }
+  size_t bytes() const { return n_ * sizeof(T); }
+
+ private:
+  T* data_ = nullptr;
+  size_t n_ = 0;
+};
+
+}  // namespace pmhash
