@@ -171,13 +171,17 @@ Status Pool::MapFile(const Options& o, const PoolSpec& spec) {
     }
   }
   const bool can_create = o.mode != OpenMode::kOpenExisting;
+  // A file whose magic is all zero was never formatted (or its creation crashed before the
+  // "creating" magic became durable): nothing in it can be pool data.
   const bool empty = fresh || file_size == 0 ||
-                     (devdax && std::all_of(disk.magic, disk.magic + 8, [](char c) { return c == 0; }));
+                     std::all_of(disk.magic, disk.magic + 8, [](char c) { return c == 0; });
   const bool incomplete = !empty && std::memcmp(disk.magic, kPoolMagicCreating, 8) == 0;
   if (incomplete && !can_create) {
     return Status::Corruption("pool creation did not complete (crash during create): " + path_);
   }
-  if (empty && !can_create) return Status::Corruption("empty file is not a pool: " + path_);
+  if (empty && !can_create) {
+    return Status::Corruption("not a pmhash pool (unformatted: zero magic): " + path_);
+  }
   created_ = empty || incomplete;
 
   if (created_) {
@@ -257,9 +261,10 @@ Status Pool::ValidateHeader(const Options& o, const PoolSpec& spec, uint64_t /*f
 }
 
 Status Pool::InitHeader(const Options& o, const PoolSpec& spec) {
+  // Fields first, then the "creating" magic: a crash in between leaves a zero magic, which the
+  // next open treats as unformatted.
   PoolHeader* h = header();
   std::memset(static_cast<void*>(h), 0, sizeof(PoolHeader));
-  std::memcpy(h->magic, kPoolMagicCreating, 8);
   h->format_version = kFormatVersion;
   h->header_bytes = kHeaderBytes;
   h->pool_size = size_;
@@ -275,6 +280,8 @@ Status Pool::InitHeader(const Options& o, const PoolSpec& spec) {
       std::chrono::system_clock::now().time_since_epoch() / std::chrono::nanoseconds(1));
   if (!spec.params.empty()) std::memcpy(h->params, spec.params.data(), spec.params.size());
   PersistRange(h, sizeof(PoolHeader));
+  std::memcpy(h->magic, kPoolMagicCreating, 8);
+  PersistRange(h->magic, 8);
   return Status::OK();
 }
 
