@@ -31,6 +31,11 @@ enum class HashMode : uint8_t { kStrong = 0, kCollide = 1 };
 struct RehParams {
   uint32_t initial_depth = 1;  // global depth of a new pool (2^d buckets); 1 <= d <= max_depth
   uint32_t max_depth = 32;     // refuse to grow the directory past 2^max_depth entries
+  // The paper persists an insert with one flush of the slot's line (value and key share it), so
+  // it relies on a 64 B line reaching the media whole. Platforms that only guarantee 8-byte
+  // failure atomicity should set tear_safe: the value is persisted before the key is written
+  // (two fences per insert). Not a pool property: may differ from one open to the next.
+  bool tear_safe = false;
 };
 
 struct Options {

@@ -47,5 +47,28 @@ TEST(RehCrash, Eadr) {
   Expect(Harness<reh::Reh>(c, SmallReh(HashMode::kStrong), "Eadr").Run());
 }
 
+TEST(RehCrash, TearSafeInsertSurvivesTornLines) {
+  Config c;
+  c.seed = 14;
+  c.tear_words = true;
+  c.random_images = 8;
+  Options o = SmallReh(HashMode::kStrong);
+  o.reh.tear_safe = true;
+  Expect(Harness<reh::Reh>(c, o, "TearSafe").Run());
+}
+
+// Documents the assumption behind the paper's one-flush insert (I4 in reh.h): if the platform
+// could tear a line at 8 bytes, the new key could become durable without its value. The
+// simulator must find that image.
+TEST(RehCrash, OneFlushInsertNeedsWholeLineWriteBack) {
+  Config c;
+  c.seed = 5;
+  c.tear_words = true;
+  c.random_images = 20;
+  c.ops = 60;
+  const Report r = Harness<reh::Reh>(c, SmallReh(HashMode::kStrong), "OneFlushTorn").Run();
+  EXPECT_NE(r.failure.find("match neither side"), std::string::npos) << r.failure;
+}
+
 }  // namespace
 }  // namespace pmhash::crashtest

@@ -59,6 +59,10 @@
 //       not reordered, and a line is written back whole), so any persisted image of the line holds
 //       either the old key (the slot's old, invalid occupant: I1 keeps it invalid) or the new key
 //       with the new value. The insert is acknowledged only after the line's flush + fence.
+//   I4' With RehParams::tear_safe (platforms with only 8-byte failure atomicity), the value is
+//       persisted before the key is stored, so even a torn line never pairs the new key with a
+//       stale value. The crash suite checks both: the default under whole-line write-back, and
+//       tear_safe under the simulator's 8-byte tearing (which does break the default).
 //   I5  Erase (the paper leaves durable deletes implicit): one 8-byte atomic store replaces the
 //       slot's key with a tombstone key T whose hash has the other top bit than the bucket's
 //       prefix, so T is invalid in this bucket and in every bucket split from it (prefixes only
@@ -519,6 +523,7 @@ Status Reh<P>::Write(Key k, Value v, WriteMode mode) {
       const int j = std::countr_one(bitmap);
       PmSlot& s = b->slots[j];
       s.value.store(v, std::memory_order_relaxed);  // I4: value, then key, one line
+      if (params_.tear_safe) persist_.Persist(&s.value, sizeof(Value));  // I4': 8-byte model
       s.key.store(k, std::memory_order_release);
       persist_.Persist(&s, sizeof(PmSlot));
       m->SetFingerprint(j, f);
