@@ -98,7 +98,8 @@ class Harness {
 
   // `base_options` gives geometry, hash mode and pool size; path/durability/mode are set here.
   Harness(Config config, Options base_options, std::string test_name)
-      : cfg_(config.WithEnv()), base_(std::move(base_options)), name_(std::move(test_name)) {}
+      : cfg_(config.WithEnv()), base_(WithSeed(std::move(base_options), cfg_.seed)),
+        name_(std::move(test_name)) {}
 
   Report Run() {
     const std::string tag = name_ + "-" + std::to_string(cfg_.seed);
@@ -180,6 +181,12 @@ class Harness {
   }
 
  private:
+  // The hash seed derives from the run seed too: one number replays everything.
+  static Options WithSeed(Options o, uint64_t seed) {
+    o.hash_seed = seed * 0x9E3779B97F4A7C15ULL + 0x632BE59BD9B4E019ULL;
+    return o;
+  }
+
   bool Exhausted() {
     if (report_.images_checked >= cfg_.max_images) report_.budget_exhausted = true;
     if (Elapsed() > cfg_.budget_seconds) report_.budget_exhausted = true;

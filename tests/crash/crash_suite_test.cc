@@ -1,0 +1,99 @@
+// The crash suite: every index (crash_indexes.h) through the simulator, in ADR (strong and
+// colliding hashes) and eADR, crashing creation, every operation (growth included) and recovery.
+// See crash_harness.h for the oracle; PMHASH_CRASH_BUDGET scales the time budget per run.
+#include <gtest/gtest.h>
+
+#include <set>
+#include <string>
+
+#include "crash/crash_harness.h"
+#include "crash/crash_indexes.h"
+
+namespace pmhash::crashtest {
+namespace {
+
+void Expect(const Report& r, bool expect_recovery_images = true) {
+  EXPECT_TRUE(r.failure.empty()) << r.failure;
+  EXPECT_GT(r.images_checked, 0u);
+  if (expect_recovery_images) {
+    EXPECT_GT(r.recovery_images_checked, 0u);
+  }
+  std::printf("crash points %lu, states %lu, images %lu, recovery images %lu%s\n",
+              static_cast<unsigned long>(r.crash_points),
+              static_cast<unsigned long>(r.states_checked),
+              static_cast<unsigned long>(r.images_checked),
+              static_cast<unsigned long>(r.recovery_images_checked),
+              r.budget_exhausted ? " (budget exhausted)" : "");
+}
+
+template <class T>
+class CrashSuite : public ::testing::Test {};
+
+template <class Tuple>
+struct ToTypes;
+template <class... Ts>
+struct ToTypes<std::tuple<Ts...>> {
+  using type = ::testing::Types<Ts...>;
+};
+using Indexes = ToTypes<AllIndexes>::type;
+TYPED_TEST_SUITE(CrashSuite, Indexes);
+
+TYPED_TEST(CrashSuite, AdrStrongHash) {
+  Config c;
+  c.seed = 11;
+  Expect(Harness<TypeParam::template Index>(c, TypeParam::Small(HashMode::kStrong),
+                                             std::string(TypeParam::kName) + "AdrStrong")
+             .Run());
+}
+
+TYPED_TEST(CrashSuite, AdrCollidingHash) {
+  Config c;
+  c.seed = 12;
+  Expect(Harness<TypeParam::template Index>(c, TypeParam::Small(HashMode::kCollide),
+                                             std::string(TypeParam::kName) + "AdrCollide")
+             .Run());
+}
+
+TYPED_TEST(CrashSuite, Eadr) {
+  Config c;
+  c.seed = 13;
+  c.eadr = true;
+  Expect(Harness<TypeParam::template Index>(c, TypeParam::Small(HashMode::kStrong),
+                                             std::string(TypeParam::kName) + "Eadr")
+             .Run());
+}
+
+TEST(CrashSuiteCoverage, CoversEveryRegisteredIndex) {
+  std::set<std::string> covered;
+  std::apply([&](auto... t) { (covered.insert(std::string(decltype(t)::kName)), ...); },
+             AllIndexes{});
+  for (const IndexInfo& info : RegisteredIndexes()) {
+    EXPECT_TRUE(covered.count(std::string(info.name)))
+        << "index '" << info.name << "' is registered but not in tests/crash/crash_indexes.h";
+  }
+}
+
+// REH-specific: the paper's one-flush insert assumes whole-line write-back (I4 in reh.h).
+TEST(RehCrash, TearSafeInsertSurvivesTornLines) {
+  Config c;
+  c.seed = 14;
+  c.tear_words = true;
+  c.random_images = 8;
+  Options o = RehTraits::Small(HashMode::kStrong);
+  o.reh.tear_safe = true;
+  Expect(Harness<reh::Reh>(c, o, "RehTearSafe").Run());
+}
+
+// The simulator must find the torn image that the one-flush insert cannot survive.
+TEST(RehCrash, OneFlushInsertNeedsWholeLineWriteBack) {
+  Config c;
+  c.seed = 5;
+  c.tear_words = true;
+  c.random_images = 20;
+  c.ops = 60;
+  const Report r = Harness<reh::Reh>(c, RehTraits::Small(HashMode::kStrong), "RehOneFlushTorn").Run();
+  EXPECT_NE(r.failure.find("match neither side"), std::string::npos) << r.failure;
+}
+
+}  // namespace
+}  // namespace pmhash::crashtest
