@@ -1,0 +1,525 @@
+#include "bench/report.h"
+
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <string_view>
+#include <vector>
+
+#include "bench/targets.h"
+
+namespace pmhash::bench {
+
+namespace {
+
+std::string Fixed(double v, int precision) {
+  if (!std::isfinite(v)) return "-";
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "%.*f", precision, v);
+  return buf;
+}
+
+// Mops/s with three significant digits' worth of decimals.
+std::string FormatMops(double v) {
+  if (!std::isfinite(v) || v <= 0) return "-";
+  return Fixed(v, v >= 100 ? 1 : v >= 10 ? 2 : 3);
+}
+
+std::string PadRight(std::string s, size_t w) {
+  if (s.size() < w) s.append(w - s.size(), ' ');
+  return s;
+}
+std::string PadLeft(std::string s, size_t w) {
+  if (s.size() < w) s.insert(0, w - s.size(), ' ');
+  return s;
+}
+
+std::string Mib(uint64_t bytes) { return Fixed(static_cast<double>(bytes) / (1 << 20), 1) + " MiB"; }
+
+std::string ShortCommit(const BuildInfo& b) {
+  std::string c = b.git_commit.size() > 12 ? b.git_commit.substr(0, 12) : b.git_commit;
+  if (b.git_dirty) c += " (dirty)";
+  return c;
+}
+
+std::string Join(const std::vector<std::string>& v, std::string_view sep) {
+  std::string s;
+  for (const auto& x : v) s += (s.empty() ? "" : std::string(sep)) + x;
+  return s;
+}
+
+std::string RowLabel(const RowResult& row) {
+  if (row.kind == RowKind::kReference) return row.index + " (1 thread)";
+  std::string s = row.Label();
+  if (row.kind == RowKind::kFacade) s += " (facade)";
+  return s;
+}
+
+// ---- JSON ------------------------------------------------------------------------------------
+
+class JsonWriter {
+ public:
+  std::string Take() { return std::move(out_); }
+
+  void BeginObject() { Open('{'); }
+  void EndObject() { Close('}'); }
+  void BeginArray() { Open('['); }
+  void EndArray() { Close(']'); }
+  void Key(std::string_view k) {
+    Separator();
+    Quoted(k);
+    out_ += ": ";
+    after_key_ = true;
+  }
+  void String(std::string_view s) {
+    Value();
+    Quoted(s);
+  }
+  void Number(double v) {
+    Value();
+    if (!std::isfinite(v)) {
+      out_ += "null";
+      return;
+    }
+    char buf[64];
+    std::snprintf(buf, sizeof(buf), "%.12g", v);
+    out_ += buf;
+  }
+  void Uint(uint64_t v) {
+    Value();
+    out_ += std::to_string(v);
+  }
+  void Bool(bool v) {
+    Value();
+    out_ += v ? "true" : "false";
+  }
+  void Null() {
+    Value();
+    out_ += "null";
+  }
+  void StatusOrNull(const Status& s) {
+    if (s.ok()) {
+      Null();
+    } else {
+      String(s.ToString());
+    }
+  }
+
+  void UintMember(std::string_view k, uint64_t v) {
+    Key(k);
+    Uint(v);
+  }
+  void NumberMember(std::string_view k, double v) {
+    Key(k);
+    Number(v);
+  }
+  void StringMember(std::string_view k, std::string_view v) {
+    Key(k);
+    String(v);
+  }
+  void BoolMember(std::string_view k, bool v) {
+    Key(k);
+    Bool(v);
+  }
+  void StatusOrNullMember(std::string_view k, const Status& s) {
+    Key(k);
+    StatusOrNull(s);
+  }
+
+ private:
+  void Separator() {
+    if (!first_.empty()) {
+      if (!first_.back()) out_ += ',';
+      first_.back() = false;
+      out_ += '\n';
+      out_.append(2 * first_.size(), ' ');
+    }
+  }
+  void Quoted(std::string_view s) {
+    out_ += '"';
+    for (const char ch : s) {
+      const auto c = static_cast<unsigned char>(ch);
+      switch (c) {
+        case '"': out_ += "\\\""; break;
+        case '\\': out_ += "\\\\"; break;
+        case '\n': out_ += "\\n"; break;
+        case '\t': out_ += "\\t"; break;
+        case '\r': out_ += "\\r"; break;
+        default:
+          if (c < 0x20) {
+            char buf[8];
+            std::snprintf(buf, sizeof(buf), "\\u%04x", c);
+            out_ += buf;
+          } else {
+            out_ += ch;
+          }
+      }
+    }
+    out_ += '"';
+  }
+  // A value either follows a key, or is an array element / the root.
+  void Value() {
+    if (after_key_) {
+      after_key_ = false;
+      return;
+    }
+    Separator();
+  }
+  void Open(char c) {
+    Value();
+    out_ += c;
+    first_.push_back(true);
+  }
+  void Close(char c) {
+    const bool empty = first_.back();
+    first_.pop_back();
+    if (!empty) {
+      out_ += '\n';
+      out_.append(2 * first_.size(), ' ');
+    }
+    out_ += c;
+  }
+
+  std::string out_;
+  std::vector<bool> first_;  // per open container: no element written yet
+  bool after_key_ = false;
+};
+
+void JsonTraffic(JsonWriter& j, const TrafficPerOp& t) {
+  j.BeginObject();
+  j.UintMember("ops", t.ops);
+  j.NumberMember("persists", t.persists);
+  j.NumberMember("fences", t.fences);
+  j.NumberMember("flushed_lines", t.flushed_lines);
+  j.NumberMember("nt_bytes", t.nt_bytes);
+  j.NumberMember("media_writes", t.media_writes);
+  j.UintMember("media_block_bytes", t.media_block_bytes);
+  j.EndObject();
+}
+
+void JsonRow(JsonWriter& j, const TableResult& t, const RowResult& row) {
+  j.BeginObject();
+  j.StringMember("index", row.index);
+  j.StringMember("durability", row.durability);
+  j.StringMember("kind", RowKindName(row.kind));
+  j.UintMember("threads", static_cast<uint64_t>(row.threads));
+  j.UintMember("pool_size", row.pool_size);
+  j.Key("kept_pool");
+  if (row.kept_pool.empty()) {
+    j.Null();
+  } else {
+    j.String(row.kept_pool);
+  }
+  j.StatusOrNullMember("error", row.error);
+  j.NumberMember("load_factor", row.load_factor);
+  j.UintMember("dram_bytes", row.dram_bytes);
+  j.Key("phases");
+  j.BeginArray();
+  for (const auto& p : row.phases) {
+    j.BeginObject();
+    j.StringMember("name", p.name);
+    j.StringMember("op", OpName(p.op));
+    j.UintMember("threads", static_cast<uint64_t>(p.threads));
+    j.UintMember("ops", p.ops);
+    j.NumberMember("seconds", p.seconds);
+    j.NumberMember("mops", p.ok() ? p.mops() : NAN);
+    j.NumberMember("ratio", row.kind == RowKind::kReference ? NAN : t.Ratio(p));
+    j.StatusOrNullMember("error", p.failure);
+    j.EndObject();
+  }
+  j.EndArray();
+  j.Key("stats");
+  if (row.stats) {
+    const IndexStats& s = *row.stats;
+    j.BeginObject();
+    j.UintMember("size", s.size);
+    j.UintMember("capacity_slots", s.capacity_slots);
+    j.NumberMember("load_factor", s.load_factor);
+    j.UintMember("pm_bytes", s.pm_bytes);
+    j.UintMember("dram_bytes", s.dram_bytes);
+    j.UintMember("pool_bytes", s.pool_bytes);
+    j.UintMember("global_depth", s.global_depth);
+    j.UintMember("buckets", s.buckets);
+    j.UintMember("splits", s.splits);
+    j.UintMember("doublings", s.doublings);
+    j.EndObject();
+  } else {
+    j.Null();
+  }
+  j.Key("counting");
+  if (row.counting) {
+    const CountingPass& c = *row.counting;
+    j.BeginObject();
+    j.UintMember("keys", c.keys);
+    j.StatusOrNullMember("error", c.failure);
+    j.Key("insert");
+    JsonTraffic(j, c.insert);
+    j.Key("erase");
+    JsonTraffic(j, c.erase);
+    j.EndObject();
+  } else {
+    j.Null();
+  }
+  j.EndObject();
+}
+
+// ---- CSV -------------------------------------------------------------------------------------
+
+std::string CsvField(std::string_view s) {
+  if (s.find_first_of(",\"\n") == std::string_view::npos) return std::string(s);
+  std::string q = "\"";
+  for (char c : s) {
+    if (c == '"') q += '"';
+    q += c;
+  }
+  return q + '"';
+}
+
+std::string CsvNumber(double v) {
+  if (!std::isfinite(v)) return "";
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "%.10g", v);
+  return buf;
+}
+
+}  // namespace
+
+void WriteBanner(std::ostream& os, const BenchReport& r) {
+  const BenchConfig& c = r.config;
+  std::vector<std::string> durs, threads;
+  for (const auto d : c.durabilities) durs.emplace_back(DurabilityName(d));
+  for (const int t : c.threads) threads.push_back(std::to_string(t));
+  char seed[32];
+  std::snprintf(seed, sizeof(seed), "%llu", static_cast<unsigned long long>(c.seed));
+  os << "pmhash bench: " << c.keys << " keys, seed " << seed << ", indexes " << Join(c.indexes, ",")
+     << ", durability " << Join(durs, ",") << ", threads " << Join(threads, ",")
+     << (c.pin ? ", pinned" : "") << "\n";
+  const MachineInfo& m = r.machine;
+  os << "machine: " << m.cpu_model << " | " << m.logical_cpus << " CPUs | flush " << m.flush_instruction
+     << " | simd " << m.simd << " | " << m.kernel << "\n";
+  os << "pool:    " << c.pool_path << " (" << m.pool_fs << ")"
+     << (c.keep_pool ? ", kept" : ", removed at exit") << "\n";
+  os << "build:   pmhash " << r.build.version << " " << ShortCommit(r.build) << ", "
+     << r.build.build_type << ", " << r.build.compiler << "\n";
+  os << "started: " << r.started_at << "\n";
+}
+
+void WriteTable(std::ostream& os, const BenchReport& r, const TableResult& t) {
+  const size_t label_w = 34, col_w = 16;
+  std::vector<std::string> phase_names;
+  auto collect = [&](const RowResult& row) {
+    for (const auto& p : row.phases) {
+      if (std::find(phase_names.begin(), phase_names.end(), p.name) == phase_names.end()) {
+        phase_names.push_back(p.name);
+      }
+    }
+  };
+  if (t.reference) collect(*t.reference);
+  for (const auto& row : t.rows) collect(row);
+
+  os << "\n== " << t.threads << (t.threads == 1 ? " thread" : " threads") << ", " << r.config.keys
+     << " keys: Mops/s, ratio = row / " << (t.reference ? t.reference->index : "reference")
+     << " (1 thread) ==\n";
+  std::string h1 = PadRight("", label_w), h2 = PadRight("", label_w);
+  for (const auto& n : phase_names) {
+    h1 += PadRight(n, col_w);
+    h2 += PadRight("Mops   ratio", col_w);
+  }
+  h1 += "load";
+  h2 += "factor";
+  os << h1 << "\n" << h2 << "\n";
+
+  auto print_row = [&](const RowResult& row) {
+    std::string line = PadRight(RowLabel(row), label_w - 1) + " ";
+    for (const auto& n : phase_names) {
+      const PhaseResult* p = row.Phase(n);
+      std::string cell;
+      if (!p) {
+        cell = "-";
+      } else if (!p->ok()) {
+        cell = "FAILED";
+      } else {
+        cell = PadRight(FormatMops(p->mops()), 7);
+        cell += row.kind == RowKind::kReference ? "" : Fixed(t.Ratio(*p), 2);
+      }
+      line += PadRight(cell, col_w);
+    }
+    line += row.phases.empty() ? "-" : Fixed(row.load_factor, 3);
+    os << line << "\n";
+  };
+  if (t.reference) print_row(*t.reference);
+  for (const auto& row : t.rows) print_row(row);
+
+  // Structure after the insert phase.
+  bool any_stats = false;
+  for (const auto& row : t.rows) any_stats |= row.stats.has_value();
+  if (any_stats) {
+    os << "\nafter insert:\n";
+    for (const auto& row : t.rows) {
+      if (!row.stats) continue;
+      const IndexStats& s = *row.stats;
+      os << "  " << PadRight(row.Label(), label_w - 2) << "PM " << Mib(s.pm_bytes) << ", DRAM "
+         << Mib(s.dram_bytes) << ", " << s.buckets << " buckets, depth " << s.global_depth << ", "
+         << s.splits << " splits, " << s.doublings << " doublings\n";
+    }
+    if (t.reference && t.reference->error.ok()) {
+      os << "  " << PadRight(t.reference->index, label_w - 2) << "DRAM "
+         << Mib(t.reference->dram_bytes) << "\n";
+    }
+  }
+
+  // Persistence counters from the counting pass.
+  bool any_counting = false;
+  for (const auto& row : t.rows) any_counting |= row.counting && row.counting->failure.ok();
+  if (any_counting) {
+    os << "\npersistence per operation (separate counting pass: counters on, 1 thread, "
+       << *r.config.count_keys << " keys):\n";
+    os << "  " << PadRight("", label_w - 2) << PadRight("op", 8) << PadLeft("persists", 10)
+       << PadLeft("fences", 10) << PadLeft("flushed", 10) << PadLeft("nt bytes", 10)
+       << PadLeft("media wr", 10) << "\n";
+    for (const auto& row : t.rows) {
+      if (!row.counting || !row.counting->failure.ok()) continue;
+      const CountingPass& c = *row.counting;
+      for (const auto& [name, tr] : {std::pair<const char*, const TrafficPerOp*>{"insert", &c.insert},
+                                     {"erase", &c.erase}}) {
+        os << "  " << PadRight(row.Label(), label_w - 2) << PadRight(name, 8)
+           << PadLeft(Fixed(tr->persists, 3), 10) << PadLeft(Fixed(tr->fences, 3), 10)
+           << PadLeft(Fixed(tr->flushed_lines, 3), 10) << PadLeft(Fixed(tr->nt_bytes, 1), 10)
+           << PadLeft(Fixed(tr->media_writes, 3), 10) << "\n";
+      }
+    }
+    uint32_t block = 256;
+    for (const auto& row : t.rows) {
+      if (row.counting) block = row.counting->insert.media_block_bytes;
+    }
+    os << "  (flushed: 64 B lines written back; nt bytes: non-temporal stores; media wr: estimated "
+       << block << " B media-block writes)\n";
+  }
+
+  // Failures.
+  auto print_error = [&](const RowResult& row) {
+    if (!row.error.ok()) os << "ERROR " << RowLabel(row) << ": " << row.error.ToString() << "\n";
+  };
+  if (t.reference) print_error(*t.reference);
+  for (const auto& row : t.rows) print_error(row);
+  for (const auto& row : t.rows) {
+    if (!row.kept_pool.empty()) os << "kept pool " << row.Label() << ": " << row.kept_pool << "\n";
+  }
+}
+
+std::string ToJson(const BenchReport& r) {
+  JsonWriter j;
+  const BenchConfig& c = r.config;
+  j.BeginObject();
+  j.StringMember("schema", "pmhash-bench/1");
+  j.StringMember("started_at", r.started_at);
+  j.NumberMember("key_generation_seconds", r.key_generation_seconds);
+  j.Key("build");
+  j.BeginObject();
+  j.StringMember("version", r.build.version);
+  j.StringMember("git_commit", r.build.git_commit);
+  j.BoolMember("git_dirty", r.build.git_dirty);
+  j.StringMember("build_type", r.build.build_type);
+  j.StringMember("compiler", r.build.compiler);
+  j.EndObject();
+  j.Key("machine");
+  j.BeginObject();
+  j.StringMember("cpu_model", r.machine.cpu_model);
+  j.UintMember("logical_cpus", static_cast<uint64_t>(r.machine.logical_cpus));
+  j.StringMember("flush_instruction", r.machine.flush_instruction);
+  j.StringMember("simd", r.machine.simd);
+  j.StringMember("kernel", r.machine.kernel);
+  j.StringMember("pool_fs", r.machine.pool_fs);
+  j.EndObject();
+  j.Key("config");
+  j.BeginObject();
+  j.Key("indexes");
+  j.BeginArray();
+  for (const auto& i : c.indexes) j.String(i);
+  j.EndArray();
+  j.Key("durabilities");
+  j.BeginArray();
+  for (const auto d : c.durabilities) j.String(DurabilityName(d));
+  j.EndArray();
+  j.UintMember("keys", c.keys);
+  j.Key("threads");
+  j.BeginArray();
+  for (const int t : c.threads) j.Uint(static_cast<uint64_t>(t));
+  j.EndArray();
+  j.UintMember("seed", c.seed);
+  j.StringMember("pool_path", c.pool_path);
+  j.BoolMember("keep_pool", c.keep_pool);
+  j.UintMember("pool_size", c.pool_size);
+  j.BoolMember("pin", c.pin);
+  j.BoolMember("reference", c.reference);
+  j.UintMember("count_keys", c.count_keys.value_or(0));
+  j.BoolMember("check", c.check);
+  j.EndObject();
+  j.Key("tables");
+  j.BeginArray();
+  for (const auto& t : r.tables) {
+    j.BeginObject();
+    j.UintMember("threads", static_cast<uint64_t>(t.threads));
+    j.Key("reference");
+    if (t.reference) {
+      JsonRow(j, t, *t.reference);
+    } else {
+      j.Null();
+    }
+    j.Key("rows");
+    j.BeginArray();
+    for (const auto& row : t.rows) JsonRow(j, t, row);
+    j.EndArray();
+    j.EndObject();
+  }
+  j.EndArray();
+  j.EndObject();
+  return j.Take() + "\n";
+}
+
+std::string ToCsv(const BenchReport& r) {
+  std::ostringstream os;
+  os << "git_commit,git_dirty,started_at,cpu_model,flush_instruction,seed,keys,table_threads,"
+        "index,durability,kind,threads,phase,ops,seconds,mops,ratio,load_factor,"
+        "persists_per_insert,fences_per_insert,flushed_lines_per_insert,media_writes_per_insert,"
+        "error\n";
+  for (const auto& t : r.tables) {
+    auto line = [&](const RowResult& row) {
+      for (const auto& p : row.phases) {
+        const CountingPass* cp = row.counting ? &*row.counting : nullptr;
+        const double ratio = row.kind == RowKind::kReference ? NAN : t.Ratio(p);
+        const Status& err = p.ok() ? row.error : p.failure;
+        os << CsvField(r.build.git_commit) << ',' << (r.build.git_dirty ? "true" : "false") << ','
+           << CsvField(r.started_at) << ',' << CsvField(r.machine.cpu_model) << ','
+           << CsvField(r.machine.flush_instruction) << ',' << r.config.seed << ','
+           << r.config.keys << ',' << t.threads << ',' << CsvField(row.index) << ','
+           << row.durability << ',' << RowKindName(row.kind) << ',' << p.threads << ','
+           << CsvField(p.name) << ',' << p.ops << ',' << CsvNumber(p.seconds) << ','
+           << CsvNumber(p.ok() ? p.mops() : NAN) << ',' << CsvNumber(ratio) << ','
+           << CsvNumber(row.load_factor) << ','
+           << (cp ? CsvNumber(cp->insert.persists) : "") << ','
+           << (cp ? CsvNumber(cp->insert.fences) : "") << ','
+           << (cp ? CsvNumber(cp->insert.flushed_lines) : "") << ','
+           << (cp ? CsvNumber(cp->insert.media_writes) : "") << ','
+           << (err.ok() ? "" : CsvField(err.ToString())) << '\n';
+      }
+    };
+    if (t.reference) line(*t.reference);
+    for (const auto& row : t.rows) line(row);
+  }
+  return os.str();
+}
+
+Status WriteFile(const std::string& path, const std::string& text) {
+  std::ofstream f(path, std::ios::binary | std::ios::trunc);
+  if (!f) return Status::IOError("cannot write " + path + ": " + std::strerror(errno));
+  f << text;
+  f.close();
+  if (!f) return Status::IOError("error writing " + path);
+  return Status::OK();
+}
+
+}  // namespace pmhash::bench

@@ -1,0 +1,145 @@
+// bench/results.h — what a benchmark run produces: configuration, machine, and figures.
+//
+// The data model shared by the driver (which fills it) and the writers (report.h: terminal
+// table, JSON, CSV). A run is a list of tables, one per thread count; a table holds the
+// reference row (absl::flat_hash_map, one thread) and one row per (index, durability).
+// Later workloads and metrics (issue 4) add fields here, never printing code.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "bench/runner.h"
+#include "pmhash/options.h"
+#include "pmhash/stats.h"
+#include "pmhash/status.h"
+
+namespace pmhash::bench {
+
+struct BenchConfig {
+  std::vector<std::string> indexes;        // registered index names; empty: all
+  std::vector<Durability> durabilities = {Durability::kAdr};
+  uint64_t keys = 10'000'000;
+  std::vector<int> threads = {1};          // one table per entry
+  uint64_t seed = 1;
+  std::string pool_path;                   // empty: a temporary file in DefaultPoolDir()
+  bool keep_pool = false;                  // keep the pool file(s) after the run
+  uint64_t pool_size = 0;                  // bytes; 0: estimated from the key count per index
+  bool pin = false;
+  bool reference = true;                   // run the absl::flat_hash_map row
+  // Keys inserted (then erased) by the separate persistence-counting pass; 0 skips it.
+  // The driver's default is `keys`, so the counters describe the same table size.
+  std::optional<uint64_t> count_keys;
+  bool check = false;                      // CheckInvariants after the insert phase (untimed)
+};
+
+struct BuildInfo {
+  std::string version;
+  std::string git_commit;  // "unknown" without git
+  bool git_dirty = false;
+  std::string build_type;
+  std::string compiler;
+};
+
+struct MachineInfo {
+  std::string cpu_model;
+  int logical_cpus = 0;      // CPUs this process may run on
+  std::string flush_instruction;
+  std::string simd;
+  std::string kernel;
+  std::string pool_fs;       // file system of the pool directory ("tmpfs", "ext4", ...)
+};
+
+// Persistence traffic averaged per operation (TrafficStats / operations).
+struct TrafficPerOp {
+  uint64_t ops = 0;
+  double persists = 0;
+  double fences = 0;
+  double flushed_lines = 0;
+  double nt_bytes = 0;
+  double media_writes = 0;
+  uint32_t media_block_bytes = 256;
+};
+
+// The separate counting pass: the index reopened on a fresh pool with Options::counters = true,
+// one thread, `keys` inserts then `keys` erases. Kept apart from the timed phases so that those
+// run with the counters off (their cost is then one predictable branch per persist).
+struct CountingPass {
+  uint64_t keys = 0;
+  TrafficPerOp insert;
+  TrafficPerOp erase;
+  Status failure;
+};
+
+enum class RowKind : uint8_t {
+  kReference,  // absl::flat_hash_map
+  kTemplate,   // concrete index type through the HashIndex concept (no virtual calls)
+  kFacade,     // pmhash::Open() facade (virtual calls): an index without a template entry
+};
+std::string_view RowKindName(RowKind k);
+
+struct RowResult {
+  std::string index;       // "reh", or "absl::flat_hash_map"
+  std::string durability;  // "adr", "eadr", "dram" (the reference: "dram")
+  RowKind kind = RowKind::kTemplate;
+  int threads = 1;
+  uint64_t pool_size = 0;  // bytes (0 for the reference)
+  std::string kept_pool;   // path of the pool kept with --keep-pool
+  std::vector<PhaseResult> phases;
+  // After the insert phase. Index rows fill `stats`; the reference fills load_factor and
+  // dram_bytes only.
+  double load_factor = 0;
+  std::optional<IndexStats> stats;
+  uint64_t dram_bytes = 0;
+  std::optional<CountingPass> counting;
+  Status error;  // why the row stopped (open failure, wrong result, wrong size, ...)
+
+  std::string Label() const { return index + "/" + durability; }
+  const PhaseResult* Phase(std::string_view name) const {
+    for (const auto& p : phases) {
+      if (p.name == name) return &p;
+    }
+    return nullptr;
+  }
+};
+
+struct TableResult {
+  int threads = 1;
+  std::optional<RowResult> reference;
+  std::vector<RowResult> rows;
+
+  // phase's Mops over the reference's Mops for the phase of the same name; NaN if either is
+  // missing or failed.
+  double Ratio(const PhaseResult& phase) const {
+    if (!reference || !phase.ok()) return NAN;
+    const PhaseResult* ref = reference->Phase(phase.name);
+    if (!ref || !ref->ok() || ref->mops() <= 0) return NAN;
+    return phase.mops() / ref->mops();
+  }
+};
+
+struct BenchReport {
+  BenchConfig config;      // as run: defaults resolved (indexes, count_keys, pool path)
+  BuildInfo build;
+  MachineInfo machine;
+  std::string started_at;  // UTC, ISO 8601
+  double key_generation_seconds = 0;
+  std::vector<TableResult> tables;
+
+  // True if every row of every table completed without error.
+  bool ok() const {
+    for (const auto& t : tables) {
+      if (t.reference && !t.reference->error.ok()) return false;
+      for (const auto& r : t.rows) {
+        if (!r.error.ok()) return false;
+      }
+    }
+    return true;
+  }
+};
+
+}  // namespace pmhash::bench

@@ -1,0 +1,152 @@
+// bench/row.h — the generic row: open a table, run the phases, collect stats, count traffic.
+//
+// One template for every table type: a concrete HashIndex (template fast path) and the
+// pmhash::Index facade both go through RunRowWith; only `open` differs.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <utility>
+
+#include "bench/results.h"
+#include "bench/runner.h"
+#include "bench/targets.h"
+#include "pmhash/index.h"
+
+namespace pmhash::bench {
+
+namespace detail {
+
+inline TrafficPerOp PerOp(const TrafficStats& t, uint64_t ops) {
+  TrafficPerOp r;
+  r.ops = ops;
+  r.media_block_bytes = t.media_block_bytes;
+  if (ops == 0) return r;
+  const double n = static_cast<double>(ops);
+  r.persists = static_cast<double>(t.persists) / n;
+  r.fences = static_cast<double>(t.fences) / n;
+  r.flushed_lines = static_cast<double>(t.flushed_lines) / n;
+  r.nt_bytes = static_cast<double>(t.nt_bytes) / n;
+  r.media_writes = static_cast<double>(t.media_writes) / n;
+  return r;
+}
+
+inline void Progress(const RowConfig& c, const std::string& what) {
+  if (c.progress) c.progress(what);
+}
+
+// Size expected after `phase` given the size before it.
+inline int64_t SizeDelta(const PhaseResult& p) {
+  switch (p.op) {
+    case Op::kInsert: return static_cast<int64_t>(p.ops);
+    case Op::kErase: return -static_cast<int64_t>(p.ops);
+    default: return 0;
+  }
+}
+
+}  // namespace detail
+
+// The counting pass: a fresh pool with Options::counters = true, one thread, insert then erase
+// c.count_keys. Its timing is discarded.
+template <class OpenFn>
+CountingPass RunCountingPass(OpenFn&& open, const RowConfig& c) {
+  CountingPass cp;
+  cp.keys = c.count_keys.size();
+  Options o = c.options;
+  o.path = c.count_path;
+  o.pool_size = c.count_pool_size;
+  o.durability = c.durability;
+  o.counters = true;
+  auto opened = open(o);
+  if (!opened.ok()) {
+    cp.failure = opened.status();
+    return cp;
+  }
+  auto& table = *opened.value();
+  const RunnerOptions one{1, c.runner.pin};
+  const PhaseSpec phases[2] = {{"insert", Op::kInsert, c.count_keys},
+                               {"erase", Op::kErase, c.count_keys}};
+  for (const PhaseSpec& spec : phases) {
+    detail::Progress(c, "counting pass: " + spec.name);
+    table.ResetCounters();
+    const PhaseResult pr = RunPhase(table, spec, one);
+    if (!pr.ok()) {
+      cp.failure = pr.failure;
+      break;
+    }
+    const TrafficPerOp t = detail::PerOp(table.Stats().traffic, pr.ops);
+    (spec.op == Op::kInsert ? cp.insert : cp.erase) = t;
+  }
+  if (Status s = table.Close(); !s.ok() && cp.failure.ok()) cp.failure = s;
+  return cp;
+}
+
+// Opens the table with `open(options)` (a Result<std::unique_ptr<T>>), runs c.phases, then the
+// counting pass.
+template <class OpenFn>
+RowResult RunRowWith(OpenFn&& open, RowKind kind, const RowConfig& c) {
+  RowResult row;
+  row.index = c.index;
+  row.durability = std::string(DurabilityName(c.durability));
+  row.kind = kind;
+  row.threads = c.runner.threads;
+  row.pool_size = c.options.pool_size;
+
+  Options o = c.options;
+  o.durability = c.durability;
+  o.counters = false;
+  auto opened = open(o);
+  if (!opened.ok()) {
+    row.error = opened.status();
+    return row;
+  }
+  auto& table = *opened.value();
+  int64_t expected_size = static_cast<int64_t>(table.Size());
+  for (const PhaseSpec& spec : c.phases) {
+    detail::Progress(c, spec.name);
+    row.phases.push_back(RunPhase(table, spec, c.runner));
+    const PhaseResult& pr = row.phases.back();
+    if (!pr.ok()) {
+      row.error = pr.failure;
+      break;
+    }
+    expected_size += detail::SizeDelta(pr);
+    if (const uint64_t size = table.Size(); size != static_cast<uint64_t>(expected_size)) {
+      row.error = Status::Corruption("after " + spec.name + ": Size() = " + std::to_string(size) +
+                                     ", expected " + std::to_string(expected_size));
+      break;
+    }
+    if (spec.op == Op::kInsert) {
+      IndexStats s = table.Stats();
+      row.load_factor = s.load_factor;
+      row.dram_bytes = s.dram_bytes;
+      row.stats = s;
+      if (c.check) {
+        detail::Progress(c, "CheckInvariants");
+        if (Status st = table.CheckInvariants(); !st.ok()) {
+          row.error = st;
+          break;
+        }
+      }
+    }
+  }
+  if (Status s = table.Close(); !s.ok() && row.error.ok()) row.error = s;
+  opened.value().reset();  // unmap before the counting pass maps its own pool
+
+  if (row.error.ok() && !c.count_keys.empty()) {
+    row.counting = RunCountingPass(open, c);
+    if (!row.counting->failure.ok()) {
+      row.error = Status(row.counting->failure.code(),
+                         "counting pass: " + row.counting->failure.ToString());
+    }
+  }
+  return row;
+}
+
+// The template fast path for a concrete index type.
+template <HashIndex I>
+RowResult RunTemplateRow(const RowConfig& c) {
+  return RunRowWith([](const Options& o) { return I::Open(o); }, RowKind::kTemplate, c);
+}
+
+}  // namespace pmhash::bench

@@ -1,0 +1,88 @@
+#include "bench/targets.h"
+
+#include <array>
+
+#include "bench/reference.h"
+#include "bench/row.h"
+#include "index/reh/reh.h"
+#include "pm/persist.h"
+#include "pmhash/index.h"
+
+namespace pmhash::bench {
+
+namespace {
+
+// (index, durability) -> the row instantiated for the concrete type. Sim is left out: without
+// a crash-simulator hook it behaves like Dram and measures nothing new.
+constexpr std::array kTargets = {
+    Target{"reh", Durability::kAdr, &RunTemplateRow<reh::Reh<pm::Adr>>},
+    Target{"reh", Durability::kEadr, &RunTemplateRow<reh::Reh<pm::Eadr>>},
+    Target{"reh", Durability::kDram, &RunTemplateRow<reh::Reh<pm::Dram>>},
+};
+
+constexpr uint64_t kMiB = uint64_t{1} << 20;
+
+}  // namespace
+
+std::span<const Target> TemplateTargets() { return kTargets; }
+
+const Target* FindTemplateTarget(std::string_view index, Durability d) {
+  for (const Target& t : kTargets) {
+    if (t.index == index && t.durability == d) return &t;
+  }
+  return nullptr;
+}
+
+uint64_t EstimatePoolBytes(std::string_view index, uint64_t keys) {
+  // PM bytes per key at the lowest load factor the index can be left at, with margin.
+  double bytes_per_key = 128;  // unknown index: generous
+  if (index == "reh") {
+    // 256 B bucket per 15 slots; extendible hashing averages ~0.69 load and can dip towards
+    // 0.5 right after a wave of splits. Plan for 0.35.
+    bytes_per_key = sizeof(reh::PmBucket) / static_cast<double>(reh::kSlots) / 0.35;
+  }
+  const auto bytes = static_cast<uint64_t>(static_cast<double>(keys) * bytes_per_key);
+  return 64 * kMiB + (bytes + kMiB - 1) / kMiB * kMiB;
+}
+
+RowResult RunIndexRow(const RowConfig& c) {
+  if (const Target* t = FindTemplateTarget(c.index, c.durability)) return t->run(c);
+  const std::string kind = c.index;
+  return RunRowWith([&kind](const Options& o) { return pmhash::Open(kind, o); }, RowKind::kFacade,
+                    c);
+}
+
+RowResult RunReferenceRow(std::span<const PhaseSpec> phases, const RunnerOptions& ro,
+                          const std::function<void(std::string_view)>& progress) {
+  RowResult row;
+  row.index = std::string(AbslReference::kName);
+  row.durability = "dram";
+  row.kind = RowKind::kReference;
+  const RunnerOptions one{1, ro.pin};
+  row.threads = 1;
+  AbslReference table;
+  for (const PhaseSpec& spec : phases) {
+    if (progress) progress(spec.name);
+    row.phases.push_back(RunPhase(table, spec, one));
+    if (!row.phases.back().ok()) {
+      row.error = row.phases.back().failure;
+      break;
+    }
+    if (spec.op == Op::kInsert) {
+      row.load_factor = table.LoadFactor();
+      row.dram_bytes = table.DramBytes();
+    }
+  }
+  return row;
+}
+
+std::string_view RowKindName(RowKind k) {
+  switch (k) {
+    case RowKind::kReference: return "reference";
+    case RowKind::kTemplate: return "template";
+    case RowKind::kFacade: return "facade";
+  }
+  return "?";
+}
+
+}  // namespace pmhash::bench

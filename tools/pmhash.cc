@@ -1,0 +1,550 @@
+// tools/pmhash.cc — the pmhash command-line tool.
+//
+//   pmhash bench [options]            benchmark indexes against absl::flat_hash_map
+//   pmhash info POOL                  print a pool's header (read-only, no open, no lock)
+//   pmhash check POOL [--index K]     open, recover if needed, CheckInvariants, print Stats
+//   pmhash put POOL KEY VALUE         upsert one pair (creates the pool if missing)
+//   pmhash get POOL KEY               print the value of KEY
+//   pmhash del POOL KEY               erase KEY
+//   pmhash list                       registered index kinds
+//
+// Exit status: 0 success; 1 the operation failed (error Status, key not found, check failed,
+// benchmark row failed); 2 usage error. The library never prints; everything printed is here.
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cinttypes>
+#include <cstdio>
+#include <ctime>
+#include <iostream>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "bench/driver.h"
+#include "bench/pool_files.h"
+#include "bench/report.h"
+#include "bench/targets.h"
+#include "pm/pool_format.h"
+#include "pmhash/pmhash.h"
+#include "tools/args.h"
+#include "tools/pool_inspect.h"
+
+namespace pmhash::cli {
+namespace {
+
+constexpr int kExitOk = 0;
+constexpr int kExitFailed = 1;
+constexpr int kExitUsage = 2;
+
+int Fail(const Status& s) {
+  std::cerr << "pmhash: " << s.ToString() << "\n";
+  return kExitFailed;
+}
+int Usage(const Status& s) {
+  std::cerr << "pmhash: " << s.ToString() << "\n";
+  return kExitUsage;
+}
+
+std::string Hex(uint64_t v) {
+  char buf[24];
+  std::snprintf(buf, sizeof(buf), "%#" PRIx64, v);
+  return buf;
+}
+
+std::string HumanBytes(uint64_t b) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double v = static_cast<double>(b);
+  int u = 0;
+  while (v >= 1024 && u < 4) {
+    v /= 1024;
+    u++;
+  }
+  char buf[48];
+  std::snprintf(buf, sizeof(buf), u == 0 ? "%.0f %s" : "%.1f %s", v, units[u]);
+  return buf;
+}
+
+// ---- help ------------------------------------------------------------------------------------
+
+constexpr FlagSpec kHelpFlag{"help", "", "show this help"};
+
+constexpr FlagSpec kBenchFlags[] = {
+    {"index", "NAME[,NAME|all]", "indexes to run (default: all registered)"},
+    {"durability", "MODE[,MODE|all]", "adr | eadr | dram | all (default: adr)"},
+    {"keys", "N", "number of keys (default 10M; suffixes k, M, G = 10^3, 10^6, 10^9)"},
+    {"threads", "T[,T2,...]", "thread counts, one table each (default 1)"},
+    {"seed", "S", "key generation seed (default 1)"},
+    {"pool", "PATH", "pool file (must not exist or be empty; default: a temporary file\n"
+                     "under /dev/shm, else $TMPDIR, else /tmp)"},
+    {"keep-pool", "", "keep the pool file(s) after the run (several rows: PATH.INDEX-MODE-tT)"},
+    {"pool-size", "BYTES", "pool size (default: from the key count; K, M, G, T = 2^10...)"},
+    {"pin", "", "pin thread i to the i-th allowed CPU"},
+    {"json", "FILE", "also write the results as JSON"},
+    {"csv", "FILE", "also write the results as CSV (one line per row and phase)"},
+    {"no-reference", "", "skip the absl::flat_hash_map reference row"},
+    {"count-keys", "N", "keys of the persistence-counting pass (default: --keys; 0: skip it)"},
+    {"check", "", "run CheckInvariants after the insert phase (untimed)"},
+    {"quiet", "", "no progress lines on stderr"},
+    kHelpFlag,
+};
+
+constexpr FlagSpec kCheckFlags[] = {
+    {"index", "NAME", "expected index kind (default: the kind recorded in the pool)"},
+    {"durability", "MODE", "adr | eadr | dram (default: adr)"},
+    kHelpFlag,
+};
+
+constexpr FlagSpec kKvFlags[] = {
+    {"index", "NAME", "index kind of a new pool (put; default reh) or the expected kind"},
+    {"durability", "MODE", "adr | eadr | dram (default: adr)"},
+    {"pool-size", "BYTES", "size of a pool created by put (default 64M)"},
+    kHelpFlag,
+};
+
+constexpr FlagSpec kPlainFlags[] = {kHelpFlag};
+
+struct Command {
+  std::string_view name;
+  std::string_view usage;
+  std::string_view summary;
+  std::string_view details;
+  std::span<const FlagSpec> flags;
+};
+
+constexpr std::string_view kBenchDetails =
+    "Runs the phases insert (table starting small), find+ (present keys, shuffled order),\n"
+    "find- (absent keys) and erase over N distinct uniform random 64-bit keys, for every\n"
+    "index x durability, with T threads; wall time of each whole phase, in Mops/s. The same\n"
+    "phases on absl::flat_hash_map (one thread, no reserve) form the reference row, and every\n"
+    "figure is also shown as ratio = index / reference. Load factor and structure are taken\n"
+    "after insert. Persistence counters (persists, fences, flushed lines, media writes per\n"
+    "insert and per erase) come from a separate counting pass on a fresh pool with counters\n"
+    "on, so that the timed phases run with counters off.\n";
+
+constexpr std::string_view kInfoDetails =
+    "Reads the 4096-byte header with pread; opens nothing, locks nothing, changes nothing.\n"
+    "Works on a pool in use (its mutable fields are shown as read). Exit 1 if the file is not\n"
+    "a pmhash pool or its header checksum does not match.\n";
+
+constexpr std::string_view kCheckDetails =
+    "Opens the pool (recovering it if it was not shut down cleanly), prints its statistics and\n"
+    "runs the index's deep structural check. Exit 0 if the check passes (the pool is then\n"
+    "closed cleanly), 1 otherwise (the pool is left as it was found, apart from the recovery).\n";
+
+constexpr std::string_view kKvDetails =
+    "put upserts (inserts or overwrites) and creates the pool if it does not exist; get prints\n"
+    "the value in decimal; del erases. KEY and VALUE are unsigned 64-bit integers, decimal or\n"
+    "0x-prefixed hex. get and del exit 1 if the key is absent.\n";
+
+const Command kCommands[] = {
+    {"bench", "pmhash bench [options]", "benchmark indexes against absl::flat_hash_map",
+     kBenchDetails, kBenchFlags},
+    {"info", "pmhash info POOL", "print a pool's header without opening it", kInfoDetails,
+     kPlainFlags},
+    {"check", "pmhash check POOL [--index NAME] [--durability MODE]",
+     "open a pool, check its invariants, print its statistics", kCheckDetails, kCheckFlags},
+    {"put", "pmhash put POOL KEY VALUE [options]", "store a key/value pair", kKvDetails, kKvFlags},
+    {"get", "pmhash get POOL KEY [options]", "print the value of a key", kKvDetails, kKvFlags},
+    {"del", "pmhash del POOL KEY [options]", "erase a key", kKvDetails, kKvFlags},
+    {"list", "pmhash list", "list the registered index kinds", "", kPlainFlags},
+};
+
+const Command* FindCommand(std::string_view name) {
+  for (const auto& c : kCommands) {
+    if (c.name == name) return &c;
+  }
+  return nullptr;
+}
+
+void PrintMainHelp(std::ostream& os) {
+  os << "pmhash — persistent-memory hash indexes\n\n"
+        "usage: pmhash COMMAND [ARGS...]\n\ncommands:\n";
+  for (const auto& c : kCommands) {
+    std::string n(c.name);
+    n.resize(8, ' ');
+    os << "  " << n << c.summary << "\n";
+  }
+  os << "\n'pmhash help COMMAND' or 'pmhash COMMAND --help' shows a command's options.\n"
+        "Exit status: 0 success, 1 failure, 2 usage error.\n";
+}
+
+void PrintCommandHelp(std::ostream& os, const Command& c) {
+  os << "usage: " << c.usage << "\n\n" << c.summary << ".\n";
+  if (!c.details.empty()) os << "\n" << c.details;
+  os << "\noptions:\n" << FlagsHelp(c.flags);
+}
+
+// Parses the words after the command name. Returns -1 to continue, else an exit code
+// (help printed, or a usage error).
+int ParseCommandArgs(const Command& cmd, std::span<char* const> words, ParsedArgs* args) {
+  const std::string prog = "pmhash " + std::string(cmd.name);
+  if (Status s = ParseArgs(words, cmd.flags, prog, args); !s.ok()) return Usage(s);
+  if (args->Has("help")) {
+    PrintCommandHelp(std::cout, cmd);
+    return kExitOk;
+  }
+  return -1;
+}
+
+Status ParseDurabilityFlag(const ParsedArgs& args, Durability* d) {
+  const auto v = args.Value("durability");
+  if (!v) return Status::OK();
+  if (*v == "sim" || !ParseDurability(*v, d)) {
+    return Status::InvalidArgument("invalid durability '" + *v + "': expected adr, eadr or dram");
+  }
+  return Status::OK();
+}
+
+Status CheckPositionals(const ParsedArgs& args, size_t n, const Command& cmd) {
+  if (args.positional.size() != n) {
+    return Status::InvalidArgument("expected " + std::to_string(n) + " argument" +
+                                   (n == 1 ? "" : "s") + ": usage: " + std::string(cmd.usage));
+  }
+  return Status::OK();
+}
+
+// ---- bench -----------------------------------------------------------------------------------
+
+void OnFatalSignal(int sig) {
+  bench::RemoveRegisteredPoolFilesForSignal();
+  signal(sig, SIG_DFL);
+  raise(sig);
+}
+
+class CliListener final : public bench::BenchListener {
+ public:
+  explicit CliListener(bool progress) : progress_(progress) {}
+  void OnStart(const bench::BenchReport& r) override {
+    bench::WriteBanner(std::cout, r);
+    std::cout.flush();
+  }
+  void OnProgress(std::string_view what) override {
+    if (!progress_) return;
+    std::cerr << "  .. " << what << "\n";
+  }
+  void OnTable(const bench::BenchReport& r, const bench::TableResult& t) override {
+    bench::WriteTable(std::cout, r, t);
+    std::cout.flush();
+  }
+
+ private:
+  bool progress_;
+};
+
+int RunBenchCommand(const Command& cmd, std::span<char* const> words) {
+  ParsedArgs args;
+  if (int rc = ParseCommandArgs(cmd, words, &args); rc >= 0) return rc;
+  if (!args.positional.empty()) {
+    return Usage(Status::InvalidArgument("unexpected argument '" + args.positional[0] +
+                                         "' (see 'pmhash bench --help')"));
+  }
+  bench::BenchConfig c;
+  auto parse = [&]() -> Status {
+    if (auto v = args.Value("index"); v && *v != "all") {
+      PMHASH_RETURN_IF_ERROR(SplitList(*v, "--index", &c.indexes));
+    }
+    if (auto v = args.Value("durability")) {
+      c.durabilities.clear();
+      std::vector<std::string> names;
+      PMHASH_RETURN_IF_ERROR(SplitList(*v, "--durability", &names));
+      for (const auto& n : names) {
+        if (n == "all") {
+          for (Durability d : {Durability::kAdr, Durability::kEadr, Durability::kDram}) {
+            c.durabilities.push_back(d);
+          }
+          continue;
+        }
+        Durability d;
+        if (n == "sim" || !ParseDurability(n, &d)) {
+          return Status::InvalidArgument("invalid durability '" + n +
+                                         "': expected adr, eadr, dram or all");
+        }
+        c.durabilities.push_back(d);
+      }
+      // Keep the first occurrence of each mode.
+      std::vector<Durability> unique;
+      for (Durability d : c.durabilities) {
+        if (std::find(unique.begin(), unique.end(), d) == unique.end()) unique.push_back(d);
+      }
+      c.durabilities = unique;
+    }
+    if (auto v = args.Value("keys")) PMHASH_RETURN_IF_ERROR(ParseCount(*v, "--keys", &c.keys));
+    if (auto v = args.Value("threads")) {
+      PMHASH_RETURN_IF_ERROR(ParseIntList(*v, "--threads", 1, 1024, &c.threads));
+    }
+    if (auto v = args.Value("seed")) PMHASH_RETURN_IF_ERROR(ParseU64(*v, "--seed", &c.seed));
+    if (auto v = args.Value("pool")) {
+      if (v->empty()) return Status::InvalidArgument("--pool needs a path");
+      c.pool_path = *v;
+    }
+    c.keep_pool = args.Has("keep-pool");
+    if (auto v = args.Value("pool-size")) {
+      PMHASH_RETURN_IF_ERROR(ParseSize(*v, "--pool-size", &c.pool_size));
+      if (c.pool_size == 0) return Status::InvalidArgument("--pool-size must be positive");
+    }
+    c.pin = args.Has("pin");
+    c.reference = !args.Has("no-reference");
+    if (auto v = args.Value("count-keys")) {
+      uint64_t n = 0;
+      PMHASH_RETURN_IF_ERROR(ParseCount(*v, "--count-keys", &n));
+      c.count_keys = n;
+    }
+    c.check = args.Has("check");
+    return bench::ResolveConfig(&c);
+  };
+  if (Status s = parse(); !s.ok()) return Usage(s);
+  const auto json = args.Value("json");
+  const auto csv = args.Value("csv");
+
+  struct sigaction sa = {};
+  sa.sa_handler = OnFatalSignal;
+  sigemptyset(&sa.sa_mask);
+  for (int sig : {SIGINT, SIGTERM, SIGHUP}) sigaction(sig, &sa, nullptr);
+
+  CliListener listener(!args.Has("quiet") && isatty(STDERR_FILENO));
+  bench::BenchReport report;
+  if (Status s = bench::RunBench(c, &listener, &report); !s.ok()) return Fail(s);
+  int rc = report.ok() ? kExitOk : kExitFailed;
+  if (json) {
+    if (Status s = bench::WriteFile(*json, bench::ToJson(report)); !s.ok()) rc = Fail(s);
+  }
+  if (csv) {
+    if (Status s = bench::WriteFile(*csv, bench::ToCsv(report)); !s.ok()) rc = Fail(s);
+  }
+  return rc;
+}
+
+// ---- info ------------------------------------------------------------------------------------
+
+std::string TimeOf(uint64_t ns) {
+  const std::time_t t = static_cast<std::time_t>(ns / 1000000000);
+  std::tm tm;
+  if (!gmtime_r(&t, &tm)) return "?";
+  char buf[32];
+  std::strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+int RunInfo(const Command& cmd, std::span<char* const> words) {
+  ParsedArgs args;
+  if (int rc = ParseCommandArgs(cmd, words, &args); rc >= 0) return rc;
+  if (Status s = CheckPositionals(args, 1, cmd); !s.ok()) return Usage(s);
+  auto r = ReadPoolHeader(args.positional[0]);
+  if (!r.ok()) return Fail(r.status());
+  const PoolHeaderView& h = r.value();
+  auto line = [](std::string_view k, const std::string& v) {
+    std::string key(k);
+    key += ':';
+    key.resize(20, ' ');
+    std::cout << key << v << "\n";
+  };
+  using MS = PoolHeaderView::MagicState;
+  line("pool", h.path);
+  line("file", h.char_device ? std::string("character device (devdax)")
+                             : std::to_string(h.file_size) + " B (" + HumanBytes(h.file_size) + ")");
+  line("magic", h.magic == MS::kFinal ? "PMHASH01 (pool complete)"
+                                       : "PMHASHc1 (creation did not complete)");
+  line("format version", std::to_string(h.format_version) +
+                             (h.format_version == pm::kFormatVersion ? "" : " (not supported by this build)"));
+  line("header bytes", std::to_string(h.header_bytes));
+  line("checksum", Hex(h.checksum) + (h.checksum_ok() ? " (ok)" : " (MISMATCH, computed " +
+                                                                      Hex(h.computed_checksum) + ")"));
+  line("features", "compat " + Hex(h.compat_features) + ", incompat " + Hex(h.incompat_features) +
+                       ((h.incompat_features & ~pm::kKnownIncompatFeatures) ? " (unknown bits!)" : ""));
+  line("pool size", std::to_string(h.pool_size) + " B (" + HumanBytes(h.pool_size) + ")" +
+                        (!h.char_device && h.pool_size > h.file_size ? " (file is TRUNCATED)" : ""));
+  line("chunks", std::to_string(h.chunk_count) + " x " + std::to_string(h.chunk_size) +
+                     " B, heap at offset " + std::to_string(h.heap_offset));
+  line("index kind", h.kind.empty() ? "(none)" : h.kind);
+  const char* mode = h.hash_mode == 0 ? "strong" : h.hash_mode == 1 ? "collide (tests)" : "unknown";
+  line("hash", std::string(mode) + ", seed " + Hex(h.hash_seed));
+  const std::string dur = h.created_durability <= 3
+                              ? std::string(DurabilityName(static_cast<Durability>(h.created_durability)))
+                              : "unknown (" + std::to_string(h.created_durability) + ")";
+  line("created", TimeOf(h.create_time_ns) + " with durability " + dur);
+  line("params", std::to_string(h.params_bytes) + " B: " + DescribeParams(h));
+  line("clean shutdown", h.clean_shutdown == 1   ? "yes"
+                         : h.clean_shutdown == 0 ? "no (open now, or not closed cleanly)"
+                                                 : "invalid value " + std::to_string(h.clean_shutdown));
+  line("open count", std::to_string(h.open_count));
+  std::string roots;
+  for (int i = 0; i < pm::kMaxRoots; i++) {
+    if (h.roots[i]) roots += (roots.empty() ? "" : ", ") + std::string("[") + std::to_string(i) +
+                             "] " + std::to_string(h.roots[i]);
+  }
+  line("roots", roots.empty() ? "(none)" : roots);
+  if (!h.checksum_ok() && h.magic == MS::kFinal) {
+    return Fail(Status::Corruption("pool header checksum mismatch: " + h.path));
+  }
+  return kExitOk;
+}
+
+// ---- check, put, get, del ---------------------------------------------------------------------
+
+// Opens an existing pool with the parameters recorded in its header, or (may_create) creates a
+// missing one. `want_kind`: the kind the caller expects, if any.
+Result<std::unique_ptr<Index>> OpenPool(const std::string& path,
+                                        const std::optional<std::string>& want_kind,
+                                        Durability durability, bool may_create,
+                                        uint64_t create_size) {
+  Options o;
+  o.path = path;
+  o.durability = durability;
+  std::string kind;
+  auto header = ReadPoolHeader(path);
+  if (header.ok()) {
+    kind = header.value().kind;
+    if (want_kind && *want_kind != kind) {
+      return Status::InvalidArgument("pool " + path + " holds index '" + kind + "', not '" +
+                                     *want_kind + "'");
+    }
+    PMHASH_RETURN_IF_ERROR(ApplyStoredParams(header.value(), &o));
+    o.mode = OpenMode::kOpenExisting;
+  } else if (header.status().IsNotFound() && may_create) {
+    kind = want_kind ? *want_kind : "reh";
+    o.mode = OpenMode::kCreateExclusive;
+    o.pool_size = create_size;
+  } else {
+    return header.status();
+  }
+  return pmhash::Open(kind, o);
+}
+
+int RunCheck(const Command& cmd, std::span<char* const> words) {
+  ParsedArgs args;
+  if (int rc = ParseCommandArgs(cmd, words, &args); rc >= 0) return rc;
+  if (Status s = CheckPositionals(args, 1, cmd); !s.ok()) return Usage(s);
+  Durability durability = Durability::kAdr;
+  if (Status s = ParseDurabilityFlag(args, &durability); !s.ok()) return Usage(s);
+  auto opened = OpenPool(args.positional[0], args.Value("index"), durability, false, 0);
+  if (!opened.ok()) return Fail(opened.status());
+  Index& idx = *opened.value();
+  const IndexStats s = idx.Stats();
+  auto line = [](std::string_view k, const std::string& v) {
+    std::string key(k);
+    key += ':';
+    key.resize(16, ' ');
+    std::cout << key << v << "\n";
+  };
+  char buf[64];
+  line("pool", args.positional[0]);
+  line("index", std::string(idx.kind()) + " (" + std::string(DurabilityName(idx.durability())) + ")");
+  std::snprintf(buf, sizeof(buf), "%.3f s", s.recovery_seconds);
+  line("opened", std::string(s.recovered ? "after a crash (no clean-shutdown mark), recovered"
+                                         : "clean") + ", rebuild " + buf);
+  line("size", std::to_string(s.size) + " keys");
+  std::snprintf(buf, sizeof(buf), "%.4f", s.load_factor);
+  line("load factor", std::string(buf) + " (" + std::to_string(s.capacity_slots) + " slots)");
+  line("buckets", std::to_string(s.buckets) + ", global depth " + std::to_string(s.global_depth));
+  line("PM", HumanBytes(s.pm_bytes) + " of a " + HumanBytes(s.pool_bytes) + " pool");
+  line("DRAM", HumanBytes(s.dram_bytes));
+  const Status inv = idx.CheckInvariants();
+  line("invariants", inv.ok() ? "OK" : "FAILED: " + inv.ToString());
+  if (!inv.ok()) {
+    // Leave the pool without the clean-shutdown mark: it is not known to be sane.
+    return kExitFailed;
+  }
+  if (Status c = idx.Close(); !c.ok()) return Fail(c);
+  return kExitOk;
+}
+
+int RunKv(const Command& cmd, std::span<char* const> words) {
+  ParsedArgs args;
+  if (int rc = ParseCommandArgs(cmd, words, &args); rc >= 0) return rc;
+  const bool put = cmd.name == "put";
+  const bool get = cmd.name == "get";
+  if (Status s = CheckPositionals(args, put ? 3 : 2, cmd); !s.ok()) return Usage(s);
+  uint64_t key = 0, value = 0, pool_size = uint64_t{64} << 20;
+  if (Status s = ParseU64(args.positional[1], "KEY", &key); !s.ok()) return Usage(s);
+  if (put) {
+    if (Status s = ParseU64(args.positional[2], "VALUE", &value); !s.ok()) return Usage(s);
+  }
+  if (auto v = args.Value("pool-size")) {
+    if (!put) return Usage(Status::InvalidArgument("--pool-size applies to put only"));
+    if (Status s = ParseSize(*v, "--pool-size", &pool_size); !s.ok()) return Usage(s);
+  }
+  Durability durability = Durability::kAdr;
+  if (Status s = ParseDurabilityFlag(args, &durability); !s.ok()) return Usage(s);
+  auto opened = OpenPool(args.positional[0], args.Value("index"), durability, put, pool_size);
+  if (!opened.ok()) return Fail(opened.status());
+  Index& idx = *opened.value();
+  Status op;
+  if (put) {
+    op = idx.Upsert(key, value);
+  } else if (get) {
+    op = idx.Find(key, &value);
+    if (op.ok()) std::cout << value << "\n";
+  } else {
+    op = idx.Erase(key);
+  }
+  const Status closed = idx.Close();
+  if (op.IsNotFound()) {
+    std::cerr << "pmhash: key " << args.positional[1] << " not found\n";
+    return kExitFailed;
+  }
+  if (!op.ok()) return Fail(op);
+  if (!closed.ok()) return Fail(closed);
+  return kExitOk;
+}
+
+// ---- list ------------------------------------------------------------------------------------
+
+int RunList(const Command& cmd, std::span<char* const> words) {
+  ParsedArgs args;
+  if (int rc = ParseCommandArgs(cmd, words, &args); rc >= 0) return rc;
+  if (Status s = CheckPositionals(args, 0, cmd); !s.ok()) return Usage(s);
+  for (const auto& info : RegisteredIndexes()) {
+    std::string modes;
+    for (Durability d : {Durability::kAdr, Durability::kEadr, Durability::kDram}) {
+      if (!bench::FindTemplateTarget(info.name, d)) continue;
+      if (!modes.empty()) modes += ',';
+      modes += DurabilityName(d);
+    }
+    std::cout << info.name << "\n"
+              << "  paper:  " << info.paper << "\n"
+              << "  design: " << info.description << "\n"
+              << "  bench:  " << (modes.empty() ? "facade (virtual calls)" : "template fast path (" + modes + ")")
+              << "\n";
+  }
+  return kExitOk;
+}
+
+int Main(int argc, char** argv) {
+  std::span<char* const> all(argv, static_cast<size_t>(argc));
+  if (all.size() < 2) {
+    PrintMainHelp(std::cerr);
+    return kExitUsage;
+  }
+  const std::string_view first = all[1];
+  if (first == "--help" || first == "-h" || first == "help") {
+    if (first == "help" && all.size() >= 3) {
+      const Command* c = FindCommand(all[2]);
+      if (!c) return Usage(Status::InvalidArgument("unknown command '" + std::string(all[2]) + "'"));
+      PrintCommandHelp(std::cout, *c);
+      return kExitOk;
+    }
+    PrintMainHelp(std::cout);
+    return kExitOk;
+  }
+  const Command* cmd = FindCommand(first);
+  if (!cmd) {
+    return Usage(Status::InvalidArgument("unknown command '" + std::string(first) +
+                                         "' (see 'pmhash --help')"));
+  }
+  const auto words = all.subspan(2);
+  if (cmd->name == "bench") return RunBenchCommand(*cmd, words);
+  if (cmd->name == "info") return RunInfo(*cmd, words);
+  if (cmd->name == "check") return RunCheck(*cmd, words);
+  if (cmd->name == "list") return RunList(*cmd, words);
+  return RunKv(*cmd, words);
+}
+
+}  // namespace
+}  // namespace pmhash::cli
+
+int main(int argc, char** argv) { return pmhash::cli::Main(argc, argv); }

@@ -1,0 +1,149 @@
+#include "tools/pool_inspect.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include <cerrno>
+#include <cstddef>
+#include <cstdio>
+#include <cstring>
+
+#include "index/reh/reh.h"
+
+namespace pmhash::cli {
+
+namespace {
+
+template <class T>
+T Load(const std::vector<uint8_t>& b, size_t offset) {
+  T v;
+  std::memcpy(&v, b.data() + offset, sizeof(T));
+  return v;
+}
+
+}  // namespace
+
+Result<PoolHeaderView> ReadPoolHeader(const std::string& path) {
+  PoolHeaderView h;
+  h.path = path;
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    const std::string why = std::strerror(errno);
+    if (errno == ENOENT) return Status::NotFound("no such file: " + path);
+    return Status::IOError("cannot open " + path + ": " + why);
+  }
+  struct stat st;
+  if (fstat(fd, &st) != 0) {
+    const std::string why = std::strerror(errno);
+    close(fd);
+    return Status::IOError("fstat " + path + ": " + why);
+  }
+  h.char_device = S_ISCHR(st.st_mode);
+  if (!h.char_device && !S_ISREG(st.st_mode)) {
+    close(fd);
+    return Status::InvalidArgument("not a pmhash pool: " + path +
+                                   " is not a regular file or character device");
+  }
+  h.file_size = h.char_device ? 0 : static_cast<uint64_t>(st.st_size);
+  h.bytes.assign(pm::kHeaderBytes, 0);
+  size_t got = 0;
+  while (got < h.bytes.size()) {
+    const ssize_t n = pread(fd, h.bytes.data() + got, h.bytes.size() - got, static_cast<off_t>(got));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      const std::string why = std::strerror(errno);
+      close(fd);
+      return Status::IOError("read " + path + ": " + why);
+    }
+    if (n == 0) break;
+    got += static_cast<size_t>(n);
+  }
+  close(fd);
+  if (got < h.bytes.size()) {
+    return Status::Corruption("not a pmhash pool: " + path + " is " + std::to_string(got) +
+                              " bytes, shorter than the " + std::to_string(pm::kHeaderBytes) +
+                              "-byte pool header");
+  }
+
+  using pm::PoolHeader;
+  const auto& b = h.bytes;
+  if (std::memcmp(b.data(), pm::kPoolMagic, 8) == 0) {
+    h.magic = PoolHeaderView::MagicState::kFinal;
+  } else if (std::memcmp(b.data(), pm::kPoolMagicCreating, 8) == 0) {
+    h.magic = PoolHeaderView::MagicState::kCreating;
+  } else {
+    return Status::Corruption("not a pmhash pool (bad magic): " + path);
+  }
+  h.format_version = Load<uint32_t>(b, offsetof(PoolHeader, format_version));
+  h.header_bytes = Load<uint32_t>(b, offsetof(PoolHeader, header_bytes));
+  h.compat_features = Load<uint64_t>(b, offsetof(PoolHeader, compat_features));
+  h.incompat_features = Load<uint64_t>(b, offsetof(PoolHeader, incompat_features));
+  h.pool_size = Load<uint64_t>(b, offsetof(PoolHeader, pool_size));
+  h.heap_offset = Load<uint64_t>(b, offsetof(PoolHeader, heap_offset));
+  h.chunk_size = Load<uint32_t>(b, offsetof(PoolHeader, chunk_size));
+  h.chunk_count = Load<uint64_t>(b, offsetof(PoolHeader, chunk_count));
+  const char* kind = reinterpret_cast<const char*>(b.data() + offsetof(PoolHeader, kind));
+  h.kind.assign(kind, strnlen(kind, pm::kKindBytes));
+  h.hash_mode = Load<uint8_t>(b, offsetof(PoolHeader, hash_mode));
+  h.created_durability = Load<uint8_t>(b, offsetof(PoolHeader, created_durability));
+  h.params_bytes = Load<uint16_t>(b, offsetof(PoolHeader, params_bytes));
+  h.hash_seed = Load<uint64_t>(b, offsetof(PoolHeader, hash_seed));
+  h.create_time_ns = Load<uint64_t>(b, offsetof(PoolHeader, create_time_ns));
+  const size_t np = std::min<size_t>(h.params_bytes, pm::kMaxParamsBytes);
+  h.params.assign(b.begin() + offsetof(PoolHeader, params),
+                  b.begin() + static_cast<std::ptrdiff_t>(offsetof(PoolHeader, params) + np));
+  h.checksum = Load<uint64_t>(b, offsetof(PoolHeader, checksum));
+  std::vector<uint8_t> image(b.begin(), b.begin() + offsetof(PoolHeader, checksum));
+  std::memcpy(image.data(), pm::kPoolMagic, 8);
+  h.computed_checksum = XXH3_64bits(image.data(), image.size());
+  h.clean_shutdown = Load<uint64_t>(b, offsetof(PoolHeader, clean_shutdown));
+  h.open_count = Load<uint64_t>(b, offsetof(PoolHeader, open_count));
+  for (int i = 0; i < pm::kMaxRoots; i++) {
+    h.roots[i] = Load<uint64_t>(b, offsetof(PoolHeader, roots) + sizeof(uint64_t) * static_cast<size_t>(i));
+  }
+  return h;
+}
+
+std::string DescribeParams(const PoolHeaderView& h) {
+  if (h.kind == "reh" && h.params.size() == sizeof(reh::PersistentParams)) {
+    reh::PersistentParams p;
+    std::memcpy(&p, h.params.data(), sizeof(p));
+    return "layout_version=" + std::to_string(p.layout_version) +
+           " bucket_bytes=" + std::to_string(p.bucket_bytes) + " slots=" + std::to_string(p.slots) +
+           " initial_depth=" + std::to_string(p.initial_depth) +
+           " max_depth=" + std::to_string(p.max_depth);
+  }
+  std::string s;
+  for (const uint8_t byte : h.params) {
+    char buf[4];
+    std::snprintf(buf, sizeof(buf), "%02x", byte);
+    s += buf;
+  }
+  return s.empty() ? "(none)" : s;
+}
+
+Status ApplyStoredParams(const PoolHeaderView& h, Options* o) {
+  if (h.hash_mode > static_cast<uint8_t>(HashMode::kCollide)) {
+    return Status::Corruption("pool header has unknown hash mode " + std::to_string(h.hash_mode));
+  }
+  o->hash_mode = static_cast<HashMode>(h.hash_mode);
+  o->hash_seed = h.hash_seed;
+  if (h.kind == "reh") {
+    if (h.params.size() != sizeof(reh::PersistentParams)) {
+      return Status::Corruption("reh pool has a " + std::to_string(h.params.size()) +
+                                "-byte parameter block, expected " +
+                                std::to_string(sizeof(reh::PersistentParams)));
+    }
+    reh::PersistentParams p;
+    std::memcpy(&p, h.params.data(), sizeof(p));
+    o->reh.initial_depth = p.initial_depth;
+    o->reh.max_depth = p.max_depth;
+    return Status::OK();
+  }
+  return Status::NotSupported("this pmhash tool cannot decode the parameters of index kind '" +
+                              h.kind + "'");
+}
+
+}  // namespace pmhash::cli

@@ -1,0 +1,64 @@
+// tools/pool_inspect.h — read a pool header without opening the pool.
+//
+// `pmhash info` must work on any file, open or not, sane or not: it reads the 4096-byte header
+// with pread on a read-only descriptor, takes no lock and maps nothing. The mutable fields
+// (clean-shutdown flag, open count, roots) may be changing under a running process; they are
+// shown as read.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "pm/pool_format.h"
+#include "pmhash/options.h"
+#include "pmhash/status.h"
+
+namespace pmhash::cli {
+
+struct PoolHeaderView {
+  std::string path;
+  bool char_device = false;  // devdax
+  uint64_t file_size = 0;    // 0 for a character device
+  std::vector<uint8_t> bytes;  // the header, kHeaderBytes long
+
+  enum class MagicState { kFinal, kCreating, kBad };
+  MagicState magic = MagicState::kBad;
+  uint32_t format_version = 0;
+  uint32_t header_bytes = 0;
+  uint64_t compat_features = 0;
+  uint64_t incompat_features = 0;
+  uint64_t pool_size = 0;
+  uint64_t heap_offset = 0;
+  uint32_t chunk_size = 0;
+  uint64_t chunk_count = 0;
+  std::string kind;
+  uint8_t hash_mode = 0;
+  uint8_t created_durability = 0;
+  uint16_t params_bytes = 0;
+  uint64_t hash_seed = 0;
+  uint64_t create_time_ns = 0;
+  std::vector<uint8_t> params;  // params_bytes (capped at kMaxParamsBytes)
+  uint64_t checksum = 0;
+  uint64_t computed_checksum = 0;  // XXH3 of [0, 248) with the final magic, as the pool computes
+  uint64_t clean_shutdown = 0;
+  uint64_t open_count = 0;
+  uint64_t roots[pm::kMaxRoots] = {};
+
+  bool checksum_ok() const { return checksum == computed_checksum; }
+};
+
+// Reads and decodes the header. Errors: the file cannot be opened (kIOError / kNotFound), is not
+// a regular file or character device, is shorter than the header, or does not start with a
+// pmhash magic (kCorruption "not a pmhash pool").
+Result<PoolHeaderView> ReadPoolHeader(const std::string& path);
+
+// "layout_version=1 bucket_bytes=256 ..." for kinds this build knows, else a hex dump.
+std::string DescribeParams(const PoolHeaderView& h);
+
+// Sets the fields of `o` that must match the header for pmhash::Open to accept the pool
+// (hash mode and seed, the index's typed parameters). kNotSupported for an index kind whose
+// parameters this tool cannot decode.
+Status ApplyStoredParams(const PoolHeaderView& h, Options* o);
+
+}  // namespace pmhash::cli
