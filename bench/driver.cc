@@ -8,6 +8,7 @@
 
 #include "bench/keys.h"
 #include "bench/machine.h"
+#include "bench/persist_probe.h"
 #include "bench/pool_files.h"
 #include "bench/targets.h"
 #include "pmhash/index.h"
@@ -25,6 +26,14 @@ std::string DirOf(const std::string& path) {
   if (slash == 0) return "/";
   return path.substr(0, slash);
 }
+
+// The probe's lines span about as much memory as an index's buckets for `keys` keys.
+uint64_t ProbeRegionBytes(uint64_t keys) {
+  constexpr uint64_t kMiB = uint64_t{1} << 20;
+  const uint64_t bytes = std::clamp<uint64_t>(keys * 32, 64 * kMiB, 4096 * kMiB);
+  return (bytes + kMiB - 1) / kMiB * kMiB;
+}
+uint64_t ProbeOps(uint64_t keys) { return std::clamp<uint64_t>(keys / 4, 200000, 2000000); }
 
 }  // namespace
 
@@ -105,6 +114,17 @@ Status RunBench(const BenchConfig& config, BenchListener* listener, BenchReport*
     TableResult table;
     table.threads = threads;
     const RunnerOptions ro{threads, c.pin};
+    if (c.persist_probe) {
+      for (const Durability d : c.durabilities) {
+        if (d != Durability::kAdr && d != Durability::kEadr) continue;
+        l.OnProgress("t=" + std::to_string(threads) + " persist limit (" +
+                     std::string(DurabilityName(d)) + ")");
+        PMHASH_RETURN_IF_ERROR(main_file->Truncate());
+        table.persist_limits.push_back(
+            RunPersistProbe(main_file->path(), ProbeRegionBytes(c.keys), d, ro,
+                            ProbeOps(c.keys), c.seed));
+      }
+    }
     if (c.reference) {
       const std::string prefix = "t=" + std::to_string(threads) + " absl: ";
       table.reference = RunReferenceRow(phases, ro, [&](std::string_view what) {

@@ -1,6 +1,7 @@
 // bench/driver.h — `pmhash bench`: the default comparison of indexes against the reference.
 //
 // For each thread count T (one table each):
+//   0. the one-persist limit (persist_probe.h) for each persistent durability mode, T threads;
 //   1. the reference row: absl::flat_hash_map, one thread, phases insert / find+ / find- / erase;
 //   2. for each index x durability: a fresh pool, the same phases with T threads (timed, counters
 //      off), Stats() after insert (load factor, bytes), then the counting pass (a second fresh

@@ -353,6 +353,30 @@ void WriteTable(std::ostream& os, const BenchReport& r, const TableResult& t) {
   if (t.reference) print_row(*t.reference);
   for (const auto& row : t.rows) print_row(row);
 
+  // The one-persist limit, and the durable rows as a fraction of it.
+  if (!t.persist_limits.empty()) {
+    os << "\npersist limit (store + flush + fence on random 64 B lines, " << t.threads
+       << (t.threads == 1 ? " thread" : " threads") << "):\n";
+    for (const auto& p : t.persist_limits) {
+      const std::string mode(DurabilityName(p.durability));
+      os << "  " << PadRight(mode, label_w - 2);
+      if (!p.failure.ok()) {
+        os << "FAILED: " << p.failure.ToString() << "\n";
+        continue;
+      }
+      os << FormatMops(p.mops()) << " Mops/s over " << Mib(p.region_bytes);
+      for (const auto& row : t.rows) {
+        if (row.durability != mode) continue;
+        for (const char* phase : {"insert", "erase"}) {
+          const PhaseResult* pr = row.Phase(phase);
+          if (!pr || !pr->ok()) continue;
+          os << "; " << row.index << " " << phase << " " << Fixed(pr->mops() / p.mops(), 2) << "x";
+        }
+      }
+      os << "\n";
+    }
+  }
+
   // Structure after the insert phase.
   bool any_stats = false;
   for (const auto& row : t.rows) any_stats |= row.stats.has_value();
@@ -457,6 +481,7 @@ std::string ToJson(const BenchReport& r) {
   j.BoolMember("reference", c.reference);
   j.UintMember("count_keys", c.count_keys.value_or(0));
   j.BoolMember("check", c.check);
+  j.BoolMember("persist_probe", c.persist_probe);
   j.EndObject();
   j.Key("tables");
   j.BeginArray();
@@ -472,6 +497,20 @@ std::string ToJson(const BenchReport& r) {
     j.Key("rows");
     j.BeginArray();
     for (const auto& row : t.rows) JsonRow(j, t, row);
+    j.EndArray();
+    j.Key("persist_limits");
+    j.BeginArray();
+    for (const auto& p : t.persist_limits) {
+      j.BeginObject();
+      j.StringMember("durability", DurabilityName(p.durability));
+      j.UintMember("threads", static_cast<uint64_t>(p.threads));
+      j.UintMember("region_bytes", p.region_bytes);
+      j.UintMember("ops", p.ops);
+      j.NumberMember("seconds", p.seconds);
+      j.NumberMember("mops", p.failure.ok() ? p.mops() : NAN);
+      j.StatusOrNullMember("error", p.failure);
+      j.EndObject();
+    }
     j.EndArray();
     j.EndObject();
   }
@@ -509,6 +548,15 @@ std::string ToCsv(const BenchReport& r) {
     };
     if (t.reference) line(*t.reference);
     for (const auto& row : t.rows) line(row);
+    for (const auto& p : t.persist_limits) {
+      os << CsvField(r.build.git_commit) << ',' << (r.build.git_dirty ? "true" : "false") << ','
+         << CsvField(r.started_at) << ',' << CsvField(r.machine.cpu_model) << ','
+         << CsvField(r.machine.flush_instruction) << ',' << r.config.seed << ','
+         << r.config.keys << ',' << t.threads << ",persist-limit," << DurabilityName(p.durability)
+         << ",probe," << p.threads << ",persist," << p.ops << ',' << CsvNumber(p.seconds) << ','
+         << CsvNumber(p.failure.ok() ? p.mops() : NAN) << ",,,,,,,"
+         << (p.failure.ok() ? "" : CsvField(p.failure.ToString())) << '\n';
+    }
   }
   return os.str();
 }

@@ -9,8 +9,8 @@
 //   build   {version, git_commit, git_dirty, build_type, compiler}
 //   machine {cpu_model, logical_cpus, flush_instruction, simd, kernel, pool_fs}
 //   config  {indexes[], durabilities[], keys, threads[], seed, pool_path, keep_pool, pool_size,
-//            pin, reference, count_keys, check}
-//   tables[] {threads, reference: row|null, rows[]: row}
+//            pin, reference, count_keys, check, persist_probe}
+//   tables[] {threads, reference: row|null, rows[]: row, persist_limits[]: probe}
 //   row     {index, durability, kind, threads, pool_size, kept_pool, error: string|null,
 //            load_factor, dram_bytes,
 //            phases[] {name, op, threads, ops, seconds, mops, ratio: number|null, error},
@@ -19,9 +19,11 @@
 //            counting {keys, error, insert: traffic, erase: traffic} | null}
 //   traffic {ops, persists, fences, flushed_lines, nt_bytes, media_writes, media_block_bytes}
 //            (per operation)
+//   probe   {durability, threads, region_bytes, ops, seconds, mops, error}
 //
 // CSV: one line per (table, row, phase), with the row's load factor and per-insert traffic
-// repeated on each line; the header line names the columns.
+// repeated on each line, plus one line per persist-limit probe (index "persist-limit", kind
+// "probe", phase "persist"); the header line names the columns.
 #pragma once
 
 #include <ostream>

@@ -13,6 +13,7 @@
 #include <string_view>
 #include <vector>
 
+#include "bench/persist_probe.h"
 #include "bench/runner.h"
 #include "pmhash/options.h"
 #include "pmhash/stats.h"
@@ -35,6 +36,7 @@ struct BenchConfig {
   // The driver's default is `keys`, so the counters describe the same table size.
   std::optional<uint64_t> count_keys;
   bool check = false;                      // CheckInvariants after the insert phase (untimed)
+  bool persist_probe = true;               // measure the one-persist limit (adr / eadr rows)
 };
 
 struct BuildInfo {
@@ -111,6 +113,15 @@ struct TableResult {
   int threads = 1;
   std::optional<RowResult> reference;
   std::vector<RowResult> rows;
+  // The one-persist limit with this table's thread count, per persistent durability mode run.
+  std::vector<PersistProbeResult> persist_limits;
+
+  const PersistProbeResult* PersistLimit(std::string_view durability) const {
+    for (const auto& p : persist_limits) {
+      if (p.failure.ok() && DurabilityName(p.durability) == durability) return &p;
+    }
+    return nullptr;
+  }
 
   // phase's Mops over the reference's Mops for the phase of the same name; NaN if either is
   // missing or failed.

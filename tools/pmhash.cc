@@ -81,7 +81,8 @@ constexpr FlagSpec kBenchFlags[] = {
     {"seed", "S", "key generation seed (default 1)"},
     {"pool", "PATH", "pool file (must not exist or be empty; default: a temporary file\n"
                      "under /dev/shm, else $TMPDIR, else /tmp)"},
-    {"keep-pool", "", "keep the pool file(s) after the run (several rows: PATH.INDEX-MODE-tT)"},
+    {"keep-pool", "", "keep the pool file(s), closed cleanly and empty after the erase phase\n"
+                      "(several rows: PATH.INDEX-MODE-tT)"},
     {"pool-size", "BYTES", "pool size (default: from the key count; K, M, G, T = 2^10...)"},
     {"pin", "", "pin thread i to the i-th allowed CPU"},
     {"json", "FILE", "also write the results as JSON"},
@@ -89,6 +90,7 @@ constexpr FlagSpec kBenchFlags[] = {
     {"no-reference", "", "skip the absl::flat_hash_map reference row"},
     {"count-keys", "N", "keys of the persistence-counting pass (default: --keys; 0: skip it)"},
     {"check", "", "run CheckInvariants after the insert phase (untimed)"},
+    {"no-probe", "", "skip the persist-limit probe (store + flush + fence on random lines)"},
     {"quiet", "", "no progress lines on stderr"},
     kHelpFlag,
 };
@@ -124,7 +126,9 @@ constexpr std::string_view kBenchDetails =
     "figure is also shown as ratio = index / reference. Load factor and structure are taken\n"
     "after insert. Persistence counters (persists, fences, flushed lines, media writes per\n"
     "insert and per erase) come from a separate counting pass on a fresh pool with counters\n"
-    "on, so that the timed phases run with counters off.\n";
+    "on, so that the timed phases run with counters off. The persist limit is the rate of\n"
+    "store + flush + fence on random 64 B lines of a pool file: the ceiling of any insert or\n"
+    "erase that needs one persist; adr/eadr rows are also shown as a fraction of it.\n";
 
 constexpr std::string_view kInfoDetails =
     "Reads the 4096-byte header with pread; opens nothing, locks nothing, changes nothing.\n"
@@ -295,6 +299,7 @@ int RunBenchCommand(const Command& cmd, std::span<char* const> words) {
       c.count_keys = n;
     }
     c.check = args.Has("check");
+    c.persist_probe = !args.Has("no-probe");
     return bench::ResolveConfig(&c);
   };
   if (Status s = parse(); !s.ok()) return Usage(s);
