@@ -1,0 +1,185 @@
+// tests/test_util.h — helpers shared by the pmhash test programs.
+//
+//   * TestScale(): PMHASH_TEST_SCALE (default 1) multiplies op counts; sanitizer builds divide.
+//   * TestThreads(): PMHASH_TEST_THREADS (default 4).
+//   * TempPoolPath(): a unique pool file path under $TMPDIR, else /dev/shm, else /tmp.
+//   * ScopedPath: removes a pool file when it leaves scope.
+//   * Seeds: tests use fixed seeds (PMHASH_TEST_SEED overrides) and print them on failure through
+//     SCOPED_TRACE(SeedTrace(seed)).
+#pragma once
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdint>
+#include <cstdlib>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#if defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define PMHASH_TEST_TSAN 1
+#endif
+#if __has_feature(address_sanitizer)
+#define PMHASH_TEST_ASAN 1
+#endif
+#endif
+#if defined(__SANITIZE_THREAD__) && !defined(PMHASH_TEST_TSAN)
+#define PMHASH_TEST_TSAN 1
+#endif
+#if defined(__SANITIZE_ADDRESS__) && !defined(PMHASH_TEST_ASAN)
+#define PMHASH_TEST_ASAN 1
+#endif
+
+namespace pmhash::testing {
+
+#if defined(PMHASH_TEST_TSAN)
+inline constexpr bool kTsan = true;
+#else
+inline constexpr bool kTsan = false;
+#endif
+#if defined(PMHASH_TEST_ASAN)
+inline constexpr bool kAsan = true;
+#else
+inline constexpr bool kAsan = false;
+#endif
+inline constexpr bool kSanitized = kTsan || kAsan;
+
+inline double EnvDouble(const char* name, double def) {
+  const char* s = std::getenv(name);
+  if (!s || !*s) return def;
+  char* end = nullptr;
+  const double v = std::strtod(s, &end);
+  return (end && *end == 0 && v > 0) ? v : def;
+}
+
+// PMHASH_TEST_SCALE, default 1.
+inline double TestScale() {
+  static const double kScale = EnvDouble("PMHASH_TEST_SCALE", 1.0);
+  return kScale;
+}
+
+// `base` scaled by PMHASH_TEST_SCALE, divided by `sanitized_div` in sanitizer builds; >= 1.
+inline uint64_t Scaled(uint64_t base, uint64_t sanitized_div = 1) {
+  double v = static_cast<double>(base) * TestScale();
+  if (kSanitized) v /= static_cast<double>(sanitized_div);
+  return v < 1 ? 1 : static_cast<uint64_t>(v);
+}
+
+inline int TestThreads() {
+  static const int kThreads = static_cast<int>(EnvDouble("PMHASH_TEST_THREADS", 4));
+  return kThreads < 1 ? 1 : kThreads;
+}
+
+inline uint64_t TestSeed(uint64_t def) {
+  const char* s = std::getenv("PMHASH_TEST_SEED");
+  if (!s || !*s) return def;
+  return std::strtoull(s, nullptr, 0);
+}
+
+inline std::string SeedTrace(uint64_t seed) {
+  return "seed=" + std::to_string(seed) + " (rerun with PMHASH_TEST_SEED=" + std::to_string(seed) +
+         ")";
+}
+
+inline std::string TempDir() {
+  if (const char* t = std::getenv("TMPDIR"); t && *t) return t;
+  struct stat st;
+  if (stat("/dev/shm", &st) == 0 && S_ISDIR(st.st_mode) && access("/dev/shm", W_OK) == 0) {
+    return "/dev/shm";
+  }
+  return "/tmp";
+}
+
+// A fresh, unused path: <tmp>/pmhash-test-<pid>-<n>-<tag>.pool
+inline std::string TempPoolPath(std::string_view tag) {
+  static std::atomic<uint64_t> counter{0};
+  std::string clean;
+  for (char c : tag) clean += (isalnum(static_cast<unsigned char>(c)) ? c : '_');
+  if (clean.size() > 80) clean.resize(80);
+  std::string p = TempDir() + "/pmhash-test-" + std::to_string(getpid()) + "-" +
+                  std::to_string(counter.fetch_add(1)) + "-" + clean + ".pool";
+  unlink(p.c_str());
+  return p;
+}
+
+class ScopedPath {
+ public:
+  explicit ScopedPath(std::string_view tag) : path_(TempPoolPath(tag)) {}
+  ~ScopedPath() { unlink(path_.c_str()); }
+  ScopedPath(const ScopedPath&) = delete;
+  ScopedPath& operator=(const ScopedPath&) = delete;
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+inline bool FileExists(const std::string& p) {
+  struct stat st;
+  return stat(p.c_str(), &st) == 0;
+}
+
+inline uint64_t FileSize(const std::string& p) {
+  struct stat st;
+  return stat(p.c_str(), &st) == 0 ? static_cast<uint64_t>(st.st_size) : 0;
+}
+
+inline std::vector<uint8_t> ReadFile(const std::string& p) {
+  std::vector<uint8_t> out;
+  const int fd = open(p.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return out;
+  out.resize(FileSize(p));
+  size_t got = 0;
+  while (got < out.size()) {
+    const ssize_t n = pread(fd, out.data() + got, out.size() - got, static_cast<off_t>(got));
+    if (n <= 0) break;
+    got += static_cast<size_t>(n);
+  }
+  out.resize(got);
+  close(fd);
+  return out;
+}
+
+inline bool WriteFile(const std::string& p, const std::vector<uint8_t>& data) {
+  const int fd = open(p.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return false;
+  size_t put = 0;
+  while (put < data.size()) {
+    const ssize_t n = pwrite(fd, data.data() + put, data.size() - put, static_cast<off_t>(put));
+    if (n <= 0) break;
+    put += static_cast<size_t>(n);
+  }
+  close(fd);
+  return put == data.size();
+}
+
+// Writes `len` bytes at `offset` of an existing file.
+inline bool PatchFile(const std::string& p, uint64_t offset, const void* data, size_t len) {
+  const int fd = open(p.c_str(), O_WRONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  const ssize_t n = pwrite(fd, data, len, static_cast<off_t>(offset));
+  close(fd);
+  return n == static_cast<ssize_t>(len);
+}
+
+inline bool ReadAt(const std::string& p, uint64_t offset, void* data, size_t len) {
+  const int fd = open(p.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  const ssize_t n = pread(fd, data, len, static_cast<off_t>(offset));
+  close(fd);
+  return n == static_cast<ssize_t>(len);
+}
+
+// splitmix64: deterministic value/key scrambling for tests.
+inline uint64_t SplitMix64(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ULL;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
+}  // namespace pmhash::testing
