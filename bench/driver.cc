@@ -35,6 +35,28 @@ uint64_t ProbeRegionBytes(uint64_t keys) {
 }
 uint64_t ProbeOps(uint64_t keys) { return std::clamp<uint64_t>(keys / 4, 200000, 2000000); }
 
+// Repetitions: the first run of a row starts the per-phase samples; later runs add theirs and
+// replace a phase's timing when faster. Stats and the counting pass come from the first run.
+void StartSamples(RowResult* row) {
+  if (row == nullptr) return;
+  for (auto& p : row->phases) p.samples = {p.ok() ? p.mops() : 0.0};
+}
+
+void KeepBest(RowResult* best, const RowResult& run) {
+  if (best->error.ok() && !run.error.ok()) best->error = run.error;
+  for (size_t i = 0; i < best->phases.size() && i < run.phases.size(); i++) {
+    PhaseResult& b = best->phases[i];
+    const PhaseResult& r = run.phases[i];
+    b.samples.push_back(r.ok() ? r.mops() : 0.0);
+    if (!r.ok()) {
+      if (b.ok()) b.failure = r.failure;
+    } else if (b.ok() && r.mops() > b.mops()) {
+      b.ops = r.ops;
+      b.seconds = r.seconds;
+    }
+  }
+}
+
 }  // namespace
 
 Status ResolveConfig(BenchConfig* c) {
@@ -59,6 +81,7 @@ Status ResolveConfig(BenchConfig* c) {
   for (int t : c->threads) {
     if (t < 1 || t > kMaxThreads) return Status::InvalidArgument("thread counts must be in [1, 1024]");
   }
+  if (c->repeat < 1 || c->repeat > 100) return Status::InvalidArgument("repeat must be in [1, 100]");
   if (!c->count_keys) c->count_keys = c->keys;
   if (*c->count_keys > c->keys) {
     return Status::InvalidArgument("the counting pass cannot use more keys than --keys");
@@ -114,58 +137,84 @@ Status RunBench(const BenchConfig& config, BenchListener* listener, BenchReport*
     TableResult table;
     table.threads = threads;
     const RunnerOptions ro{threads, c.pin};
-    if (c.persist_probe) {
-      for (const Durability d : c.durabilities) {
-        if (d != Durability::kAdr && d != Durability::kEadr) continue;
-        l.OnProgress("t=" + std::to_string(threads) + " persist limit (" +
-                     std::string(DurabilityName(d)) + ")");
-        PMHASH_RETURN_IF_ERROR(main_file->Truncate());
-        table.persist_limits.push_back(
-            RunPersistProbe(main_file->path(), ProbeRegionBytes(c.keys), d, ro,
-                            ProbeOps(c.keys), c.seed));
-      }
-    }
-    if (c.reference) {
-      const std::string prefix = "t=" + std::to_string(threads) + " absl: ";
-      table.reference = RunReferenceRow(phases, ro, [&](std::string_view what) {
-        l.OnProgress(prefix + std::string(what));
-      });
-    }
-    for (const auto& index : c.indexes) {
-      for (const Durability d : c.durabilities) {
-        RowConfig rc;
-        rc.index = index;
-        rc.durability = d;
-        rc.options.path = main_file->path();
-        rc.options.mode = OpenMode::kOpenOrCreate;  // the file is empty: a new pool
-        rc.options.pool_size = c.pool_size ? c.pool_size : EstimatePoolBytes(index, c.keys);
-        rc.runner = ro;
-        rc.phases = phases;
-        rc.check = c.check;
-        if (count_file) {
-          rc.count_path = count_file->path();
-          rc.count_pool_size =
-              c.pool_size ? c.pool_size : EstimatePoolBytes(index, count_keys.size());
-          rc.count_keys = count_keys;
-        }
-        const std::string prefix =
-            "t=" + std::to_string(threads) + " " + index + "/" + std::string(DurabilityName(d)) + ": ";
-        rc.progress = [&](std::string_view what) { l.OnProgress(prefix + std::string(what)); };
-
-        PMHASH_RETURN_IF_ERROR(main_file->Truncate());
-        if (count_file) PMHASH_RETURN_IF_ERROR(count_file->Truncate());
-        RowResult row = RunIndexRow(rc);
-        if (count_file) PMHASH_RETURN_IF_ERROR(count_file->Truncate());
-        if (c.keep_pool) {
-          if (total_rows == 1) {
-            row.kept_pool = main_file->path();
-          } else {
-            row.kept_pool = main_file->path() + "." + index + "-" +
-                            std::string(DurabilityName(d)) + "-t" + std::to_string(threads);
-            PMHASH_RETURN_IF_ERROR(main_file->MoveTo(row.kept_pool));
+    for (int rep = 0; rep < c.repeat; rep++) {
+      const bool last = rep + 1 == c.repeat;
+      const std::string tag = "t=" + std::to_string(threads) +
+                              (c.repeat > 1 ? " run " + std::to_string(rep + 1) + "/" +
+                                                  std::to_string(c.repeat)
+                                            : std::string()) +
+                              " ";
+      if (c.persist_probe) {
+        size_t slot = 0;
+        for (const Durability d : c.durabilities) {
+          if (d != Durability::kAdr && d != Durability::kEadr) continue;
+          l.OnProgress(tag + "persist limit (" + std::string(DurabilityName(d)) + ")");
+          PMHASH_RETURN_IF_ERROR(main_file->Truncate());
+          PersistProbeResult p = RunPersistProbe(main_file->path(), ProbeRegionBytes(c.keys), d,
+                                                 ro, ProbeOps(c.keys), c.seed);
+          if (rep == 0) {
+            table.persist_limits.push_back(std::move(p));
+          } else if (p.failure.ok() && p.mops() > table.persist_limits[slot].mops()) {
+            table.persist_limits[slot] = std::move(p);
           }
+          slot++;
         }
-        table.rows.push_back(std::move(row));
+      }
+      if (c.reference) {
+        const std::string prefix = tag + "absl: ";
+        RowResult ref = RunReferenceRow(phases, ro, [&](std::string_view what) {
+          l.OnProgress(prefix + std::string(what));
+        });
+        if (rep == 0) {
+          table.reference = std::move(ref);
+          StartSamples(&*table.reference);
+        } else {
+          KeepBest(&*table.reference, ref);
+        }
+      }
+      size_t slot = 0;
+      for (const auto& index : c.indexes) {
+        for (const Durability d : c.durabilities) {
+          RowConfig rc;
+          rc.index = index;
+          rc.durability = d;
+          rc.options.path = main_file->path();
+          rc.options.mode = OpenMode::kOpenOrCreate;  // the file is empty: a new pool
+          rc.options.pool_size = c.pool_size ? c.pool_size : EstimatePoolBytes(index, c.keys);
+          rc.runner = ro;
+          rc.phases = phases;
+          rc.check = c.check;
+          if (count_file && rep == 0) {
+            rc.count_path = count_file->path();
+            rc.count_pool_size =
+                c.pool_size ? c.pool_size : EstimatePoolBytes(index, count_keys.size());
+            rc.count_keys = count_keys;
+          }
+          const std::string prefix = tag + index + "/" + std::string(DurabilityName(d)) + ": ";
+          rc.progress = [&](std::string_view what) { l.OnProgress(prefix + std::string(what)); };
+
+          PMHASH_RETURN_IF_ERROR(main_file->Truncate());
+          if (count_file) PMHASH_RETURN_IF_ERROR(count_file->Truncate());
+          RowResult row = RunIndexRow(rc);
+          if (count_file) PMHASH_RETURN_IF_ERROR(count_file->Truncate());
+          if (c.keep_pool && last) {
+            if (total_rows == 1) {
+              row.kept_pool = main_file->path();
+            } else {
+              row.kept_pool = main_file->path() + "." + index + "-" +
+                              std::string(DurabilityName(d)) + "-t" + std::to_string(threads);
+              PMHASH_RETURN_IF_ERROR(main_file->MoveTo(row.kept_pool));
+            }
+          }
+          if (rep == 0) {
+            table.rows.push_back(std::move(row));
+            StartSamples(&table.rows.back());
+          } else {
+            KeepBest(&table.rows[slot], row);
+            table.rows[slot].kept_pool = row.kept_pool;
+          }
+          slot++;
+        }
       }
     }
     l.OnTable(*report, table);

@@ -228,6 +228,10 @@ void JsonRow(JsonWriter& j, const TableResult& t, const RowResult& row) {
     j.NumberMember("mops", p.ok() ? p.mops() : NAN);
     j.NumberMember("ratio", row.kind == RowKind::kReference ? NAN : t.Ratio(p));
     j.StatusOrNullMember("error", p.failure);
+    j.Key("samples_mops");
+    j.BeginArray();
+    for (const double m : p.samples) j.Number(m);
+    j.EndArray();
     j.EndObject();
   }
   j.EndArray();
@@ -296,7 +300,8 @@ void WriteBanner(std::ostream& os, const BenchReport& r) {
   std::snprintf(seed, sizeof(seed), "%llu", static_cast<unsigned long long>(c.seed));
   os << "pmhash bench: " << c.keys << " keys, seed " << seed << ", indexes " << Join(c.indexes, ",")
      << ", durability " << Join(durs, ",") << ", threads " << Join(threads, ",")
-     << (c.pin ? ", pinned" : "") << "\n";
+     << (c.pin ? ", pinned" : "")
+     << (c.repeat > 1 ? ", best of " + std::to_string(c.repeat) + " runs" : "") << "\n";
   const MachineInfo& m = r.machine;
   os << "machine: " << m.cpu_model << " | " << m.logical_cpus << " CPUs | flush " << m.flush_instruction
      << " | simd " << m.simd << " | " << m.kernel << "\n";
@@ -482,6 +487,7 @@ std::string ToJson(const BenchReport& r) {
   j.UintMember("count_keys", c.count_keys.value_or(0));
   j.BoolMember("check", c.check);
   j.BoolMember("persist_probe", c.persist_probe);
+  j.UintMember("repeat", static_cast<uint64_t>(c.repeat));
   j.EndObject();
   j.Key("tables");
   j.BeginArray();

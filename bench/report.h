@@ -9,11 +9,12 @@
 //   build   {version, git_commit, git_dirty, build_type, compiler}
 //   machine {cpu_model, logical_cpus, flush_instruction, simd, kernel, pool_fs}
 //   config  {indexes[], durabilities[], keys, threads[], seed, pool_path, keep_pool, pool_size,
-//            pin, reference, count_keys, check, persist_probe}
+//            pin, reference, count_keys, check, persist_probe, repeat}
 //   tables[] {threads, reference: row|null, rows[]: row, persist_limits[]: probe}
 //   row     {index, durability, kind, threads, pool_size, kept_pool, error: string|null,
 //            load_factor, dram_bytes,
-//            phases[] {name, op, threads, ops, seconds, mops, ratio: number|null, error},
+//            phases[] {name, op, threads, ops, seconds, mops, ratio: number|null, error,
+//                      samples_mops[]: every repetition (empty or one element for one run)},
 //            stats {size, capacity_slots, load_factor, pm_bytes, dram_bytes, pool_bytes,
 //                   global_depth, buckets, splits, doublings} | null,
 //            counting {keys, error, insert: traffic, erase: traffic} | null}

@@ -37,6 +37,10 @@ struct BenchConfig {
   std::optional<uint64_t> count_keys;
   bool check = false;                      // CheckInvariants after the insert phase (untimed)
   bool persist_probe = true;               // measure the one-persist limit (adr / eadr rows)
+  // Run every timed row (reference, indexes, probe) this many times, each on a fresh table, and
+  // report each phase's fastest run: the least disturbed estimate on a shared machine. The
+  // counting pass runs once.
+  int repeat = 1;
 };
 
 struct BuildInfo {

@@ -66,6 +66,9 @@ struct PhaseResult {
   uint64_t ops = 0;       // operations completed (all of them unless a failure stopped a thread)
   double seconds = 0;     // wall time from the start barrier to the end of the last thread
   Status failure;         // the first unexpected result, OK if none
+  // With repetitions (BenchConfig::repeat), ops/seconds are those of the fastest repetition and
+  // this holds the Mops/s of every repetition, in order. Empty for a single run.
+  std::vector<double> samples;
 
   bool ok() const { return failure.ok(); }
   double mops() const { return seconds > 0 ? static_cast<double>(ops) / seconds / 1e6 : 0; }

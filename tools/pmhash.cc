@@ -91,6 +91,8 @@ constexpr FlagSpec kBenchFlags[] = {
     {"count-keys", "N", "keys of the persistence-counting pass (default: --keys; 0: skip it)"},
     {"check", "", "run CheckInvariants after the insert phase (untimed)"},
     {"no-probe", "", "skip the persist-limit probe (store + flush + fence on random lines)"},
+    {"repeat", "R", "run every timed row R times on fresh tables and report each phase's\n"
+                    "fastest run (default 1; for shared, noisy machines)"},
     {"quiet", "", "no progress lines on stderr"},
     kHelpFlag,
 };
@@ -300,6 +302,12 @@ int RunBenchCommand(const Command& cmd, std::span<char* const> words) {
     }
     c.check = args.Has("check");
     c.persist_probe = !args.Has("no-probe");
+    if (auto v = args.Value("repeat")) {
+      uint64_t r = 0;
+      PMHASH_RETURN_IF_ERROR(ParseU64(*v, "--repeat", &r));
+      if (r < 1 || r > 100) return Status::InvalidArgument("--repeat must be in [1, 100]");
+      c.repeat = static_cast<int>(r);
+    }
     return bench::ResolveConfig(&c);
   };
   if (Status s = parse(); !s.ok()) return Usage(s);
