@@ -360,6 +360,22 @@ TEST(PoolCorrupt, IncompleteCreationIsRecreated) {
   EXPECT_EQ((*r)->Size(), 100u);
 }
 
+// A crash during creation before the "creating" magic became durable leaves a zero magic: the file
+// is unformatted (src/pm/pool.cc), refused by kOpenExisting and formatted by kOpenOrCreate.
+TEST(PoolCorrupt, ZeroMagicIsUnformatted) {
+  ScopedPath p("zero_magic");
+  ASSERT_NO_FATAL_FAILURE(MakeRehPool(p.path(), 200));
+  const char zero[8] = {};
+  ASSERT_TRUE(PatchFile(p.path(), 0, zero, 8));
+  Status s = OpenRehStatus(p.path(), OpenMode::kOpenExisting);
+  EXPECT_TRUE(s.IsCorruption()) << s.ToString();
+  EXPECT_EQ(FileSize(p.path()), kSmallPool);
+  auto r = Reh::Open(RehOptions(p.path(), OpenMode::kOpenOrCreate));
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ((*r)->Size(), 0u);
+  EXPECT_TRUE((*r)->CheckInvariants().ok());
+}
+
 TEST(PoolCorrupt, FlippedHeaderBytes) {
   ScopedPath p("flipped");
   ASSERT_NO_FATAL_FAILURE(MakeRehPool(p.path(), 300));
