@@ -143,7 +143,8 @@ constexpr std::string_view kCheckDetails =
     "closed cleanly), 1 otherwise (the pool is left as it was found, apart from the recovery).\n";
 
 constexpr std::string_view kKvDetails =
-    "put upserts (inserts or overwrites) and creates the pool if it does not exist; get prints\n"
+    "put upserts (inserts or overwrites) and creates the pool if it does not exist (or formats\n"
+    "an empty file, or a file or devdax device whose first 8 bytes are zero); get prints\n"
     "the value in decimal; del erases. KEY and VALUE are unsigned 64-bit integers, decimal or\n"
     "0x-prefixed hex. get and del exit 1 if the key is absent.\n";
 
@@ -418,9 +419,10 @@ Result<std::unique_ptr<Index>> OpenPool(const std::string& path,
     }
     PMHASH_RETURN_IF_ERROR(ApplyStoredParams(header.value(), &o));
     o.mode = OpenMode::kOpenExisting;
-  } else if (header.status().IsNotFound() && may_create) {
+  } else if (may_create && (header.status().IsNotFound() || IsUnformatted(path))) {
+    // A missing file is created; an empty file or a zero-magic file/device is formatted.
     kind = want_kind ? *want_kind : "reh";
-    o.mode = OpenMode::kCreateExclusive;
+    o.mode = header.status().IsNotFound() ? OpenMode::kCreateExclusive : OpenMode::kOpenOrCreate;
     o.pool_size = create_size;
   } else {
     return header.status();

@@ -5,6 +5,7 @@
 #include <unistd.h>
 #include <xxhash.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstddef>
 #include <cstdio>
@@ -73,6 +74,9 @@ Result<PoolHeaderView> ReadPoolHeader(const std::string& path) {
     h.magic = PoolHeaderView::MagicState::kFinal;
   } else if (std::memcmp(b.data(), pm::kPoolMagicCreating, 8) == 0) {
     h.magic = PoolHeaderView::MagicState::kCreating;
+  } else if (std::all_of(b.begin(), b.begin() + 8, [](uint8_t c) { return c == 0; })) {
+    return Status::Corruption("not a pmhash pool (unformatted: zero magic; creating a pool "
+                              "here would format it): " + path);
   } else {
     return Status::Corruption("not a pmhash pool (bad magic): " + path);
   }
@@ -104,6 +108,24 @@ Result<PoolHeaderView> ReadPoolHeader(const std::string& path) {
     h.roots[i] = Load<uint64_t>(b, offsetof(PoolHeader, roots) + sizeof(uint64_t) * static_cast<size_t>(i));
   }
   return h;
+}
+
+bool IsUnformatted(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  struct stat st;
+  bool result = false;
+  if (fstat(fd, &st) == 0 && (S_ISREG(st.st_mode) || S_ISCHR(st.st_mode))) {
+    if (S_ISREG(st.st_mode) && st.st_size == 0) {
+      result = true;
+    } else {
+      uint8_t magic[8];
+      result = pread(fd, magic, sizeof(magic), 0) == static_cast<ssize_t>(sizeof(magic)) &&
+               std::all_of(magic, magic + 8, [](uint8_t c) { return c == 0; });
+    }
+  }
+  close(fd);
+  return result;
 }
 
 std::string DescribeParams(const PoolHeaderView& h) {

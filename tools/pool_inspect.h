@@ -53,6 +53,10 @@ struct PoolHeaderView {
 // pmhash magic (kCorruption "not a pmhash pool").
 Result<PoolHeaderView> ReadPoolHeader(const std::string& path);
 
+// True if `path` exists and holds no pool yet: an empty regular file, or a file or device whose
+// first 8 bytes (the magic) are zero. Opening it with a create mode formats it.
+bool IsUnformatted(const std::string& path);
+
 // "layout_version=1 bucket_bytes=256 ..." for kinds this build knows, else a hex dump.
 std::string DescribeParams(const PoolHeaderView& h);
 
