@@ -44,7 +44,9 @@ Result<uint64_t> ChunkAllocator::Allocate(uint32_t n) {
     while (run < n && !TestLocked(i + run)) run++;
     if (run == n) {
       SetLocked(i, n, true);
-      if (n == 1 && i == hint_) hint_ = i + 1;
+      // Every chunk in [hint_, i) was found in use and none below hint_ is free, so a single
+      // chunk at i moves the hint past it. (A run of n > 1 may have skipped shorter free gaps.)
+      if (n == 1 || i == hint_) hint_ = i + n;
       return heap_offset_ + i * chunk_size_;
     }
     i += run;
