@@ -389,7 +389,7 @@ TYPED_TEST(StressTest, ForEachDuringGrowth) {
   ASSERT_NO_FATAL_FAILURE(this->Open(HashMode::kStrong));
   const int nwriters = std::max(1, this->threads_ - 1);
   const uint64_t stable = Scaled(20000, 10);
-  const uint64_t per_writer = Scaled(200000, 20) / nwriters;
+  const uint64_t per_writer = Scaled(200000, 4) / nwriters;  // the race needs growth
   auto* ix = this->idx_.get();
   auto stable_key = [](uint64_t i) { return SplitMix64(i) | 1; };
   auto writer_key = [](int t, uint64_t i) {
