@@ -47,7 +47,8 @@ struct Options {
   OpenMode mode = OpenMode::kOpenOrCreate;
   Durability durability = Durability::kAdr;
 
-  // Hashing, recorded in the pool header on create; on open the stored values must match.
+  // Hashing, recorded in the pool header on create. On open, hash_mode must match the pool's
+  // (kInvalidArgument otherwise); hash_seed is ignored and the pool's stored seed is used.
   HashMode hash_mode = HashMode::kStrong;
   uint64_t hash_seed = 0x9e3779b97f4a7c15ULL;
 

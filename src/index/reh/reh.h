@@ -370,9 +370,10 @@ Status Reh<P>::Recover() {
   alloc.Reset();
   const uint64_t first = pool_->root(0);
 
-  // Walk 1: reachability (cycles and stray offsets are rejected by MarkReachable) and GD.
+  // Walk 1: reachability (cycles and stray offsets are rejected by MarkReachable) and depths.
   uint32_t gd = 0;
   uint64_t buckets = 0;
+  std::vector<uint8_t> depths;
   for (uint64_t off = first; off != 0;) {
     if (Status s = alloc.MarkReachable(off); !s.ok()) {
       return Status::Corruption("reh: bucket chain: " + std::string(s.message()));
@@ -385,13 +386,31 @@ Status Reh<P>::Recover() {
     }
     gd = std::max(gd, ld);
     buckets++;
+    depths.push_back(static_cast<uint8_t>(ld));
     off = HeaderOffset(h);
   }
   if (buckets == 0) return Status::Corruption("reh: pool has no bucket chain (root 0 is empty)");
 
-  // The directory: 2^gd entries. A hostile chain could ask for a huge one; refuse what cannot
-  // be a tiling of `buckets` buckets before allocating (2^gd <= buckets * 2^(gd - 1) always
-  // holds for a valid tiling, and gd <= max_depth bounds it).
+  // I3 before any allocation: the depths must tile the hash space in prefix order. A hostile
+  // chain asking for a huge directory (one bucket claiming depth 32) is refused here, not by
+  // running out of memory.
+  {
+    uint64_t pos = 0;
+    const uint64_t entries = uint64_t{1} << gd;
+    for (const uint8_t ld : depths) {
+      const uint64_t stride = uint64_t{1} << (gd - ld);
+      if (pos % stride != 0 || pos + stride > entries) {
+        return Status::Corruption("reh: bucket depths do not tile the hash space");
+      }
+      pos += stride;
+    }
+    if (pos != entries) {
+      return Status::Corruption("reh: bucket chain covers " + std::to_string(pos) + " of " +
+                                std::to_string(entries) + " directory entries");
+    }
+  }
+
+  // The directory: 2^gd entries.
   auto dir = std::make_unique<Directory>();
   dir->depth = gd;
   dir->entries = HugeArray<std::atomic<Meta*>>(size_t{1} << gd);
@@ -648,20 +667,15 @@ Status Reh<P>::Double(const Directory* seen) {
 
 template <pm::PersistPolicy P>
 void Reh<P>::ForEach(const std::function<void(Key, Value)>& fn) const {
-  // Snapshot the metadata addresses (stable), then visit bucket by bucket under each lock.
-  std::vector<const Meta*> metas;
-  {
-    LockGuard<SpinLock> g(meta_mu_);
-    metas.reserve(meta_count_.load(std::memory_order_relaxed));
-    for (size_t b = 0; b < meta_blocks_.size(); b++) {
-      const size_t used = b + 1 == meta_blocks_.size() ? meta_block_used_ : meta_blocks_[b].size();
-      for (size_t i = 0; i < used; i++) metas.push_back(&meta_blocks_[b][i]);
-    }
-  }
+  // Walk the hash space in prefix order: lock the bucket covering `cursor`, take its pairs, move
+  // the cursor past its range. Splits only cut ranges and never move a key out of the range of
+  // its hash, so a key present for the whole walk is visited exactly once.
   std::vector<std::pair<Key, Value>> pairs;
-  for (const Meta* m : metas) {
+  for (uint64_t cursor = 0;;) {
     pairs.clear();
-    m->lock.Lock();
+    const Meta* m = LockBucket(cursor);
+    const uint32_t shift = 64 - m->depth();
+    const bool last = (cursor >> shift) == (~uint64_t{0} >> shift);
     const PmBucket* b = Bucket(m);
     for (uint32_t c = m->bitmap.load(std::memory_order_relaxed); c; c &= c - 1) {
       const int j = std::countr_zero(c);
@@ -670,6 +684,8 @@ void Reh<P>::ForEach(const std::function<void(Key, Value)>& fn) const {
     }
     m->lock.Unlock();
     for (const auto& [k, v] : pairs) fn(k, v);
+    if (last) break;
+    cursor = ((cursor >> shift) + 1) << shift;
   }
 }
 
