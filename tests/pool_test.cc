@@ -797,6 +797,37 @@ TEST(ChunkAllocator, MarkReachableAndReset) {
   EXPECT_EQ(a.dram_bytes(), sizeof(uint64_t));
 }
 
+// Regression: after recovery (Reset + MarkReachable of a dense prefix, as every reopen does), the
+// hint stayed at chunk 0 and every single-chunk allocation rescanned the used prefix: inserts
+// became quadratic in the table size. Allocation must stay O(1) amortised.
+TEST(ChunkAllocator, AllocationAfterRecoveryDoesNotRescanTheHeap) {
+  constexpr uint64_t kChunks = 1 << 16, kUsed = 1 << 15, kAllocs = 4096;
+  pm::ChunkAllocator a(4096, 256, kChunks);
+  a.Reset();
+  for (uint64_t i = 0; i < kUsed; i++) ASSERT_TRUE(a.MarkReachable(4096 + i * 256).ok());
+  const uint64_t before = a.scan_steps();
+  for (uint64_t i = 0; i < kAllocs; i++) {
+    auto r = a.Allocate();
+    ASSERT_TRUE(r.ok());
+    EXPECT_EQ(r.value(), 4096 + (kUsed + i) * 256);
+  }
+  // The first allocation may walk the used prefix (a word at a time); the rest must not.
+  EXPECT_LT(a.scan_steps() - before, kUsed / 64 + 4 * kAllocs);
+}
+
+// Freeing an already free chunk changes nothing (and does not corrupt the used count).
+TEST(ChunkAllocator, DoubleFreeIsHarmless) {
+  pm::ChunkAllocator a(4096, 256, 8);
+  auto r = a.Allocate(2);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(a.used_chunks(), 2u);
+  a.Free(r.value(), 2);
+  a.Free(r.value(), 2);
+  EXPECT_EQ(a.used_chunks(), 0u);
+  ASSERT_TRUE(a.Allocate(8).ok());
+  EXPECT_EQ(a.used_chunks(), 8u);
+}
+
 // ============================================================================================
 // TrafficCounters and Persister
 // ============================================================================================

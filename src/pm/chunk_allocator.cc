@@ -13,16 +13,14 @@ ChunkAllocator::ChunkAllocator(uint64_t heap_offset, uint32_t chunk_size, uint64
 
 void ChunkAllocator::SetLocked(uint64_t i, uint64_t n, bool used) {
   for (uint64_t j = i; j < i + n; j++) {
+    const uint64_t bit = uint64_t{1} << (j & 63);
+    if (static_cast<bool>(bits_[j >> 6] & bit) == used) continue;  // e.g. a double Free
+    bits_[j >> 6] ^= bit;
     if (used) {
-      bits_[j >> 6] |= uint64_t{1} << (j & 63);
+      used_++;
     } else {
-      bits_[j >> 6] &= ~(uint64_t{1} << (j & 63));
+      used_--;
     }
-  }
-  if (used) {
-    used_ += n;
-  } else {
-    used_ -= n;
   }
 }
 
@@ -31,6 +29,7 @@ Result<uint64_t> ChunkAllocator::Allocate(uint32_t n) {
   LockGuard<SpinLock> g(mu_);
   uint64_t i = hint_;
   while (i + n <= chunk_count_) {
+    scan_steps_++;
     // Skip full words quickly.
     if ((i & 63) == 0 && bits_[i >> 6] == ~uint64_t{0}) {
       i += 64;
@@ -99,6 +98,11 @@ bool ChunkAllocator::IsUsed(uint64_t offset) const {
   if (!ValidChunk(offset)) return false;
   LockGuard<SpinLock> g(mu_);
   return TestLocked((offset - heap_offset_) / chunk_size_);
+}
+
+uint64_t ChunkAllocator::scan_steps() const {
+  LockGuard<SpinLock> g(mu_);
+  return scan_steps_;
 }
 
 uint64_t ChunkAllocator::used_chunks() const {

@@ -40,6 +40,8 @@ class ChunkAllocator {
   bool IsUsed(uint64_t offset) const PMHASH_EXCLUDES(mu_);
 
   uint64_t used_chunks() const PMHASH_EXCLUDES(mu_);
+  // Loop steps Allocate() has taken so far (for tests: allocation must stay O(1) amortised).
+  uint64_t scan_steps() const PMHASH_EXCLUDES(mu_);
   uint64_t chunk_count() const { return chunk_count_; }
   uint32_t chunk_size() const { return chunk_size_; }
   uint64_t heap_offset() const { return heap_offset_; }
@@ -56,6 +58,7 @@ class ChunkAllocator {
   std::vector<uint64_t> bits_ PMHASH_GUARDED_BY(mu_);
   uint64_t used_ PMHASH_GUARDED_BY(mu_) = 0;
   uint64_t hint_ PMHASH_GUARDED_BY(mu_) = 0;  // no free chunk below this index
+  uint64_t scan_steps_ PMHASH_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace pmhash::pm
