@@ -79,9 +79,11 @@ Status ResolveConfig(BenchConfig* c) {
   }
   if (c->threads.empty()) return Status::InvalidArgument("no thread count given");
   for (int t : c->threads) {
-    if (t < 1 || t > kMaxThreads) return Status::InvalidArgument("thread counts must be in [1, 1024]");
+    if (t < 1 || t > kMaxThreads)
+      return Status::InvalidArgument("thread counts must be in [1, 1024]");
   }
-  if (c->repeat < 1 || c->repeat > 100) return Status::InvalidArgument("repeat must be in [1, 100]");
+  if (c->repeat < 1 || c->repeat > 100)
+    return Status::InvalidArgument("repeat must be in [1, 100]");
   if (!c->count_keys) c->count_keys = c->keys;
   if (*c->count_keys > c->keys) {
     return Status::InvalidArgument("the counting pass cannot use more keys than --keys");
@@ -139,19 +141,19 @@ Status RunBench(const BenchConfig& config, BenchListener* listener, BenchReport*
     const RunnerOptions ro{threads, c.pin};
     for (int rep = 0; rep < c.repeat; rep++) {
       const bool last = rep + 1 == c.repeat;
-      const std::string tag = "t=" + std::to_string(threads) +
-                              (c.repeat > 1 ? " run " + std::to_string(rep + 1) + "/" +
-                                                  std::to_string(c.repeat)
-                                            : std::string()) +
-                              " ";
+      const std::string tag =
+          "t=" + std::to_string(threads) +
+          (c.repeat > 1 ? " run " + std::to_string(rep + 1) + "/" + std::to_string(c.repeat)
+                        : std::string()) +
+          " ";
       if (c.persist_probe) {
         size_t slot = 0;
         for (const Durability d : c.durabilities) {
           if (d != Durability::kAdr && d != Durability::kEadr) continue;
           l.OnProgress(tag + "persist limit (" + std::string(DurabilityName(d)) + ")");
           PMHASH_RETURN_IF_ERROR(main_file->Truncate());
-          PersistProbeResult p = RunPersistProbe(main_file->path(), ProbeRegionBytes(c.keys), d,
-                                                 ro, ProbeOps(c.keys), c.seed);
+          PersistProbeResult p = RunPersistProbe(main_file->path(), ProbeRegionBytes(c.keys), d, ro,
+                                                 ProbeOps(c.keys), c.seed);
           if (rep == 0) {
             table.persist_limits.push_back(std::move(p));
           } else if (p.failure.ok() && p.mops() > table.persist_limits[slot].mops()) {
@@ -162,9 +164,8 @@ Status RunBench(const BenchConfig& config, BenchListener* listener, BenchReport*
       }
       if (c.reference) {
         const std::string prefix = tag + "absl: ";
-        RowResult ref = RunReferenceRow(phases, ro, [&](std::string_view what) {
-          l.OnProgress(prefix + std::string(what));
-        });
+        RowResult ref = RunReferenceRow(
+            phases, ro, [&](std::string_view what) { l.OnProgress(prefix + std::string(what)); });
         if (rep == 0) {
           table.reference = std::move(ref);
           StartSamples(&*table.reference);

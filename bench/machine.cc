@@ -42,14 +42,22 @@ std::string FsName(const std::string& dir) {
   struct statfs st;
   if (dir.empty() || statfs(dir.c_str(), &st) != 0) return "unknown";
   switch (static_cast<unsigned long>(st.f_type)) {
-    case 0x01021994: return "tmpfs";
-    case 0xEF53: return "ext4";
-    case 0x58465342: return "xfs";
-    case 0x9123683E: return "btrfs";
-    case 0x794c7630: return "overlayfs";
-    case 0x6969: return "nfs";
-    case 0x858458f6: return "ramfs";
-    default: break;
+    case 0x01021994:
+      return "tmpfs";
+    case 0xEF53:
+      return "ext4";
+    case 0x58465342:
+      return "xfs";
+    case 0x9123683E:
+      return "btrfs";
+    case 0x794c7630:
+      return "overlayfs";
+    case 0x6969:
+      return "nfs";
+    case 0x858458f6:
+      return "ramfs";
+    default:
+      break;
   }
   char buf[32];
   std::snprintf(buf, sizeof(buf), "fs-magic-%#lx", static_cast<unsigned long>(st.f_type));

@@ -37,7 +37,9 @@ std::string PadLeft(std::string s, size_t w) {
   return s;
 }
 
-std::string Mib(uint64_t bytes) { return Fixed(static_cast<double>(bytes) / (1 << 20), 1) + " MiB"; }
+std::string Mib(uint64_t bytes) {
+  return Fixed(static_cast<double>(bytes) / (1 << 20), 1) + " MiB";
+}
 
 std::string ShortCommit(const BuildInfo& b) {
   std::string c = b.git_commit.size() > 12 ? b.git_commit.substr(0, 12) : b.git_commit;
@@ -143,11 +145,21 @@ class JsonWriter {
     for (const char ch : s) {
       const auto c = static_cast<unsigned char>(ch);
       switch (c) {
-        case '"': out_ += "\\\""; break;
-        case '\\': out_ += "\\\\"; break;
-        case '\n': out_ += "\\n"; break;
-        case '\t': out_ += "\\t"; break;
-        case '\r': out_ += "\\r"; break;
+        case '"':
+          out_ += "\\\"";
+          break;
+        case '\\':
+          out_ += "\\\\";
+          break;
+        case '\n':
+          out_ += "\\n";
+          break;
+        case '\t':
+          out_ += "\\t";
+          break;
+        case '\r':
+          out_ += "\\r";
+          break;
         default:
           if (c < 0x20) {
             char buf[8];
@@ -303,8 +315,8 @@ void WriteBanner(std::ostream& os, const BenchReport& r) {
      << (c.pin ? ", pinned" : "")
      << (c.repeat > 1 ? ", best of " + std::to_string(c.repeat) + " runs" : "") << "\n";
   const MachineInfo& m = r.machine;
-  os << "machine: " << m.cpu_model << " | " << m.logical_cpus << " CPUs | flush " << m.flush_instruction
-     << " | simd " << m.simd << " | " << m.kernel << "\n";
+  os << "machine: " << m.cpu_model << " | " << m.logical_cpus << " CPUs | flush "
+     << m.flush_instruction << " | simd " << m.simd << " | " << m.kernel << "\n";
   os << "pool:    " << c.pool_path << " (" << m.pool_fs << ")"
      << (c.keep_pool ? ", kept" : ", removed at exit") << "\n";
   os << "build:   pmhash " << r.build.version << " " << ShortCommit(r.build) << ", "
@@ -412,8 +424,9 @@ void WriteTable(std::ostream& os, const BenchReport& r, const TableResult& t) {
     for (const auto& row : t.rows) {
       if (!row.counting || !row.counting->failure.ok()) continue;
       const CountingPass& c = *row.counting;
-      for (const auto& [name, tr] : {std::pair<const char*, const TrafficPerOp*>{"insert", &c.insert},
-                                     {"erase", &c.erase}}) {
+      for (const auto& [name, tr] :
+           {std::pair<const char*, const TrafficPerOp*>{"insert", &c.insert},
+            {"erase", &c.erase}}) {
         os << "  " << PadRight(row.Label(), label_w - 2) << PadRight(name, 8)
            << PadLeft(Fixed(tr->persists, 3), 10) << PadLeft(Fixed(tr->fences, 3), 10)
            << PadLeft(Fixed(tr->flushed_lines, 3), 10) << PadLeft(Fixed(tr->nt_bytes, 1), 10)
@@ -539,12 +552,11 @@ std::string ToCsv(const BenchReport& r) {
         const Status& err = p.ok() ? row.error : p.failure;
         os << CsvField(r.build.git_commit) << ',' << (r.build.git_dirty ? "true" : "false") << ','
            << CsvField(r.started_at) << ',' << CsvField(r.machine.cpu_model) << ','
-           << CsvField(r.machine.flush_instruction) << ',' << r.config.seed << ','
-           << r.config.keys << ',' << t.threads << ',' << CsvField(row.index) << ','
-           << row.durability << ',' << RowKindName(row.kind) << ',' << p.threads << ','
-           << CsvField(p.name) << ',' << p.ops << ',' << CsvNumber(p.seconds) << ','
-           << CsvNumber(p.ok() ? p.mops() : NAN) << ',' << CsvNumber(ratio) << ','
-           << CsvNumber(row.load_factor) << ','
+           << CsvField(r.machine.flush_instruction) << ',' << r.config.seed << ',' << r.config.keys
+           << ',' << t.threads << ',' << CsvField(row.index) << ',' << row.durability << ','
+           << RowKindName(row.kind) << ',' << p.threads << ',' << CsvField(p.name) << ',' << p.ops
+           << ',' << CsvNumber(p.seconds) << ',' << CsvNumber(p.ok() ? p.mops() : NAN) << ','
+           << CsvNumber(ratio) << ',' << CsvNumber(row.load_factor) << ','
            << (cp ? CsvNumber(cp->insert.persists) : "") << ','
            << (cp ? CsvNumber(cp->insert.fences) : "") << ','
            << (cp ? CsvNumber(cp->insert.flushed_lines) : "") << ','
@@ -557,9 +569,9 @@ std::string ToCsv(const BenchReport& r) {
     for (const auto& p : t.persist_limits) {
       os << CsvField(r.build.git_commit) << ',' << (r.build.git_dirty ? "true" : "false") << ','
          << CsvField(r.started_at) << ',' << CsvField(r.machine.cpu_model) << ','
-         << CsvField(r.machine.flush_instruction) << ',' << r.config.seed << ','
-         << r.config.keys << ',' << t.threads << ",persist-limit," << DurabilityName(p.durability)
-         << ",probe," << p.threads << ",persist," << p.ops << ',' << CsvNumber(p.seconds) << ','
+         << CsvField(r.machine.flush_instruction) << ',' << r.config.seed << ',' << r.config.keys
+         << ',' << t.threads << ",persist-limit," << DurabilityName(p.durability) << ",probe,"
+         << p.threads << ",persist," << p.ops << ',' << CsvNumber(p.seconds) << ','
          << CsvNumber(p.failure.ok() ? p.mops() : NAN) << ",,,,,,,"
          << (p.failure.ok() ? "" : CsvField(p.failure.ToString())) << '\n';
     }

@@ -22,21 +22,21 @@
 namespace pmhash::bench {
 
 struct BenchConfig {
-  std::vector<std::string> indexes;        // registered index names; empty: all
+  std::vector<std::string> indexes;  // registered index names; empty: all
   std::vector<Durability> durabilities = {Durability::kAdr};
   uint64_t keys = 10'000'000;
-  std::vector<int> threads = {1};          // one table per entry
+  std::vector<int> threads = {1};  // one table per entry
   uint64_t seed = 1;
-  std::string pool_path;                   // empty: a temporary file in DefaultPoolDir()
-  bool keep_pool = false;                  // keep the pool file(s) after the run
-  uint64_t pool_size = 0;                  // bytes; 0: estimated from the key count per index
+  std::string pool_path;   // empty: a temporary file in DefaultPoolDir()
+  bool keep_pool = false;  // keep the pool file(s) after the run
+  uint64_t pool_size = 0;  // bytes; 0: estimated from the key count per index
   bool pin = false;
-  bool reference = true;                   // run the absl::flat_hash_map row
+  bool reference = true;  // run the absl::flat_hash_map row
   // Keys inserted (then erased) by the separate persistence-counting pass; 0 skips it.
   // The driver's default is `keys`, so the counters describe the same table size.
   std::optional<uint64_t> count_keys;
-  bool check = false;                      // CheckInvariants after the insert phase (untimed)
-  bool persist_probe = true;               // measure the one-persist limit (adr / eadr rows)
+  bool check = false;         // CheckInvariants after the insert phase (untimed)
+  bool persist_probe = true;  // measure the one-persist limit (adr / eadr rows)
   // Run every timed row (reference, indexes, probe) this many times, each on a fresh table, and
   // report each phase's fastest run: the least disturbed estimate on a shared machine. The
   // counting pass runs once.
@@ -53,11 +53,11 @@ struct BuildInfo {
 
 struct MachineInfo {
   std::string cpu_model;
-  int logical_cpus = 0;      // CPUs this process may run on
+  int logical_cpus = 0;  // CPUs this process may run on
   std::string flush_instruction;
   std::string simd;
   std::string kernel;
-  std::string pool_fs;       // file system of the pool directory ("tmpfs", "ext4", ...)
+  std::string pool_fs;  // file system of the pool directory ("tmpfs", "ext4", ...)
 };
 
 // Persistence traffic averaged per operation (TrafficStats / operations).
@@ -138,7 +138,7 @@ struct TableResult {
 };
 
 struct BenchReport {
-  BenchConfig config;      // as run: defaults resolved (indexes, count_keys, pool path)
+  BenchConfig config;  // as run: defaults resolved (indexes, count_keys, pool path)
   BuildInfo build;
   MachineInfo machine;
   std::string started_at;  // UTC, ISO 8601

@@ -38,9 +38,12 @@ inline void Progress(const RowConfig& c, const std::string& what) {
 // Size expected after `phase` given the size before it.
 inline int64_t SizeDelta(const PhaseResult& p) {
   switch (p.op) {
-    case Op::kInsert: return static_cast<int64_t>(p.ops);
-    case Op::kErase: return -static_cast<int64_t>(p.ops);
-    default: return 0;
+    case Op::kInsert:
+      return static_cast<int64_t>(p.ops);
+    case Op::kErase:
+      return -static_cast<int64_t>(p.ops);
+    default:
+      return 0;
   }
 }
 

@@ -13,11 +13,16 @@ namespace pmhash::bench {
 
 std::string_view OpName(Op op) {
   switch (op) {
-    case Op::kInsert: return "insert";
-    case Op::kFindHit: return "find+";
-    case Op::kFindMiss: return "find-";
-    case Op::kUpdate: return "update";
-    case Op::kErase: return "erase";
+    case Op::kInsert:
+      return "insert";
+    case Op::kFindHit:
+      return "find+";
+    case Op::kFindMiss:
+      return "find-";
+    case Op::kUpdate:
+      return "update";
+    case Op::kErase:
+      return "erase";
   }
   return "?";
 }
@@ -89,9 +94,8 @@ PhaseResult RunOnThreads(const PhaseSpec& spec, const RunnerOptions& ro,
       if (ro.pin) {
         const int cpu = cpus[static_cast<size_t>(t) % cpus.size()];
         if (!PinThisThread(cpu)) {
-          pin_failures[static_cast<size_t>(t)] =
-              Status::IOError("cannot pin thread " + std::to_string(t) + " to CPU " +
-                              std::to_string(cpu));
+          pin_failures[static_cast<size_t>(t)] = Status::IOError(
+              "cannot pin thread " + std::to_string(t) + " to CPU " + std::to_string(cpu));
         }
       }
       ready.fetch_add(1, std::memory_order_acq_rel);

@@ -49,7 +49,7 @@ concept BenchTable = requires(T& t, const T& ct, uint64_t k, uint64_t* out) {
 };
 
 struct PhaseSpec {
-  std::string name;               // column label: "insert", "find+", "find-", "erase"
+  std::string name;  // column label: "insert", "find+", "find-", "erase"
   Op op = Op::kInsert;
   std::span<const uint64_t> keys;  // every key is used once, split among the threads
 };
@@ -63,9 +63,9 @@ struct PhaseResult {
   std::string name;
   Op op = Op::kInsert;
   int threads = 1;
-  uint64_t ops = 0;       // operations completed (all of them unless a failure stopped a thread)
-  double seconds = 0;     // wall time from the start barrier to the end of the last thread
-  Status failure;         // the first unexpected result, OK if none
+  uint64_t ops = 0;    // operations completed (all of them unless a failure stopped a thread)
+  double seconds = 0;  // wall time from the start barrier to the end of the last thread
+  Status failure;      // the first unexpected result, OK if none
   // With repetitions (BenchConfig::repeat), ops/seconds are those of the fastest repetition and
   // this holds the Mops/s of every repetition, in order. Empty for a single run.
   std::vector<double> samples;
@@ -161,11 +161,16 @@ PhaseResult RunPhase(T& table, const PhaseSpec& spec, const RunnerOptions& ro) {
   return RunOnThreads(spec, ro, [&](int t, ThreadOutcome* out) {
     const auto keys = detail::Slice(spec.keys, t, ro.threads);
     switch (spec.op) {
-      case Op::kInsert: return detail::RunSlice<Op::kInsert>(table, keys, out);
-      case Op::kFindHit: return detail::RunSlice<Op::kFindHit>(table, keys, out);
-      case Op::kFindMiss: return detail::RunSlice<Op::kFindMiss>(table, keys, out);
-      case Op::kUpdate: return detail::RunSlice<Op::kUpdate>(table, keys, out);
-      case Op::kErase: return detail::RunSlice<Op::kErase>(table, keys, out);
+      case Op::kInsert:
+        return detail::RunSlice<Op::kInsert>(table, keys, out);
+      case Op::kFindHit:
+        return detail::RunSlice<Op::kFindHit>(table, keys, out);
+      case Op::kFindMiss:
+        return detail::RunSlice<Op::kFindMiss>(table, keys, out);
+      case Op::kUpdate:
+        return detail::RunSlice<Op::kUpdate>(table, keys, out);
+      case Op::kErase:
+        return detail::RunSlice<Op::kErase>(table, keys, out);
     }
   });
 }

@@ -78,9 +78,12 @@ RowResult RunReferenceRow(std::span<const PhaseSpec> phases, const RunnerOptions
 
 std::string_view RowKindName(RowKind k) {
   switch (k) {
-    case RowKind::kReference: return "reference";
-    case RowKind::kTemplate: return "template";
-    case RowKind::kFacade: return "facade";
+    case RowKind::kReference:
+      return "reference";
+    case RowKind::kTemplate:
+      return "template";
+    case RowKind::kFacade:
+      return "facade";
   }
   return "?";
 }

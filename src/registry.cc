@@ -16,10 +16,14 @@ using OpenFn = Result<std::unique_ptr<Index>> (*)(const Options&);
 template <template <class> class I>
 Result<std::unique_ptr<Index>> OpenAnyPolicy(const Options& o) {
   switch (o.durability) {
-    case Durability::kDram: return OpenWrapped<I<pm::Dram>>(o);
-    case Durability::kAdr: return OpenWrapped<I<pm::Adr>>(o);
-    case Durability::kEadr: return OpenWrapped<I<pm::Eadr>>(o);
-    case Durability::kSim: return OpenWrapped<I<pm::Sim>>(o);
+    case Durability::kDram:
+      return OpenWrapped<I<pm::Dram>>(o);
+    case Durability::kAdr:
+      return OpenWrapped<I<pm::Adr>>(o);
+    case Durability::kEadr:
+      return OpenWrapped<I<pm::Eadr>>(o);
+    case Durability::kSim:
+      return OpenWrapped<I<pm::Sim>>(o);
   }
   return Status::InvalidArgument("unknown durability");
 }
@@ -52,8 +56,8 @@ Result<std::unique_ptr<Index>> Open(std::string_view kind, const Options& option
   }
   std::string known;
   for (const auto& e : kEntries) known += (known.empty() ? "" : ", ") + std::string(e.info.name);
-  return Status::InvalidArgument("unknown index kind '" + std::string(kind) + "' (known: " +
-                                 known + ")");
+  return Status::InvalidArgument("unknown index kind '" + std::string(kind) + "' (known: " + known +
+                                 ")");
 }
 
 }  // namespace pmhash

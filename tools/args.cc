@@ -43,8 +43,8 @@ Status ParseArgs(std::span<char* const> args, std::span<const FlagSpec> flags,
       value = std::string(name.substr(eq + 1));
       name = name.substr(0, eq);
     }
-    const auto spec = std::find_if(flags.begin(), flags.end(),
-                                   [&](const FlagSpec& f) { return f.name == name; });
+    const auto spec =
+        std::find_if(flags.begin(), flags.end(), [&](const FlagSpec& f) { return f.name == name; });
     if (spec == flags.end()) {
       return Status::InvalidArgument("unknown option '--" + std::string(name) + "' for " +
                                      std::string(command) + see);
@@ -137,12 +137,28 @@ Status ParseSize(std::string_view s, std::string_view what, uint64_t* out) {
   int shift = 0;
   if (!rest.empty()) {
     switch (rest[0]) {
-      case 'k': case 'K': shift = 10; break;
-      case 'm': case 'M': shift = 20; break;
-      case 'g': case 'G': shift = 30; break;
-      case 't': case 'T': shift = 40; break;
-      case 'b': case 'B': shift = -1; break;
-      default: return Bad(what, s, expected);
+      case 'k':
+      case 'K':
+        shift = 10;
+        break;
+      case 'm':
+      case 'M':
+        shift = 20;
+        break;
+      case 'g':
+      case 'G':
+        shift = 30;
+        break;
+      case 't':
+      case 'T':
+        shift = 40;
+        break;
+      case 'b':
+      case 'B':
+        shift = -1;
+        break;
+      default:
+        return Bad(what, s, expected);
     }
     if (shift < 0) {
       if (rest.size() != 1) return Bad(what, s, expected);
@@ -163,7 +179,8 @@ Status SplitList(std::string_view s, std::string_view what, std::vector<std::str
   size_t start = 0;
   for (;;) {
     const size_t comma = s.find(',', start);
-    const std::string_view item = s.substr(start, comma == std::string_view::npos ? s.npos : comma - start);
+    const std::string_view item =
+        s.substr(start, comma == std::string_view::npos ? s.npos : comma - start);
     if (item.empty()) {
       return Status::InvalidArgument("invalid " + std::string(what) + " '" + std::string(s) +
                                      "': empty item in comma-separated list");

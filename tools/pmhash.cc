@@ -10,6 +10,8 @@
 //
 // Exit status: 0 success; 1 the operation failed (error Status, key not found, check failed,
 // benchmark row failed); 2 usage error. The library never prints; everything printed is here.
+#include "pmhash/pmhash.h"
+
 #include <signal.h>
 #include <unistd.h>
 
@@ -30,7 +32,6 @@
 #include "bench/report.h"
 #include "bench/targets.h"
 #include "pm/pool_format.h"
-#include "pmhash/pmhash.h"
 #include "tools/args.h"
 #include "tools/pool_inspect.h"
 
@@ -79,10 +80,12 @@ constexpr FlagSpec kBenchFlags[] = {
     {"keys", "N", "number of keys (default 10M; suffixes k, M, G = 10^3, 10^6, 10^9)"},
     {"threads", "T[,T2,...]", "thread counts, one table each (default 1)"},
     {"seed", "S", "key generation seed (default 1)"},
-    {"pool", "PATH", "pool file (must not exist or be empty; default: a temporary file\n"
-                     "under /dev/shm, else $TMPDIR, else /tmp)"},
-    {"keep-pool", "", "keep the pool file(s), closed cleanly and empty after the erase phase\n"
-                      "(several rows: PATH.INDEX-MODE-tT)"},
+    {"pool", "PATH",
+     "pool file (must not exist or be empty; default: a temporary file\n"
+     "under /dev/shm, else $TMPDIR, else /tmp)"},
+    {"keep-pool", "",
+     "keep the pool file(s), closed cleanly and empty after the erase phase\n"
+     "(several rows: PATH.INDEX-MODE-tT)"},
     {"pool-size", "BYTES", "pool size (default: from the key count; K, M, G, T = 2^10...)"},
     {"pin", "", "pin thread i to the i-th allowed CPU"},
     {"json", "FILE", "also write the results as JSON"},
@@ -91,8 +94,9 @@ constexpr FlagSpec kBenchFlags[] = {
     {"count-keys", "N", "keys of the persistence-counting pass (default: --keys; 0: skip it)"},
     {"check", "", "run CheckInvariants after the insert phase (untimed)"},
     {"no-probe", "", "skip the persist-limit probe (store + flush + fence on random lines)"},
-    {"repeat", "R", "run every timed row R times on fresh tables and report each phase's\n"
-                    "fastest run (default 1; for shared, noisy machines)"},
+    {"repeat", "R",
+     "run every timed row R times on fresh tables and report each phase's\n"
+     "fastest run (default 1; for shared, noisy machines)"},
     {"quiet", "", "no progress lines on stderr"},
     kHelpFlag,
 };
@@ -359,37 +363,45 @@ int RunInfo(const Command& cmd, std::span<char* const> words) {
   };
   using MS = PoolHeaderView::MagicState;
   line("pool", h.path);
-  line("file", h.char_device ? std::string("character device (devdax)")
-                             : std::to_string(h.file_size) + " B (" + HumanBytes(h.file_size) + ")");
-  line("magic", h.magic == MS::kFinal ? "PMHASH01 (pool complete)"
-                                       : "PMHASHc1 (creation did not complete)");
-  line("format version", std::to_string(h.format_version) +
-                             (h.format_version == pm::kFormatVersion ? "" : " (not supported by this build)"));
+  line("file", h.char_device
+                   ? std::string("character device (devdax)")
+                   : std::to_string(h.file_size) + " B (" + HumanBytes(h.file_size) + ")");
+  line("magic",
+       h.magic == MS::kFinal ? "PMHASH01 (pool complete)" : "PMHASHc1 (creation did not complete)");
+  line("format version",
+       std::to_string(h.format_version) +
+           (h.format_version == pm::kFormatVersion ? "" : " (not supported by this build)"));
   line("header bytes", std::to_string(h.header_bytes));
-  line("checksum", Hex(h.checksum) + (h.checksum_ok() ? " (ok)" : " (MISMATCH, computed " +
-                                                                      Hex(h.computed_checksum) + ")"));
-  line("features", "compat " + Hex(h.compat_features) + ", incompat " + Hex(h.incompat_features) +
-                       ((h.incompat_features & ~pm::kKnownIncompatFeatures) ? " (unknown bits!)" : ""));
-  line("pool size", std::to_string(h.pool_size) + " B (" + HumanBytes(h.pool_size) + ")" +
-                        (!h.char_device && h.pool_size > h.file_size ? " (file is TRUNCATED)" : ""));
+  line("checksum",
+       Hex(h.checksum) +
+           (h.checksum_ok() ? " (ok)" : " (MISMATCH, computed " + Hex(h.computed_checksum) + ")"));
+  line("features",
+       "compat " + Hex(h.compat_features) + ", incompat " + Hex(h.incompat_features) +
+           ((h.incompat_features & ~pm::kKnownIncompatFeatures) ? " (unknown bits!)" : ""));
+  line("pool size",
+       std::to_string(h.pool_size) + " B (" + HumanBytes(h.pool_size) + ")" +
+           (!h.char_device && h.pool_size > h.file_size ? " (file is TRUNCATED)" : ""));
   line("chunks", std::to_string(h.chunk_count) + " x " + std::to_string(h.chunk_size) +
                      " B, heap at offset " + std::to_string(h.heap_offset));
   line("index kind", h.kind.empty() ? "(none)" : h.kind);
   const char* mode = h.hash_mode == 0 ? "strong" : h.hash_mode == 1 ? "collide (tests)" : "unknown";
   line("hash", std::string(mode) + ", seed " + Hex(h.hash_seed));
-  const std::string dur = h.created_durability <= 3
-                              ? std::string(DurabilityName(static_cast<Durability>(h.created_durability)))
-                              : "unknown (" + std::to_string(h.created_durability) + ")";
+  const std::string dur =
+      h.created_durability <= 3
+          ? std::string(DurabilityName(static_cast<Durability>(h.created_durability)))
+          : "unknown (" + std::to_string(h.created_durability) + ")";
   line("created", TimeOf(h.create_time_ns) + " with durability " + dur);
   line("params", std::to_string(h.params_bytes) + " B: " + DescribeParams(h));
-  line("clean shutdown", h.clean_shutdown == 1   ? "yes"
-                         : h.clean_shutdown == 0 ? "no (open now, or not closed cleanly)"
-                                                 : "invalid value " + std::to_string(h.clean_shutdown));
+  line("clean shutdown", h.clean_shutdown == 1 ? "yes"
+                         : h.clean_shutdown == 0
+                             ? "no (open now, or not closed cleanly)"
+                             : "invalid value " + std::to_string(h.clean_shutdown));
   line("open count", std::to_string(h.open_count));
   std::string roots;
   for (int i = 0; i < pm::kMaxRoots; i++) {
-    if (h.roots[i]) roots += (roots.empty() ? "" : ", ") + std::string("[") + std::to_string(i) +
-                             "] " + std::to_string(h.roots[i]);
+    if (h.roots[i])
+      roots += (roots.empty() ? "" : ", ") + std::string("[") + std::to_string(i) + "] " +
+               std::to_string(h.roots[i]);
   }
   line("roots", roots.empty() ? "(none)" : roots);
   if (!h.checksum_ok() && h.magic == MS::kFinal) {
@@ -448,10 +460,12 @@ int RunCheck(const Command& cmd, std::span<char* const> words) {
   };
   char buf[64];
   line("pool", args.positional[0]);
-  line("index", std::string(idx.kind()) + " (" + std::string(DurabilityName(idx.durability())) + ")");
+  line("index",
+       std::string(idx.kind()) + " (" + std::string(DurabilityName(idx.durability())) + ")");
   std::snprintf(buf, sizeof(buf), "%.3f s", s.recovery_seconds);
-  line("opened", std::string(s.recovered ? "after a crash (no clean-shutdown mark), recovered"
-                                         : "clean") + ", rebuild " + buf);
+  line("opened",
+       std::string(s.recovered ? "after a crash (no clean-shutdown mark), recovered" : "clean") +
+           ", rebuild " + buf);
   line("size", std::to_string(s.size) + " keys");
   std::snprintf(buf, sizeof(buf), "%.4f", s.load_factor);
   line("load factor", std::string(buf) + " (" + std::to_string(s.capacity_slots) + " slots)");
@@ -523,7 +537,8 @@ int RunList(const Command& cmd, std::span<char* const> words) {
     std::cout << info.name << "\n"
               << "  paper:  " << info.paper << "\n"
               << "  design: " << info.description << "\n"
-              << "  bench:  " << (modes.empty() ? "facade (virtual calls)" : "template fast path (" + modes + ")")
+              << "  bench:  "
+              << (modes.empty() ? "facade (virtual calls)" : "template fast path (" + modes + ")")
               << "\n";
   }
   return kExitOk;
@@ -539,7 +554,8 @@ int Main(int argc, char** argv) {
   if (first == "--help" || first == "-h" || first == "help") {
     if (first == "help" && all.size() >= 3) {
       const Command* c = FindCommand(all[2]);
-      if (!c) return Usage(Status::InvalidArgument("unknown command '" + std::string(all[2]) + "'"));
+      if (!c)
+        return Usage(Status::InvalidArgument("unknown command '" + std::string(all[2]) + "'"));
       PrintCommandHelp(std::cout, *c);
       return kExitOk;
     }

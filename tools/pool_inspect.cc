@@ -51,7 +51,8 @@ Result<PoolHeaderView> ReadPoolHeader(const std::string& path) {
   h.bytes.assign(pm::kHeaderBytes, 0);
   size_t got = 0;
   while (got < h.bytes.size()) {
-    const ssize_t n = pread(fd, h.bytes.data() + got, h.bytes.size() - got, static_cast<off_t>(got));
+    const ssize_t n =
+        pread(fd, h.bytes.data() + got, h.bytes.size() - got, static_cast<off_t>(got));
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) {
       const std::string why = std::strerror(errno);
@@ -75,8 +76,10 @@ Result<PoolHeaderView> ReadPoolHeader(const std::string& path) {
   } else if (std::memcmp(b.data(), pm::kPoolMagicCreating, 8) == 0) {
     h.magic = PoolHeaderView::MagicState::kCreating;
   } else if (std::all_of(b.begin(), b.begin() + 8, [](uint8_t c) { return c == 0; })) {
-    return Status::Corruption("not a pmhash pool (unformatted: zero magic; creating a pool "
-                              "here would format it): " + path);
+    return Status::Corruption(
+        "not a pmhash pool (unformatted: zero magic; creating a pool "
+        "here would format it): " +
+        path);
   } else {
     return Status::Corruption("not a pmhash pool (bad magic): " + path);
   }
@@ -105,7 +108,8 @@ Result<PoolHeaderView> ReadPoolHeader(const std::string& path) {
   h.clean_shutdown = Load<uint64_t>(b, offsetof(PoolHeader, clean_shutdown));
   h.open_count = Load<uint64_t>(b, offsetof(PoolHeader, open_count));
   for (int i = 0; i < pm::kMaxRoots; i++) {
-    h.roots[i] = Load<uint64_t>(b, offsetof(PoolHeader, roots) + sizeof(uint64_t) * static_cast<size_t>(i));
+    h.roots[i] =
+        Load<uint64_t>(b, offsetof(PoolHeader, roots) + sizeof(uint64_t) * static_cast<size_t>(i));
   }
   return h;
 }

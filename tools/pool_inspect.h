@@ -18,8 +18,8 @@ namespace pmhash::cli {
 
 struct PoolHeaderView {
   std::string path;
-  bool char_device = false;  // devdax
-  uint64_t file_size = 0;    // 0 for a character device
+  bool char_device = false;    // devdax
+  uint64_t file_size = 0;      // 0 for a character device
   std::vector<uint8_t> bytes;  // the header, kHeaderBytes long
 
   enum class MagicState { kFinal, kCreating, kBad };

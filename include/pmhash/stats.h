@@ -18,18 +18,18 @@ struct TrafficStats {
 };
 
 struct IndexStats {
-  uint64_t size = 0;             // live keys
-  uint64_t capacity_slots = 0;   // slots the index could hold without growing
-  double load_factor = 0;        // size / capacity_slots
-  uint64_t pm_bytes = 0;         // persistent bytes in use by the index structure
-  uint64_t dram_bytes = 0;       // DRAM used by volatile metadata (directories, fingerprints)
-  uint64_t pool_bytes = 0;       // size of the pool
-  uint32_t global_depth = 0;     // directory depth for extendible designs (0 otherwise)
-  uint64_t buckets = 0;          // buckets (REH) or segments, per index
-  uint64_t splits = 0;           // structural growth events since open
-  uint64_t doublings = 0;        // directory doublings since open
-  bool recovered = false;        // the last open found no clean-shutdown mark
-  double recovery_seconds = 0;   // time spent rebuilding DRAM state at open
+  uint64_t size = 0;            // live keys
+  uint64_t capacity_slots = 0;  // slots the index could hold without growing
+  double load_factor = 0;       // size / capacity_slots
+  uint64_t pm_bytes = 0;        // persistent bytes in use by the index structure
+  uint64_t dram_bytes = 0;      // DRAM used by volatile metadata (directories, fingerprints)
+  uint64_t pool_bytes = 0;      // size of the pool
+  uint32_t global_depth = 0;    // directory depth for extendible designs (0 otherwise)
+  uint64_t buckets = 0;         // buckets (REH) or segments, per index
+  uint64_t splits = 0;          // structural growth events since open
+  uint64_t doublings = 0;       // directory doublings since open
+  bool recovered = false;       // the last open found no clean-shutdown mark
+  double recovery_seconds = 0;  // time spent rebuilding DRAM state at open
   TrafficStats traffic;
 };
 

@@ -85,7 +85,7 @@ template <class T>
 class [[nodiscard]] Result {
  public:
   Result(T value) : value_(std::move(value)), has_value_(true) {}  // NOLINT: implicit by design
-  Result(Status status) : status_(std::move(status)) {              // NOLINT: implicit by design
+  Result(Status status) : status_(std::move(status)) {             // NOLINT: implicit by design
     if (status_.ok()) status_ = Status(Status::Code::kInvalidArgument, "Result built from OK");
   }
 
@@ -107,8 +107,8 @@ class [[nodiscard]] Result {
 }  // namespace pmhash
 
 // Propagates a non-OK Status to the caller.
-#define PMHASH_RETURN_IF_ERROR(expr)             \
-  do {                                           \
-    ::pmhash::Status _pmhash_st = (expr);        \
-    if (!_pmhash_st.ok()) return _pmhash_st;     \
+#define PMHASH_RETURN_IF_ERROR(expr)         \
+  do {                                       \
+    ::pmhash::Status _pmhash_st = (expr);    \
+    if (!_pmhash_st.ok()) return _pmhash_st; \
   } while (0)

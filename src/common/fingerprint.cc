@@ -33,7 +33,8 @@ __attribute__((target("avx512bw,avx512vl"))) uint64_t M64Avx512(const uint8_t* t
 
 SimdLevel Detect() {
   __builtin_cpu_init();
-  if (__builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl")) return SimdLevel::kAvx512;
+  if (__builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl"))
+    return SimdLevel::kAvx512;
   if (__builtin_cpu_supports("avx2")) return SimdLevel::kAvx2;
   return SimdLevel::kSse2;
 }
@@ -47,27 +48,36 @@ SimdLevel ActiveSimdLevel() {
 
 const char* SimdLevelName(SimdLevel l) {
   switch (l) {
-    case SimdLevel::kSse2: return "sse2";
-    case SimdLevel::kAvx2: return "avx2";
-    case SimdLevel::kAvx512: return "avx512bw+vl";
+    case SimdLevel::kSse2:
+      return "sse2";
+    case SimdLevel::kAvx2:
+      return "avx2";
+    case SimdLevel::kAvx512:
+      return "avx512bw+vl";
   }
   return "?";
 }
 
 uint32_t Match32With(SimdLevel l, const uint8_t* tags, uint8_t tag) {
   switch (l) {
-    case SimdLevel::kAvx512: return M32Avx512(tags, tag);
-    case SimdLevel::kAvx2: return M32Avx2(tags, tag);
-    case SimdLevel::kSse2: break;
+    case SimdLevel::kAvx512:
+      return M32Avx512(tags, tag);
+    case SimdLevel::kAvx2:
+      return M32Avx2(tags, tag);
+    case SimdLevel::kSse2:
+      break;
   }
   return M32Sse2(tags, tag);
 }
 
 uint64_t Match64With(SimdLevel l, const uint8_t* tags, uint8_t tag) {
   switch (l) {
-    case SimdLevel::kAvx512: return M64Avx512(tags, tag);
-    case SimdLevel::kAvx2: return M64Avx2(tags, tag);
-    case SimdLevel::kSse2: break;
+    case SimdLevel::kAvx512:
+      return M64Avx512(tags, tag);
+    case SimdLevel::kAvx2:
+      return M64Avx2(tags, tag);
+    case SimdLevel::kSse2:
+      break;
   }
   return M64Sse2(tags, tag);
 }
@@ -75,9 +85,12 @@ uint64_t Match64With(SimdLevel l, const uint8_t* tags, uint8_t tag) {
 uint32_t Match32(const uint8_t* tags, uint8_t tag) {
   static const auto fn = [] {
     switch (ActiveSimdLevel()) {
-      case SimdLevel::kAvx512: return &M32Avx512;
-      case SimdLevel::kAvx2: return &M32Avx2;
-      case SimdLevel::kSse2: break;
+      case SimdLevel::kAvx512:
+        return &M32Avx512;
+      case SimdLevel::kAvx2:
+        return &M32Avx2;
+      case SimdLevel::kSse2:
+        break;
     }
     return &M32Sse2;
   }();
@@ -87,9 +100,12 @@ uint32_t Match32(const uint8_t* tags, uint8_t tag) {
 uint64_t Match64(const uint8_t* tags, uint8_t tag) {
   static const auto fn = [] {
     switch (ActiveSimdLevel()) {
-      case SimdLevel::kAvx512: return &M64Avx512;
-      case SimdLevel::kAvx2: return &M64Avx2;
-      case SimdLevel::kSse2: break;
+      case SimdLevel::kAvx512:
+        return &M64Avx512;
+      case SimdLevel::kAvx2:
+        return &M64Avx2;
+      case SimdLevel::kSse2:
+        break;
     }
     return &M64Sse2;
   }();

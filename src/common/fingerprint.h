@@ -15,7 +15,8 @@ namespace pmhash {
 
 inline uint32_t Match16(const uint8_t* tags, uint8_t tag) {
   const __m128i t = _mm_loadu_si128(reinterpret_cast<const __m128i*>(tags));
-  return static_cast<uint32_t>(_mm_movemask_epi8(_mm_cmpeq_epi8(t, _mm_set1_epi8(static_cast<char>(tag)))));
+  return static_cast<uint32_t>(
+      _mm_movemask_epi8(_mm_cmpeq_epi8(t, _mm_set1_epi8(static_cast<char>(tag)))));
 }
 // Same on a 16-byte tag vector already in a register (e.g. loaded from two atomic words).
 inline uint32_t Match16(__m128i tags, uint8_t tag) {

@@ -41,7 +41,8 @@ class Hasher {
   }
   uint64_t operator()(std::string_view key) const {
     const uint64_t h = XXH3_64bits_withSeed(key.data(), key.size(), seed_);
-    if (mode_ == HashMode::kCollide) [[unlikely]] return (h & ~uint64_t{0xFF}) | (h & 3);
+    if (mode_ == HashMode::kCollide) [[unlikely]]
+      return (h & ~uint64_t{0xFF}) | (h & 3);
     return h;
   }
 

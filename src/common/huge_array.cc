@@ -23,7 +23,8 @@ void* AllocateHugeZeroed(size_t bytes) noexcept {
     return p == MAP_FAILED ? nullptr : p;
   }
   // Over-map by 2 MiB and trim to a 2 MiB-aligned window.
-  void* raw = mmap(nullptr, len + kHuge, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  void* raw =
+      mmap(nullptr, len + kHuge, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (raw == MAP_FAILED) return nullptr;
   const uintptr_t start = reinterpret_cast<uintptr_t>(raw);
   const uintptr_t aligned = (start + kHuge - 1) & ~(kHuge - 1);

@@ -28,7 +28,8 @@ class HugeArray {
     if (!data_) n_ = 0;
   }
   ~HugeArray() { FreeHuge(data_, n_ * sizeof(T)); }
-  HugeArray(HugeArray&& o) noexcept : data_(std::exchange(o.data_, nullptr)), n_(std::exchange(o.n_, 0)) {}
+  HugeArray(HugeArray&& o) noexcept
+      : data_(std::exchange(o.data_, nullptr)), n_(std::exchange(o.n_, 0)) {}
   HugeArray& operator=(HugeArray&& o) noexcept {
     std::swap(data_, o.data_);
     std::swap(n_, o.n_);

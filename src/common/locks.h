@@ -56,8 +56,7 @@ class PMHASH_CAPABILITY("shared mutex") RwSpinLock {
   void lock_shared() PMHASH_ACQUIRE_SHARED() {
     for (;;) {
       uint32_t s = state_.load(std::memory_order_relaxed);
-      if ((s & kWriter) == 0 &&
-          state_.compare_exchange_weak(s, s + 1, std::memory_order_acquire)) {
+      if ((s & kWriter) == 0 && state_.compare_exchange_weak(s, s + 1, std::memory_order_acquire)) {
         return;
       }
       CpuRelax();

@@ -86,7 +86,8 @@ Status ChunkAllocator::MarkReachable(uint64_t offset, uint32_t n) {
   LockGuard<SpinLock> g(mu_);
   for (uint64_t j = i; j < i + n; j++) {
     if (TestLocked(j)) {
-      return Status::Corruption("chunk at offset " + std::to_string(heap_offset_ + j * chunk_size_) +
+      return Status::Corruption("chunk at offset " +
+                                std::to_string(heap_offset_ + j * chunk_size_) +
                                 " is reachable twice");
     }
   }

@@ -27,14 +27,17 @@ void CrashSimulator::OnUnmap(void* base, size_t) {
   }
 }
 
-CrashSimulator::Pending& CrashSimulator::MyPending() { return pending_[std::this_thread::get_id()]; }
+CrashSimulator::Pending& CrashSimulator::MyPending() {
+  return pending_[std::this_thread::get_id()];
+}
 
 void CrashSimulator::SnapshotLines(const void* addr, size_t len) {
   if (!base_ || len == 0) return;
   const char* p = static_cast<const char*>(addr);
   if (p < base_ || p >= base_ + size_) return;  // not the simulated pool
   const size_t first = static_cast<size_t>(p - base_) / kLine;
-  const size_t last = std::min((static_cast<size_t>(p - base_) + len - 1) / kLine, size_ / kLine - 1);
+  const size_t last =
+      std::min((static_cast<size_t>(p - base_) + len - 1) / kLine, size_ / kLine - 1);
   std::lock_guard<std::mutex> g(mu_);
   Pending& pend = MyPending();
   for (size_t l = first; l <= last; l++) {
@@ -117,7 +120,8 @@ void CrashSimulator::BuildImage(const State& s, const Choice& c, char* out) {
     if (!c.word_version.empty()) {
       for (int w = 0; w < 8; w++) {
         const uint8_t v = c.word_version[i][w];
-        if (v > 0 && v <= L.versions.size()) std::memcpy(dst + w * 8, L.versions[v - 1].data() + w * 8, 8);
+        if (v > 0 && v <= L.versions.size())
+          std::memcpy(dst + w * 8, L.versions[v - 1].data() + w * 8, 8);
       }
       continue;
     }
@@ -136,13 +140,16 @@ std::string CrashSimulator::DescribeChoice(const State& s, const Choice& c) {
         w += std::to_string(c.word_version[i][j]);
         any |= c.word_version[i][j] != 0;
       }
-      if (any) out += (out.empty() ? "" : ", ") + ("line " + std::to_string(s.lines[i].index) + " words " + w);
+      if (any)
+        out += (out.empty() ? "" : ", ") +
+               ("line " + std::to_string(s.lines[i].index) + " words " + w);
       continue;
     }
     const uint8_t v = i < c.line_version.size() ? c.line_version[i] : 0;
     if (v == 0) continue;
-    out += (out.empty() ? "" : ", ") + ("line " + std::to_string(s.lines[i].index) + " -> v" + std::to_string(v) +
-                                        "/" + std::to_string(s.lines[i].versions.size()));
+    out += (out.empty() ? "" : ", ") +
+           ("line " + std::to_string(s.lines[i].index) + " -> v" + std::to_string(v) + "/" +
+            std::to_string(s.lines[i].versions.size()));
   }
   return out.empty() ? "all lines persisted" : out;
 }
@@ -154,8 +161,9 @@ void ForEachCrashChoice(const CrashSimulator::State& s, uint64_t seed, int rando
   c.line_version.assign(n, 0);
   if (!fn(c)) return;  // minimal
   if (n == 0 || s.eadr) return;
-  for (size_t i = 0; i < n; i++) c.line_version[i] = static_cast<uint8_t>(s.lines[i].versions.size());
-  if (!fn(c)) return;  // maximal
+  for (size_t i = 0; i < n; i++)
+    c.line_version[i] = static_cast<uint8_t>(s.lines[i].versions.size());
+  if (!fn(c)) return;               // maximal
   for (size_t i = 0; i < n; i++) {  // each single line, each version
     for (size_t v = 1; v <= s.lines[i].versions.size(); v++) {
       c.line_version.assign(n, 0);
@@ -179,7 +187,8 @@ void ForEachCrashChoice(const CrashSimulator::State& s, uint64_t seed, int rando
     if (s.tear_words) {
       c.word_version.resize(n);
       for (size_t i = 0; i < n; i++) {
-        for (auto& w : c.word_version[i]) w = static_cast<uint8_t>(rng() % (s.lines[i].versions.size() + 1));
+        for (auto& w : c.word_version[i])
+          w = static_cast<uint8_t>(rng() % (s.lines[i].versions.size() + 1));
       }
     } else {
       for (size_t i = 0; i < n; i++) {

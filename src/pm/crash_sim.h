@@ -56,13 +56,13 @@ class CrashSimulator final : public SimHook {
 
   // What Capture() returns: enough to build every crash image of one crash point.
   struct State {
-    uint64_t point = 0;              // crash point ordinal
-    std::vector<char> persisted;     // the persisted image (size of the mapping)
+    uint64_t point = 0;           // crash point ordinal
+    std::vector<char> persisted;  // the persisted image (size of the mapping)
     struct Line {
-      size_t index;                    // line number in the mapping
-      std::vector<LineBytes> versions; // distinct candidates, none equal to the persisted line
+      size_t index;                     // line number in the mapping
+      std::vector<LineBytes> versions;  // distinct candidates, none equal to the persisted line
     };
-    std::vector<Line> lines;          // lines with at least one non-persisted candidate
+    std::vector<Line> lines;  // lines with at least one non-persisted candidate
     bool eadr = false;
     bool tear_words = false;
   };
@@ -70,7 +70,7 @@ class CrashSimulator final : public SimHook {
   // A choice of one version per differing line: 0 = persisted, v = versions[v-1].
   // With tear_words, `words` may instead give a version per 8-byte word (8 per line).
   struct Choice {
-    std::vector<uint8_t> line_version;              // one per State::lines entry
+    std::vector<uint8_t> line_version;                 // one per State::lines entry
     std::vector<std::array<uint8_t, 8>> word_version;  // optional, same length when used
   };
 
@@ -118,8 +118,7 @@ class CrashSimulator final : public SimHook {
 // minimal (all persisted), maximal (every line at its newest version), every single line at
 // each of its versions, every pair of lines at their newest versions, then `random` random
 // choices (per word when the state allows tearing). Stops early when `fn` returns false.
-void ForEachCrashChoice(const CrashSimulator::State& s, uint64_t seed, int random,
-                        size_t max_pairs,
+void ForEachCrashChoice(const CrashSimulator::State& s, uint64_t seed, int random, size_t max_pairs,
                         const std::function<bool(const CrashSimulator::Choice&)>& fn);
 
 }  // namespace pmhash::pm

@@ -22,9 +22,12 @@ FlushInstruction ActiveFlushInstruction() {
 
 const char* FlushInstructionName(FlushInstruction f) {
   switch (f) {
-    case FlushInstruction::kClwb: return "clwb";
-    case FlushInstruction::kClflushopt: return "clflushopt";
-    case FlushInstruction::kClflush: return "clflush";
+    case FlushInstruction::kClwb:
+      return "clwb";
+    case FlushInstruction::kClflushopt:
+      return "clflushopt";
+    case FlushInstruction::kClflush:
+      return "clflush";
   }
   return "?";
 }

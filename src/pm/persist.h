@@ -65,14 +65,16 @@ inline void FlushLines(const void* addr, size_t len, FlushInstruction how) {
   const uintptr_t end = reinterpret_cast<uintptr_t>(addr) + len;
   switch (how) {
     case FlushInstruction::kClwb:
-      for (; p < end; p += kCacheLine) asm volatile("clwb %0" : "+m"(*reinterpret_cast<volatile char*>(p)));
+      for (; p < end; p += kCacheLine)
+        asm volatile("clwb %0" : "+m"(*reinterpret_cast<volatile char*>(p)));
       break;
     case FlushInstruction::kClflushopt:
       for (; p < end; p += kCacheLine)
         asm volatile("clflushopt %0" : "+m"(*reinterpret_cast<volatile char*>(p)));
       break;
     case FlushInstruction::kClflush:
-      for (; p < end; p += kCacheLine) asm volatile("clflush %0" : "+m"(*reinterpret_cast<volatile char*>(p)));
+      for (; p < end; p += kCacheLine)
+        asm volatile("clflush %0" : "+m"(*reinterpret_cast<volatile char*>(p)));
       break;
   }
 }
@@ -192,10 +194,14 @@ class Persister {
 template <class Fn>
 decltype(auto) WithPolicy(Durability d, Fn&& fn) {
   switch (d) {
-    case Durability::kAdr: return fn(Adr{});
-    case Durability::kEadr: return fn(Eadr{});
-    case Durability::kSim: return fn(Sim{});
-    case Durability::kDram: break;
+    case Durability::kAdr:
+      return fn(Adr{});
+    case Durability::kEadr:
+      return fn(Eadr{});
+    case Durability::kSim:
+      return fn(Sim{});
+    case Durability::kDram:
+      break;
   }
   return fn(Dram{});
 }

@@ -50,9 +50,7 @@ uint64_t DevdaxSize(const struct stat& st) {
   return size;
 }
 
-std::string KindOf(const PoolHeader& h) {
-  return std::string(h.kind, strnlen(h.kind, kKindBytes));
-}
+std::string KindOf(const PoolHeader& h) { return std::string(h.kind, strnlen(h.kind, kKindBytes)); }
 
 }  // namespace
 
@@ -92,7 +90,8 @@ Result<std::unique_ptr<Pool>> Pool::Open(const Options& o, const PoolSpec& spec)
     PMHASH_RETURN_IF_ERROR(pool->InitHeader(o, spec));
   }
   const PoolHeader* h = pool->header();
-  pool->allocator_ = std::make_unique<ChunkAllocator>(h->heap_offset, h->chunk_size, h->chunk_count);
+  pool->allocator_ =
+      std::make_unique<ChunkAllocator>(h->heap_offset, h->chunk_size, h->chunk_count);
   if (!pool->created_) {
     pool->was_clean_ = h->clean_shutdown.load() == 1;
     pool->header()->clean_shutdown.store(0);
@@ -103,8 +102,9 @@ Result<std::unique_ptr<Pool>> Pool::Open(const Options& o, const PoolSpec& spec)
 }
 
 Status Pool::MapFile(const Options& o, const PoolSpec& spec) {
-  const uint64_t min_size = AlignUp(kHeaderBytes, std::max<uint64_t>(kHeaderBytes, spec.chunk_size)) +
-                            spec.min_chunks * spec.chunk_size;
+  const uint64_t min_size =
+      AlignUp(kHeaderBytes, std::max<uint64_t>(kHeaderBytes, spec.chunk_size)) +
+      spec.min_chunks * spec.chunk_size;
   auto too_small = [&](uint64_t size) {
     return Status::InvalidArgument("pool size " + std::to_string(size) +
                                    " B is too small for index '" + std::string(spec.kind) +
@@ -276,8 +276,8 @@ Status Pool::InitHeader(const Options& o, const PoolSpec& spec) {
   h->created_durability = static_cast<uint8_t>(o.durability);
   h->params_bytes = static_cast<uint16_t>(spec.params.size());
   h->hash_seed = o.hash_seed;
-  h->create_time_ns = static_cast<uint64_t>(
-      std::chrono::system_clock::now().time_since_epoch() / std::chrono::nanoseconds(1));
+  h->create_time_ns = static_cast<uint64_t>(std::chrono::system_clock::now().time_since_epoch() /
+                                            std::chrono::nanoseconds(1));
   if (!spec.params.empty()) std::memcpy(h->params, spec.params.data(), spec.params.size());
   PersistRange(h, sizeof(PoolHeader));
   std::memcpy(h->magic, kPoolMagicCreating, 8);
@@ -306,9 +306,8 @@ void Pool::SetRoot(int i, uint64_t offset) {
 }
 
 void Pool::PersistRange(const void* p, size_t len) {
-  WithPolicy(durability_, [&](auto policy) {
-    Persister<decltype(policy)>(&counters_).Persist(p, len);
-  });
+  WithPolicy(durability_,
+             [&](auto policy) { Persister<decltype(policy)>(&counters_).Persist(p, len); });
 }
 
 }  // namespace pmhash::pm

@@ -30,10 +30,10 @@ namespace pmhash::pm {
 
 // What an index asks of the pool it opens.
 struct PoolSpec {
-  std::string_view kind;              // stored in / checked against the header
-  std::span<const uint8_t> params;    // typed parameter struct, byte image (<= 128 B)
-  uint32_t chunk_size = 256;          // allocator chunk size for a new pool
-  uint64_t min_chunks = 1;            // a new pool must offer at least this many chunks
+  std::string_view kind;            // stored in / checked against the header
+  std::span<const uint8_t> params;  // typed parameter struct, byte image (<= 128 B)
+  uint32_t chunk_size = 256;        // allocator chunk size for a new pool
+  uint64_t min_chunks = 1;          // a new pool must offer at least this many chunks
 };
 
 class Pool {
@@ -62,7 +62,9 @@ class Pool {
   uint64_t hash_seed() const { return header()->hash_seed; }
 
   template <class T>
-  T* At(uint64_t offset) const { return reinterpret_cast<T*>(base_ + offset); }
+  T* At(uint64_t offset) const {
+    return reinterpret_cast<T*>(base_ + offset);
+  }
   uint64_t OffsetOf(const void* p) const {
     return static_cast<uint64_t>(static_cast<const char*>(p) - base_);
   }

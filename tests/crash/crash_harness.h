@@ -59,8 +59,10 @@ struct Config {
   Config WithEnv() const {
     Config c = *this;
     if (const char* s = std::getenv("PMHASH_CRASH_SEED")) c.seed = std::strtoull(s, nullptr, 10);
-    if (const char* s = std::getenv("PMHASH_CRASH_POINT")) c.only_point = std::strtoll(s, nullptr, 10);
-    if (const char* s = std::getenv("PMHASH_CRASH_BUDGET")) c.budget_seconds = std::strtod(s, nullptr);
+    if (const char* s = std::getenv("PMHASH_CRASH_POINT"))
+      c.only_point = std::strtoll(s, nullptr, 10);
+    if (const char* s = std::getenv("PMHASH_CRASH_BUDGET"))
+      c.budget_seconds = std::strtod(s, nullptr);
     if (const char* s = std::getenv("PMHASH_TEST_SCALE")) {
       const double f = std::strtod(s, nullptr);
       if (f > 0) {
@@ -98,7 +100,8 @@ class Harness {
 
   // `base_options` gives geometry, hash mode and pool size; path/durability/mode are set here.
   Harness(Config config, Options base_options, std::string test_name)
-      : cfg_(config.WithEnv()), base_(WithSeed(std::move(base_options), cfg_.seed)),
+      : cfg_(config.WithEnv()),
+        base_(WithSeed(std::move(base_options), cfg_.seed)),
         name_(std::move(test_name)) {}
 
   Report Run() {
@@ -289,19 +292,21 @@ class Harness {
     const std::string nested = TempPoolPath(name_ + "-rec");
     std::string err;
     for (const auto& st : states) {
-      pm::ForEachCrashChoice(st, cfg_.seed ^ st.point, 1, 4, [&](const pm::CrashSimulator::Choice& c) {
-        std::vector<char> img(st.persisted.size());
-        pm::CrashSimulator::BuildImage(st, c, img.data());
-        if (Status s = WriteImage(img, nested); !s.ok()) {
-          err = s.ToString();
-          return false;
-        }
-        report_.recovery_images_checked++;
-        err = CheckRecovered(nested, before, after, creation, false);
-        if (!err.empty()) err = "crash during recovery (recovery point " + std::to_string(st.point) +
-                                ", " + pm::CrashSimulator::DescribeChoice(st, c) + "): " + err;
-        return err.empty();
-      });
+      pm::ForEachCrashChoice(
+          st, cfg_.seed ^ st.point, 1, 4, [&](const pm::CrashSimulator::Choice& c) {
+            std::vector<char> img(st.persisted.size());
+            pm::CrashSimulator::BuildImage(st, c, img.data());
+            if (Status s = WriteImage(img, nested); !s.ok()) {
+              err = s.ToString();
+              return false;
+            }
+            report_.recovery_images_checked++;
+            err = CheckRecovered(nested, before, after, creation, false);
+            if (!err.empty())
+              err = "crash during recovery (recovery point " + std::to_string(st.point) + ", " +
+                    pm::CrashSimulator::DescribeChoice(st, c) + "): " + err;
+            return err.empty();
+          });
       if (!err.empty()) break;
     }
     unlink(nested.c_str());
@@ -317,35 +322,37 @@ class Harness {
       if (!report_.failure.empty()) break;
       report_.states_checked++;
       std::vector<char> img(st.persisted.size());
-      pm::ForEachCrashChoice(st, cfg_.seed ^ (st.point * 0x9E3779B97F4A7C15ULL), cfg_.random_images,
-                             cfg_.max_pairs, [&](const pm::CrashSimulator::Choice& c) {
-        pm::CrashSimulator::BuildImage(st, c, img.data());
-        if (Status s = WriteImage(img, image_path_); !s.ok()) {
-          report_.failure = s.ToString();
-          return false;
-        }
-        report_.images_checked++;
-        std::string err = CheckRecovered(image_path_, before, after, creation, true);
-        if (err.empty() && cfg_.recovery_crash_every > 0 &&
-            report_.images_checked % cfg_.recovery_crash_every == 0) {
-          if (Status s = WriteImage(img, image_path_); s.ok()) {
-            err = CheckRecoveryCrashes(before, after, creation);
-          }
-        }
-        if (!err.empty()) {
-          const auto shrunk = Shrink(st, c, before, after, creation);
-          std::ostringstream m;
-          m << "crash image fails: " << err << "\n  seed " << cfg_.seed << ", " << op_desc_
-            << ", crash point " << st.point << " (" << st.lines.size()
-            << " lines differ from the persisted image)\n  line versions: "
-            << pm::CrashSimulator::DescribeChoice(st, shrunk)
-            << "\n  replay: PMHASH_CRASH_SEED=" << cfg_.seed << " PMHASH_CRASH_POINT=" << st.point
-            << " <this test binary> --gtest_filter='*" << name_ << "*'";
-          report_.failure = m.str();
-          return false;
-        }
-        return report_.images_checked < cfg_.max_images;
-      });
+      pm::ForEachCrashChoice(
+          st, cfg_.seed ^ (st.point * 0x9E3779B97F4A7C15ULL), cfg_.random_images, cfg_.max_pairs,
+          [&](const pm::CrashSimulator::Choice& c) {
+            pm::CrashSimulator::BuildImage(st, c, img.data());
+            if (Status s = WriteImage(img, image_path_); !s.ok()) {
+              report_.failure = s.ToString();
+              return false;
+            }
+            report_.images_checked++;
+            std::string err = CheckRecovered(image_path_, before, after, creation, true);
+            if (err.empty() && cfg_.recovery_crash_every > 0 &&
+                report_.images_checked % cfg_.recovery_crash_every == 0) {
+              if (Status s = WriteImage(img, image_path_); s.ok()) {
+                err = CheckRecoveryCrashes(before, after, creation);
+              }
+            }
+            if (!err.empty()) {
+              const auto shrunk = Shrink(st, c, before, after, creation);
+              std::ostringstream m;
+              m << "crash image fails: " << err << "\n  seed " << cfg_.seed << ", " << op_desc_
+                << ", crash point " << st.point << " (" << st.lines.size()
+                << " lines differ from the persisted image)\n  line versions: "
+                << pm::CrashSimulator::DescribeChoice(st, shrunk)
+                << "\n  replay: PMHASH_CRASH_SEED=" << cfg_.seed
+                << " PMHASH_CRASH_POINT=" << st.point << " <this test binary> --gtest_filter='*"
+                << name_ << "*'";
+              report_.failure = m.str();
+              return false;
+            }
+            return report_.images_checked < cfg_.max_images;
+          });
     }
     pm::SetThreadSimHook(prev);
   }

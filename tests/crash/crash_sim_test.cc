@@ -1,13 +1,13 @@
 // The crash simulator's own tests: it must catch seeded crash-consistency bugs in a tiny
 // persistent structure and pass the correct version of the same structure.
+#include "pm/crash_sim.h"
+
+#include <gtest/gtest.h>
 #include <sys/mman.h>
 
 #include <cstring>
 #include <vector>
 
-#include <gtest/gtest.h>
-
-#include "pm/crash_sim.h"
 #include "pm/persist.h"
 
 namespace pmhash::pm {
@@ -123,8 +123,8 @@ TEST(CrashSimulator, SnapshotAtFlushNotAtFence) {
   Sim::Fence();
   SetThreadSimHook(prev);
   const auto st = sim.Capture();
-  EXPECT_EQ(st.persisted[0], 1);       // the snapshot was committed
-  ASSERT_EQ(st.lines.size(), 1u);      // line 0 is dirty again
+  EXPECT_EQ(st.persisted[0], 1);   // the snapshot was committed
+  ASSERT_EQ(st.lines.size(), 1u);  // line 0 is dirty again
   EXPECT_EQ(st.lines[0].versions[0][0], 2);
 }
 

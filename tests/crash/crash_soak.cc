@@ -46,8 +46,8 @@ bool RunOne(int variant, uint64_t seed, int ops, double budget, Totals& t) {
   t.images += r.images_checked;
   t.recovery_images += r.recovery_images_checked;
   if (!r.failure.empty()) {
-    std::printf("FAILURE (%s, variant %d, seed %lu):\n%s\n", std::string(T::kName).c_str(),
-                variant, static_cast<unsigned long>(seed), r.failure.c_str());
+    std::printf("FAILURE (%s, variant %d, seed %lu):\n%s\n", std::string(T::kName).c_str(), variant,
+                static_cast<unsigned long>(seed), r.failure.c_str());
     return false;
   }
   return true;
@@ -86,21 +86,23 @@ int main(int argc, char** argv) {
   for (uint64_t s = seed; ok && std::chrono::steady_clock::now() < end; s++) {
     std::apply(
         [&](auto... t) {
-          ((ok = ok && [&] {
-              using T = decltype(t);
-              Totals& tot = totals[std::string(T::kName)];
-              for (int v = 0; v < 4 && ok; v++) ok = RunOne<T>(v, s, ops, 600, tot);
-              return ok;
-            }()),
+          ((ok = ok &&
+                 [&] {
+                   using T = decltype(t);
+                   Totals& tot = totals[std::string(T::kName)];
+                   for (int v = 0; v < 4 && ok; v++) ok = RunOne<T>(v, s, ops, 600, tot);
+                   return ok;
+                 }()),
            ...);
         },
         AllIndexes{});
   }
   for (const auto& [name, t] : totals) {
-    std::printf("%-8s runs %lu, crash points %lu, states checked %lu, images %lu, recovery images %lu\n",
-                name.c_str(), static_cast<unsigned long>(t.runs), static_cast<unsigned long>(t.points),
-                static_cast<unsigned long>(t.states), static_cast<unsigned long>(t.images),
-                static_cast<unsigned long>(t.recovery_images));
+    std::printf(
+        "%-8s runs %lu, crash points %lu, states checked %lu, images %lu, recovery images %lu\n",
+        name.c_str(), static_cast<unsigned long>(t.runs), static_cast<unsigned long>(t.points),
+        static_cast<unsigned long>(t.states), static_cast<unsigned long>(t.images),
+        static_cast<unsigned long>(t.recovery_images));
   }
   std::printf("%s\n", ok ? "soak: no failure" : "soak: FAILED");
   return ok ? 0 : 1;

@@ -42,7 +42,7 @@ TYPED_TEST(CrashSuite, AdrStrongHash) {
   Config c;
   c.seed = 11;
   Expect(Harness<TypeParam::template Index>(c, TypeParam::Small(HashMode::kStrong),
-                                             std::string(TypeParam::kName) + "AdrStrong")
+                                            std::string(TypeParam::kName) + "AdrStrong")
              .Run());
 }
 
@@ -50,7 +50,7 @@ TYPED_TEST(CrashSuite, AdrCollidingHash) {
   Config c;
   c.seed = 12;
   Expect(Harness<TypeParam::template Index>(c, TypeParam::Small(HashMode::kCollide),
-                                             std::string(TypeParam::kName) + "AdrCollide")
+                                            std::string(TypeParam::kName) + "AdrCollide")
              .Run());
 }
 
@@ -59,7 +59,7 @@ TYPED_TEST(CrashSuite, Eadr) {
   c.seed = 13;
   c.eadr = true;
   Expect(Harness<TypeParam::template Index>(c, TypeParam::Small(HashMode::kStrong),
-                                             std::string(TypeParam::kName) + "Eadr")
+                                            std::string(TypeParam::kName) + "Eadr")
              .Run());
 }
 
@@ -91,7 +91,8 @@ TEST(RehCrash, OneFlushInsertNeedsWholeLineWriteBack) {
   c.tear_words = true;
   c.random_images = 20;
   c.ops = 60;
-  const Report r = Harness<reh::Reh>(c, RehTraits::Small(HashMode::kStrong), "RehOneFlushTorn").Run();
+  const Report r =
+      Harness<reh::Reh>(c, RehTraits::Small(HashMode::kStrong), "RehOneFlushTorn").Run();
   EXPECT_NE(r.failure.find("match neither side"), std::string::npos) << r.failure;
 }
 

@@ -142,7 +142,7 @@ struct alignas(32) Meta {
   std::atomic<uint64_t> fp[2];  // fingerprint of slot j in byte j (byte 15 unused)
   std::atomic<uint16_t> bitmap;
   uint16_t pad;
-  mutable VersionLock lock;  // logically not part of the value (ForEach locks const metas)
+  mutable VersionLock lock;         // logically not part of the value (ForEach locks const metas)
   std::atomic<uint64_t> ld_bucket;  // LD:16 | bucket offset:48
 
   uint32_t depth() const { return HeaderDepth(ld_bucket.load(std::memory_order_relaxed)); }
@@ -349,9 +349,8 @@ template <pm::PersistPolicy P>
 Meta* Reh<P>::NewMeta() {
   LockGuard<SpinLock> g(meta_mu_);
   if (meta_blocks_.empty() || meta_block_used_ == meta_blocks_.back().size()) {
-    const size_t n = meta_blocks_.empty()
-                         ? kFirstMetaBlock
-                         : std::min(kMaxMetaBlock, meta_blocks_.back().size() * 2);
+    const size_t n = meta_blocks_.empty() ? kFirstMetaBlock
+                                          : std::min(kMaxMetaBlock, meta_blocks_.back().size() * 2);
     HugeArray<Meta> block(n);
     if (!block) return nullptr;
     meta_blocks_.push_back(std::move(block));
@@ -465,8 +464,7 @@ Status Reh<P>::Recover() {
   }
   size_.Reset(static_cast<int64_t>(live));
   recovered_ = !pool_->created() && !pool_->was_clean();
-  recovery_seconds_ =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  recovery_seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return Status::OK();
 }
 
@@ -600,7 +598,8 @@ Status Reh<P>::Split(Meta* m, uint64_t h) PMHASH_NO_THREAD_SAFETY_ANALYSIS {
   // (ld+1, A's old sibling), persisted before it becomes reachable.
   alignas(256) PmBucket img;
   for (int j = 0; j < kSlots; j++) {
-    img.slots[j].key.store(a->slots[j].key.load(std::memory_order_relaxed), std::memory_order_relaxed);
+    img.slots[j].key.store(a->slots[j].key.load(std::memory_order_relaxed),
+                           std::memory_order_relaxed);
     img.slots[j].value.store(a->slots[j].value.load(std::memory_order_relaxed),
                              std::memory_order_relaxed);
   }
