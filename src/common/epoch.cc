@@ -2,6 +2,8 @@
 
 #include <thread>
 
+#include "common/thread_stripe.h"
+
 namespace pmhash {
 
 EpochManager::~EpochManager() {
@@ -13,11 +15,7 @@ EpochManager::~EpochManager() {
   for (auto& r : left) r.fn();
 }
 
-uint32_t EpochManager::MySlot() {
-  static thread_local char marker;
-  const uintptr_t a = reinterpret_cast<uintptr_t>(&marker);
-  return static_cast<uint32_t>(((a >> 12) * 0x9E3779B97F4A7C15ULL) >> 58);  // 64 slots
-}
+uint32_t EpochManager::MySlot() { return ThreadStripe<kSlots>(); }
 
 void EpochManager::Enter(uint32_t* slot, uint32_t* parity) {
   const uint32_t s = MySlot();

@@ -27,7 +27,7 @@ namespace pmhash {
 
 class EpochManager {
  public:
-  static constexpr int kSlots = 64;
+  static constexpr uint32_t kSlots = 64;
 
   EpochManager() = default;
   ~EpochManager();  // frees everything still retired

@@ -5,11 +5,13 @@
 #include <atomic>
 #include <cstdint>
 
+#include "common/thread_stripe.h"
+
 namespace pmhash {
 
 class StripedCounter {
  public:
-  static constexpr int kStripes = 32;
+  static constexpr uint32_t kStripes = 32;
   void Add(int64_t d) { Mine().fetch_add(d, std::memory_order_relaxed); }
   int64_t Sum() const {
     int64_t s = 0;
@@ -25,11 +27,7 @@ class StripedCounter {
   struct alignas(64) Cell {
     std::atomic<int64_t> v{0};
   };
-  std::atomic<int64_t>& Mine() {
-    static thread_local char marker;
-    const uintptr_t a = reinterpret_cast<uintptr_t>(&marker);
-    return cells_[((a >> 12) * 0x9E3779B97F4A7C15ULL) >> 59].v;
-  }
+  std::atomic<int64_t>& Mine() { return cells_[ThreadStripe<kStripes>()].v; }
   std::array<Cell, kStripes> cells_;
 };
 

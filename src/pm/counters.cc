@@ -2,6 +2,8 @@
 
 #include <bit>
 
+#include "common/thread_stripe.h"
+
 namespace pmhash::pm {
 
 TrafficCounters::TrafficCounters(uint32_t media_block_bytes) {
@@ -9,11 +11,7 @@ TrafficCounters::TrafficCounters(uint32_t media_block_bytes) {
   block_shift_ = static_cast<uint32_t>(std::countr_zero(media_block_bytes));
 }
 
-TrafficCounters::Stripe& TrafficCounters::MyStripe() {
-  static thread_local char marker;
-  uintptr_t a = reinterpret_cast<uintptr_t>(&marker);
-  return stripes_[((a >> 12) * 0x9E3779B97F4A7C15ULL) >> 60];
-}
+TrafficCounters::Stripe& TrafficCounters::MyStripe() { return stripes_[ThreadStripe<kStripes>()]; }
 
 void TrafficCounters::MediaLine(Stripe& s, uintptr_t line_addr) {
   const uint64_t block = (line_addr >> block_shift_) + 1;

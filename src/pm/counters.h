@@ -24,7 +24,7 @@ namespace pmhash::pm {
 
 class TrafficCounters {
  public:
-  static constexpr int kStripes = 16;
+  static constexpr uint32_t kStripes = 16;
   static constexpr int kWcEntries = 8;
 
   explicit TrafficCounters(uint32_t media_block_bytes = 256);
