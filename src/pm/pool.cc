@@ -225,11 +225,11 @@ Status Pool::MapFile(const Options& o, const PoolSpec& spec) {
     if (SimHook* h = ThreadSimHook()) h->OnMap(base_, size_);
   }
 
-  if (!created_) return ValidateHeader(o, spec, file_size);
+  if (!created_) return ValidateHeader(o, spec);
   return Status::OK();
 }
 
-Status Pool::ValidateHeader(const Options& o, const PoolSpec& spec, uint64_t /*file_size*/) {
+Status Pool::ValidateHeader(const Options& o, const PoolSpec& spec) {
   const PoolHeader& h = *header();
   // Re-check what was validated through pread, now on the mapping (the file could change between).
   if (std::memcmp(h.magic, kPoolMagic, 8) != 0 || HeaderChecksum(h) != h.checksum ||

@@ -86,7 +86,7 @@ class Pool {
   PoolHeader* header() const { return reinterpret_cast<PoolHeader*>(base_); }
   Status MapFile(const Options& o, const PoolSpec& spec);
   Status InitHeader(const Options& o, const PoolSpec& spec);
-  Status ValidateHeader(const Options& o, const PoolSpec& spec, uint64_t file_size);
+  Status ValidateHeader(const Options& o, const PoolSpec& spec);
   void Unmap();
 
   std::string path_;

@@ -369,9 +369,11 @@ Status Reh<P>::Recover() {
   alloc.Reset();
   const uint64_t first = pool_->root(0);
 
-  // Walk 1: reachability (cycles and stray offsets are rejected by MarkReachable) and depths.
+  // Walk 1: reachability (cycles and stray offsets are rejected by MarkReachable), and each
+  // bucket's offset and depth, read once: walk 2 uses these, never the PM headers again.
   uint32_t gd = 0;
   uint64_t buckets = 0;
+  std::vector<uint64_t> offsets;
   std::vector<uint8_t> depths;
   for (uint64_t off = first; off != 0;) {
     if (Status s = alloc.MarkReachable(off); !s.ok()) {
@@ -385,6 +387,7 @@ Status Reh<P>::Recover() {
     }
     gd = std::max(gd, ld);
     buckets++;
+    offsets.push_back(off);
     depths.push_back(static_cast<uint8_t>(ld));
     off = HeaderOffset(h);
   }
@@ -415,7 +418,7 @@ Status Reh<P>::Recover() {
   dir->entries = HugeArray<std::atomic<Meta*>>(size_t{1} << gd);
   if (!dir->entries) return Status::OutOfMemory("reh: directory of 2^" + std::to_string(gd));
 
-  // Walk 2: metadata and directory entries.
+  // Walk 2: metadata (from the slots) and directory entries, over the tiling checked above.
   {
     LockGuard<SpinLock> g(meta_mu_);
     meta_blocks_.clear();
@@ -424,16 +427,11 @@ Status Reh<P>::Recover() {
   }
   uint64_t live = 0;
   uint64_t i = 0;
-  const uint64_t entries = uint64_t{1} << gd;
-  for (uint64_t off = first; off != 0;) {
-    PmBucket* b = pool_->At<PmBucket>(off);
-    const uint64_t h = b->header.load(std::memory_order_relaxed);
-    const uint32_t ld = HeaderDepth(h);
+  for (size_t n = 0; n < offsets.size(); n++) {
+    const uint64_t off = offsets[n];
+    const uint32_t ld = depths[n];
+    const PmBucket* b = pool_->At<PmBucket>(off);
     const uint64_t stride = uint64_t{1} << (gd - ld);
-    if (i % stride != 0 || i + stride > entries) {
-      return Status::Corruption("reh: bucket chain does not tile the hash space (bucket at " +
-                                std::to_string(off) + ")");
-    }
     const uint64_t prefix = i >> (gd - ld);  // (the paper's Algorithm 1 uses i here)
     Meta* m = NewMeta();
     if (!m) return Status::OutOfMemory("reh: bucket metadata");
@@ -450,11 +448,6 @@ Status Reh<P>::Recover() {
     m->ld_bucket.store(PackHeader(ld, off), std::memory_order_relaxed);
     for (uint64_t e = i; e < i + stride; e++) new (&dir->entries[e]) std::atomic<Meta*>(m);
     i += stride;
-    off = HeaderOffset(h);
-  }
-  if (i != entries) {
-    return Status::Corruption("reh: bucket chain covers " + std::to_string(i) + " of " +
-                              std::to_string(entries) + " directory entries");
   }
   {
     LockGuard<RwSpinLock> g(dir_lock_);
