@@ -3,7 +3,6 @@
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
-#include <xxhash.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -75,7 +74,7 @@ Result<PoolHeaderView> ReadPoolHeader(const std::string& path) {
     h.magic = PoolHeaderView::MagicState::kFinal;
   } else if (std::memcmp(b.data(), pm::kPoolMagicCreating, 8) == 0) {
     h.magic = PoolHeaderView::MagicState::kCreating;
-  } else if (std::all_of(b.begin(), b.begin() + 8, [](uint8_t c) { return c == 0; })) {
+  } else if (pm::IsUnformattedMagic(b.data())) {
     return Status::Corruption(
         "not a pmhash pool (unformatted: zero magic; creating a pool "
         "here would format it): " +
@@ -102,9 +101,7 @@ Result<PoolHeaderView> ReadPoolHeader(const std::string& path) {
   h.params.assign(b.begin() + offsetof(PoolHeader, params),
                   b.begin() + static_cast<std::ptrdiff_t>(offsetof(PoolHeader, params) + np));
   h.checksum = Load<uint64_t>(b, offsetof(PoolHeader, checksum));
-  std::vector<uint8_t> image(b.begin(), b.begin() + offsetof(PoolHeader, checksum));
-  std::memcpy(image.data(), pm::kPoolMagic, 8);
-  h.computed_checksum = XXH3_64bits(image.data(), image.size());
+  h.computed_checksum = pm::HeaderChecksum(b.data());
   h.clean_shutdown = Load<uint64_t>(b, offsetof(PoolHeader, clean_shutdown));
   h.open_count = Load<uint64_t>(b, offsetof(PoolHeader, open_count));
   for (int i = 0; i < pm::kMaxRoots; i++) {
@@ -125,7 +122,7 @@ bool IsUnformatted(const std::string& path) {
     } else {
       uint8_t magic[8];
       result = pread(fd, magic, sizeof(magic), 0) == static_cast<ssize_t>(sizeof(magic)) &&
-               std::all_of(magic, magic + 8, [](uint8_t c) { return c == 0; });
+               pm::IsUnformattedMagic(magic);
     }
   }
   close(fd);

@@ -40,7 +40,7 @@ struct PoolHeaderView {
   uint64_t create_time_ns = 0;
   std::vector<uint8_t> params;  // params_bytes (capped at kMaxParamsBytes)
   uint64_t checksum = 0;
-  uint64_t computed_checksum = 0;  // XXH3 of [0, 248) with the final magic, as the pool computes
+  uint64_t computed_checksum = 0;  // pm::HeaderChecksum of the bytes read
   uint64_t clean_shutdown = 0;
   uint64_t open_count = 0;
   uint64_t roots[pm::kMaxRoots] = {};

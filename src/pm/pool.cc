@@ -32,13 +32,6 @@ std::string Errno(std::string_view what, const std::string& path) {
   return std::string(what) + " " + path + ": " + std::strerror(errno);
 }
 
-uint64_t HeaderChecksum(const PoolHeader& h) {
-  PoolHeader copy;
-  std::memcpy(static_cast<void*>(&copy), &h, offsetof(PoolHeader, checksum));
-  std::memcpy(copy.magic, kPoolMagic, sizeof(kPoolMagic));
-  return XXH3_64bits(&copy, offsetof(PoolHeader, checksum));
-}
-
 uint64_t AlignUp(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
 
 // Size of a devdax device from sysfs; 0 if unknown.
@@ -53,6 +46,13 @@ uint64_t DevdaxSize(const struct stat& st) {
 std::string KindOf(const PoolHeader& h) { return std::string(h.kind, strnlen(h.kind, kKindBytes)); }
 
 }  // namespace
+
+uint64_t HeaderChecksum(const void* header) {
+  unsigned char image[offsetof(PoolHeader, checksum)];
+  std::memcpy(image, header, sizeof(image));
+  std::memcpy(image, kPoolMagic, sizeof(kPoolMagic));
+  return XXH3_64bits(image, sizeof(image));
+}
 
 Pool::Pool(const Options& o, uint32_t media_block)
     : path_(o.path), durability_(o.durability), counters_(media_block) {
@@ -173,8 +173,7 @@ Status Pool::MapFile(const Options& o, const PoolSpec& spec) {
   const bool can_create = o.mode != OpenMode::kOpenExisting;
   // A file whose magic is all zero was never formatted (or its creation crashed before the
   // "creating" magic became durable): nothing in it can be pool data.
-  const bool empty = fresh || file_size == 0 ||
-                     std::all_of(disk.magic, disk.magic + 8, [](char c) { return c == 0; });
+  const bool empty = fresh || file_size == 0 || IsUnformattedMagic(disk.magic);
   const bool incomplete = !empty && std::memcmp(disk.magic, kPoolMagicCreating, 8) == 0;
   if (incomplete && !can_create) {
     return Status::Corruption("pool creation did not complete (crash during create): " + path_);
@@ -202,7 +201,7 @@ Status Pool::MapFile(const Options& o, const PoolSpec& spec) {
                                   " is not supported (this build reads version " +
                                   std::to_string(kFormatVersion) + "): " + path_);
     }
-    if (HeaderChecksum(disk) != disk.checksum) {
+    if (HeaderChecksum(&disk) != disk.checksum) {
       return Status::Corruption("pool header checksum mismatch: " + path_);
     }
     if (disk.pool_size > file_size) {
@@ -232,7 +231,7 @@ Status Pool::MapFile(const Options& o, const PoolSpec& spec) {
 Status Pool::ValidateHeader(const Options& o, const PoolSpec& spec) {
   const PoolHeader& h = *header();
   // Re-check what was validated through pread, now on the mapping (the file could change between).
-  if (std::memcmp(h.magic, kPoolMagic, 8) != 0 || HeaderChecksum(h) != h.checksum ||
+  if (std::memcmp(h.magic, kPoolMagic, 8) != 0 || HeaderChecksum(&h) != h.checksum ||
       h.pool_size != size_) {
     return Status::Corruption("pool header changed while opening: " + path_);
   }
@@ -287,7 +286,7 @@ Status Pool::InitHeader(const Options& o, const PoolSpec& spec) {
 
 Status Pool::CommitCreate() {
   PoolHeader* h = header();
-  h->checksum = HeaderChecksum(*h);
+  h->checksum = HeaderChecksum(h);
   PersistRange(&h->checksum, sizeof(h->checksum));
   std::memcpy(h->magic, kPoolMagic, 8);
   PersistRange(h->magic, 8);

@@ -83,4 +83,19 @@ static_assert(offsetof(PoolHeader, roots) == 320);
 static_assert(sizeof(PoolHeader) == kHeaderBytes);
 static_assert(std::atomic<uint64_t>::is_always_lock_free);
 
+// The header checksum: XXH3-64 of bytes [0, 248) of a header image with the final magic in place
+// (so it is the same before and after CommitCreate writes the magic). REQUIRES: `header` points at
+// kHeaderBytes readable bytes. Defined in pool.cc; tools that inspect a header use it too.
+uint64_t HeaderChecksum(const void* header);
+
+// A magic of eight zero bytes marks an unformatted pool: never created, or its creation crashed
+// before the "creating" magic became durable. Nothing in such a file can be pool data.
+inline bool IsUnformattedMagic(const void* magic) {
+  const auto* m = static_cast<const unsigned char*>(magic);
+  for (int i = 0; i < 8; i++) {
+    if (m[i] != 0) return false;
+  }
+  return true;
+}
+
 }  // namespace pmhash::pm
