@@ -2,6 +2,8 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
+#include <vector>
 
 namespace pmhash {
 
@@ -17,6 +19,13 @@ struct TrafficStats {
   uint32_t media_block_bytes = 256;
 };
 
+// One index-specific statistic ("segments.stash", "rehash.gc", "probe.mean", ...). Indexes put
+// what their paper reports here; the bench writes every one to JSON/CSV without knowing them.
+struct NamedStat {
+  std::string name;
+  double value = 0;
+};
+
 struct IndexStats {
   uint64_t size = 0;            // live keys
   uint64_t capacity_slots = 0;  // slots the index could hold without growing
@@ -28,6 +37,11 @@ struct IndexStats {
   uint64_t buckets = 0;         // buckets (REH) or segments, per index
   uint64_t splits = 0;          // structural growth events since open
   uint64_t doublings = 0;       // directory doublings since open
+  // Durations (ns) of structural resize events since open (splits, rehashes, directory
+  // doublings: whatever the index counts in `splits` + `doublings`), in completion order, capped
+  // at ResizeLog::kCap entries (the count above stays exact). Pea Hash Table 3 is built from it.
+  std::vector<uint64_t> resize_ns;
+  std::vector<NamedStat> details;  // index-specific figures, stable names, documented per index
   bool recovered = false;       // the last open found no clean-shutdown mark
   double recovery_seconds = 0;  // time spent rebuilding DRAM state at open
   TrafficStats traffic;

@@ -104,6 +104,7 @@
 #include "common/hash.h"
 #include "common/huge_array.h"
 #include "common/locks.h"
+#include "common/resize_log.h"
 #include "common/striped_counter.h"
 #include "pm/persist.h"
 #include "pm/pool.h"
@@ -258,6 +259,7 @@ class Reh {
   StripedCounter size_;
   std::atomic<uint64_t> splits_{0};
   std::atomic<uint64_t> doublings_{0};
+  ResizeLog resize_log_;  // split and doubling durations
   bool recovered_ = false;
   double recovery_seconds_ = 0;
   bool closed_ = false;
@@ -567,6 +569,7 @@ Status Reh<P>::Erase(Key k) {
 
 template <pm::PersistPolicy P>
 Status Reh<P>::Split(Meta* m, uint64_t h) PMHASH_NO_THREAD_SAFETY_ANALYSIS {
+  const auto started = ResizeLog::Now();
   const uint32_t ld = m->depth();
   dir_lock_.lock_shared();
   Directory* d = dir_.load(std::memory_order_acquire);
@@ -630,11 +633,13 @@ Status Reh<P>::Split(Meta* m, uint64_t h) PMHASH_NO_THREAD_SAFETY_ANALYSIS {
   dir_lock_.unlock_shared();
   m->lock.Unlock();
   splits_.fetch_add(1, std::memory_order_relaxed);
+  resize_log_.Record(started);
   return Status::OK();
 }
 
 template <pm::PersistPolicy P>
 Status Reh<P>::Double(const Directory* seen) {
+  const auto started = ResizeLog::Now();
   LockGuard<RwSpinLock> g(dir_lock_);
   Directory* d = dir_.load(std::memory_order_acquire);
   if (d != seen) return Status::OK();  // another thread doubled first
@@ -654,6 +659,7 @@ Status Reh<P>::Double(const Directory* seen) {
   dir_.store(nd.get(), std::memory_order_release);
   dirs_.push_back(std::move(nd));  // the old one stays allocated until Close (see layout note)
   doublings_.fetch_add(1, std::memory_order_relaxed);
+  resize_log_.Record(started);
   return Status::OK();
 }
 
@@ -700,6 +706,7 @@ IndexStats Reh<P>::Stats() const {
   s.global_depth = d->depth;
   s.splits = splits_.load(std::memory_order_relaxed);
   s.doublings = doublings_.load(std::memory_order_relaxed);
+  s.resize_ns = resize_log_.Snapshot();
   s.recovered = recovered_;
   s.recovery_seconds = recovery_seconds_;
   s.traffic = pool_->counters().Snapshot();
