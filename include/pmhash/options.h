@@ -38,6 +38,14 @@ struct RehParams {
   bool tear_safe = false;
 };
 
+// Pea Hash geometry and policy (src/index/pea). Owned by the Pea Hash implementation.
+struct PeaParams {
+};
+
+// TurboHash geometry and policy (src/index/turbo). Owned by the TurboHash implementation.
+struct TurboParams {
+};
+
 struct Options {
   // Pool location. Empty: an anonymous, unnamed DRAM region (nothing survives Close). Otherwise a
   // file on tmpfs, an ordinary or fsdax file system (mapped with MAP_SYNC when the file system
@@ -62,6 +70,8 @@ struct Options {
 
   // Per-index parameters, typed. Only the struct of the chosen kind is read.
   RehParams reh;
+  PeaParams pea;
+  TurboParams turbo;
 };
 
 std::string_view DurabilityName(Durability d);
