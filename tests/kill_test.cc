@@ -1,5 +1,6 @@
-// tests/kill_test.cc — process crash: a child process runs operations on a file pool
-// (Reh<pm::Adr>) and reports each one to the parent through a pipe, before (INTENT) and after it
+// tests/kill_test.cc — process crash, for every registered index kind (through pmhash::Open,
+// Adr durability, the index's default parameters): a child process runs operations on a file pool
+// and reports each one to the parent through a pipe, before (INTENT) and after it
 // returned OK (ACK). The parent SIGKILLs the child at a random moment, reopens the pool and checks:
 // every acknowledged operation is applied, the at-most-one in-flight operation is either fully
 // applied or absent, nothing else changed, CheckInvariants passes, Stats().recovered is true.
@@ -23,14 +24,12 @@
 #include <unordered_map>
 #include <vector>
 
-#include "index/reh/reh.h"
-#include "pm/persist.h"
+#include "pmhash/index.h"
 #include "test_util.h"
 
 namespace pmhash::testing {
 namespace {
 
-using Reh = reh::Reh<pm::Adr>;
 using Model = std::unordered_map<Key, Value>;
 
 enum RecType : uint64_t { kReady = 1, kIntent = 2, kAck = 3, kError = 4 };
@@ -47,7 +46,7 @@ static_assert(sizeof(Rec) <= PIPE_BUF, "pipe writes of one record are atomic");
 Options PoolOptions(const std::string& path) {
   Options o;
   o.path = path;
-  o.pool_size = uint64_t{256} << 20;
+  o.pool_size = uint64_t{1} << 30;  // sparse on tmpfs: only what the index touches costs memory
   o.durability = Durability::kAdr;
   o.mode = OpenMode::kOpenOrCreate;
   o.reh.initial_depth = 1;
@@ -68,14 +67,14 @@ void Send(int fd, const Rec& r) {
   }
 }
 
-[[noreturn]] void ChildMain(int fd, const std::string& path, int round, Model model,
-                            uint64_t seed) {
-  auto r = Reh::Open(PoolOptions(path));
+[[noreturn]] void ChildMain(int fd, std::string_view kind, const std::string& path, int round,
+                            Model model, uint64_t seed) {
+  auto r = pmhash::Open(kind, PoolOptions(path));
   if (!r.ok()) {
     Send(fd, {kError, 0, 0, static_cast<uint64_t>(r.status().code())});
     _exit(2);
   }
-  Reh& ix = **r;
+  Index& ix = **r;
   std::vector<Key> live;
   live.reserve(model.size() * 2 + 1024);
   for (const auto& [k, v] : model) live.push_back(k);
@@ -134,13 +133,14 @@ void Apply(Model& m, const Rec& r) {
   }
 }
 
-class KillTest : public ::testing::Test {
+class KillTest : public ::testing::TestWithParam<std::string_view> {
  protected:
   void TearDown() override { unlink(path_.c_str()); }
-  std::string path_ = TempPoolPath("kill");
+  std::string path_ = TempPoolPath("kill_" + std::string(GetParam()));
 };
 
-TEST_F(KillTest, AcknowledgedOpsSurviveSigkill) {
+TEST_P(KillTest, AcknowledgedOpsSurviveSigkill) {
+  const std::string_view kind = GetParam();
   const int rounds = static_cast<int>(std::max<uint64_t>(5, Scaled(20, 2)));
   const uint64_t seed = TestSeed(0x411);
   SCOPED_TRACE(SeedTrace(seed));
@@ -158,7 +158,7 @@ TEST_F(KillTest, AcknowledgedOpsSurviveSigkill) {
     ASSERT_GE(pid, 0);
     if (pid == 0) {
       close(fds[0]);
-      ChildMain(fds[1], path_, round, model, child_seed);
+      ChildMain(fds[1], kind, path_, round, model, child_seed);
     }
     close(fds[1]);
 
@@ -241,9 +241,9 @@ TEST_F(KillTest, AcknowledgedOpsSurviveSigkill) {
     // Reopen and compare.
     Options o = PoolOptions(path_);
     o.mode = OpenMode::kOpenExisting;
-    auto ro = Reh::Open(o);
+    auto ro = pmhash::Open(kind, o);
     ASSERT_TRUE(ro.ok()) << ro.status().ToString();
-    Reh& ix = **ro;
+    Index& ix = **ro;
     EXPECT_TRUE(ix.Stats().recovered);
     Status inv = ix.CheckInvariants();
     ASSERT_TRUE(inv.ok()) << inv.ToString();
@@ -289,6 +289,17 @@ TEST_F(KillTest, AcknowledgedOpsSurviveSigkill) {
   std::cout << "[ info ] " << total_acks << " acked ops; in-flight applied " << inflight_applied
             << ", absent " << inflight_absent << "\n";
 }
+
+std::vector<std::string_view> AllKinds() {
+  std::vector<std::string_view> v;
+  for (const IndexInfo& i : RegisteredIndexes()) v.push_back(i.name);
+  return v;
+}
+
+INSTANTIATE_TEST_SUITE_P(All, KillTest, ::testing::ValuesIn(AllKinds()),
+                         [](const ::testing::TestParamInfo<std::string_view>& i) {
+                           return std::string(i.param);
+                         });
 
 }  // namespace
 }  // namespace pmhash::testing
