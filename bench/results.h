@@ -13,8 +13,10 @@
 #include <string_view>
 #include <vector>
 
+#include "bench/histogram.h"
 #include "bench/persist_probe.h"
 #include "bench/runner.h"
+#include "bench/workload.h"
 #include "pmhash/options.h"
 #include "pmhash/stats.h"
 #include "pmhash/status.h"
@@ -41,6 +43,26 @@ struct BenchConfig {
   // report each phase's fastest run: the least disturbed estimate on a shared machine. The
   // counting pass runs once.
   int repeat = 1;
+
+  // ---- issue 4: workloads, metrics, experiments ----
+  std::string experiment;  // the preset that filled this config ("" : none)
+  // Phases of the throughput table, in order. Names: insert, find+, find-, update, rmw, erase
+  // (each over all keys), ycsb-a|b|c|d|f, mix (mixed phases of `ops` operations). The first
+  // must be insert; erase, if present, last. Empty: insert, find+, find-, erase.
+  std::vector<std::string> phases;
+  Distribution dist;  // keys of find+ / update / rmw phases and of mixes (not insert/erase)
+  OpMix mix;          // the "mix" phase
+  uint64_t ops = 0;   // operations of each mixed phase; 0: keys
+  uint32_t latency_every = 32;  // latency sampling: 0 off, 1 every op, k one op in k
+  bool table = true;            // run the throughput tables (false: experiments only)
+  // Growth ("sawtooth") experiment: insert `keys` keys in growth_steps steps; after each, the
+  // load factor, bytes, and the latency of sample_ops timed operations of each kind.
+  bool growth = false;
+  uint32_t growth_steps = 50;
+  uint32_t sample_ops = 1000;
+  // Recovery experiment: for each size, build a pool, SIGKILL the builder (fork), time
+  // reopen-to-first-request; then the same after a clean Close. Empty: not run.
+  std::vector<uint64_t> recovery_keys;
 };
 
 struct BuildInfo {
@@ -69,7 +91,11 @@ struct TrafficPerOp {
   double nt_bytes = 0;
   double media_writes = 0;
   uint32_t media_block_bytes = 256;
+  // Media bytes / payload bytes: media_writes * media_block_bytes / 16 (an 8 B key + 8 B value
+  // per operation; ElimDA Figure 4, TurboHash Figure 6).
+  double write_amplification = 0;
 };
+constexpr double kPayloadBytes = 16;
 
 // The separate counting pass: the index reopened on a fresh pool with Options::counters = true,
 // one thread, `keys` inserts then `keys` erases. Kept apart from the timed phases so that those
@@ -101,6 +127,8 @@ struct RowResult {
   double load_factor = 0;
   std::optional<IndexStats> stats;
   uint64_t dram_bytes = 0;
+  // Resize events during the row's phases (IndexStats::resize_ns after the last insert phase).
+  std::optional<DurationSummary> resize;
   std::optional<CountingPass> counting;
   Status error;  // why the row stopped (open failure, wrong result, wrong size, ...)
 
@@ -137,6 +165,30 @@ struct TableResult {
   }
 };
 
+// A curve of an experiment (growth, recovery): points with named values, plus summary figures.
+struct NamedValue {
+  std::string name;
+  double value = 0;
+};
+struct SeriesPoint {
+  std::vector<NamedValue> values;
+  double Get(std::string_view name) const {
+    for (const auto& v : values) {
+      if (v.name == name) return v.value;
+    }
+    return NAN;
+  }
+};
+struct Series {
+  std::string experiment;  // "growth", "recovery"
+  std::string index;       // "reh", "absl::flat_hash_map"
+  std::string durability;
+  std::vector<NamedValue> summary;
+  std::vector<SeriesPoint> points;
+  Status error;
+  std::string Label() const { return index + "/" + durability; }
+};
+
 struct BenchReport {
   BenchConfig config;  // as run: defaults resolved (indexes, count_keys, pool path)
   BuildInfo build;
@@ -144,6 +196,8 @@ struct BenchReport {
   std::string started_at;  // UTC, ISO 8601
   double key_generation_seconds = 0;
   std::vector<TableResult> tables;
+  std::vector<Series> series;      // experiments (growth, recovery)
+  std::vector<std::string> notes;  // e.g. presets' skipped parts, unsupported workloads
 
   // True if every row of every table completed without error.
   bool ok() const {
@@ -152,6 +206,9 @@ struct BenchReport {
       for (const auto& r : t.rows) {
         if (!r.error.ok()) return false;
       }
+    }
+    for (const auto& s : series) {
+      if (!s.error.ok()) return false;
     }
     return true;
   }
