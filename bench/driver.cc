@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/concurrent_reference.h"
 #include "bench/experiments.h"
 #include "bench/keys.h"
 #include "bench/machine.h"
@@ -154,10 +155,14 @@ Status RunBench(const BenchConfig& config, BenchListener* listener, BenchReport*
   if (c.table && c.reference) {
     bool multi = false;
     for (int t : c.threads) multi |= t > 1;
-    if (multi) {
+    if (multi && HaveConcurrentReference()) {
       report->notes.push_back(
-          "the reference row always runs one thread (absl::flat_hash_map is not thread-safe); "
-          "ratios at T > 1 compare T index threads with one reference thread");
+          "T > 1: ratios are against tbb::concurrent_hash_map with the same T threads "
+          "(absl::flat_hash_map, one thread, is shown too)");
+    } else if (multi) {
+      report->notes.push_back(
+          "no concurrent reference in this build (libtbb-dev not found at configure time): "
+          "ratios at T > 1 compare T index threads with one absl::flat_hash_map thread");
     }
   }
   l.OnStart(*report);
@@ -251,6 +256,17 @@ Status RunBench(const BenchConfig& config, BenchListener* listener, BenchReport*
           StartSamples(&*table.reference);
         } else {
           KeepBest(&*table.reference, ref);
+        }
+      }
+      if (c.reference && threads > 1 && HaveConcurrentReference()) {
+        const std::string prefix = tag + std::string(kConcurrentReferenceName) + ": ";
+        RowResult ref = RunConcurrentReferenceRow(
+            phases, ro, [&](std::string_view what) { l.OnProgress(prefix + std::string(what)); });
+        if (rep == 0) {
+          table.concurrent_reference = std::move(ref);
+          StartSamples(&*table.concurrent_reference);
+        } else {
+          KeepBest(&*table.concurrent_reference, ref);
         }
       }
       size_t slot = 0;

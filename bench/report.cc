@@ -55,7 +55,10 @@ std::string Join(const std::vector<std::string>& v, std::string_view sep) {
 }
 
 std::string RowLabel(const RowResult& row) {
-  if (row.kind == RowKind::kReference) return row.index + " (1 thread)";
+  if (row.kind == RowKind::kReference) {
+    return row.index + " (" + std::to_string(row.threads) +
+           (row.threads == 1 ? " thread)" : " threads)");
+  }
   std::string s = row.Label();
   if (row.kind == RowKind::kFacade) s += " (facade)";
   return s;
@@ -281,6 +284,7 @@ void JsonRow(JsonWriter& j, const TableResult& t, const RowResult& row, uint32_t
     j.NumberMember("seconds", p.seconds);
     j.NumberMember("mops", p.ok() ? p.mops() : NAN);
     j.NumberMember("ratio", row.kind == RowKind::kReference ? NAN : t.Ratio(p));
+    j.NumberMember("ratio_absl", row.kind == RowKind::kReference ? NAN : t.RatioAbsl(p));
     j.StatusOrNullMember("error", p.failure);
     j.Key("samples_mops");
     j.BeginArray();
@@ -391,7 +395,7 @@ void WriteBanner(std::ostream& os, const BenchReport& r) {
 }
 
 void WriteTable(std::ostream& os, const BenchReport& r, const TableResult& t) {
-  const size_t label_w = 34, col_w = 16;
+  const size_t label_w = 38, col_w = 16;
   std::vector<std::string> phase_names;
   auto collect = [&](const RowResult& row) {
     for (const auto& p : row.phases) {
@@ -401,11 +405,12 @@ void WriteTable(std::ostream& os, const BenchReport& r, const TableResult& t) {
     }
   };
   if (t.reference) collect(*t.reference);
+  if (t.concurrent_reference) collect(*t.concurrent_reference);
   for (const auto& row : t.rows) collect(row);
 
   os << "\n== " << t.threads << (t.threads == 1 ? " thread" : " threads") << ", " << r.config.keys
-     << " keys: Mops/s, ratio = row / " << (t.reference ? t.reference->index : "reference")
-     << " (1 thread) ==\n";
+     << " keys: Mops/s, ratio = row / "
+     << (t.RatioBase() ? RowLabel(*t.RatioBase()) : std::string("reference")) << " ==\n";
   std::string h1 = PadRight("", label_w), h2 = PadRight("", label_w);
   for (const auto& n : phase_names) {
     h1 += PadRight(n, col_w);
@@ -434,6 +439,7 @@ void WriteTable(std::ostream& os, const BenchReport& r, const TableResult& t) {
     os << line << "\n";
   };
   if (t.reference) print_row(*t.reference);
+  if (t.concurrent_reference) print_row(*t.concurrent_reference);
   for (const auto& row : t.rows) print_row(row);
 
   // The one-persist limit, and the durable rows as a fraction of it.
@@ -532,6 +538,7 @@ void WriteTable(std::ostream& os, const BenchReport& r, const TableResult& t) {
       }
     };
     if (t.reference) lat_rows(*t.reference);
+    if (t.concurrent_reference) lat_rows(*t.concurrent_reference);
     for (const auto& row : t.rows) lat_rows(row);
   }
 
@@ -568,6 +575,7 @@ void WriteTable(std::ostream& os, const BenchReport& r, const TableResult& t) {
     if (!row.error.ok()) os << "ERROR " << RowLabel(row) << ": " << row.error.ToString() << "\n";
   };
   if (t.reference) print_error(*t.reference);
+  if (t.concurrent_reference) print_error(*t.concurrent_reference);
   for (const auto& row : t.rows) print_error(row);
   for (const auto& row : t.rows) {
     if (!row.kept_pool.empty()) os << "kept pool " << row.Label() << ": " << row.kept_pool << "\n";
@@ -700,6 +708,12 @@ std::string ToJson(const BenchReport& r) {
     } else {
       j.Null();
     }
+    j.Key("concurrent_reference");
+    if (t.concurrent_reference) {
+      JsonRow(j, t, *t.concurrent_reference, c.latency_every);
+    } else {
+      j.Null();
+    }
     j.Key("rows");
     j.BeginArray();
     for (const auto& row : t.rows) JsonRow(j, t, row, c.latency_every);
@@ -796,6 +810,7 @@ std::string ToCsv(const BenchReport& r) {
       }
     };
     if (t.reference) line(*t.reference);
+    if (t.concurrent_reference) line(*t.concurrent_reference);
     for (const auto& row : t.rows) line(row);
     for (const auto& p : t.persist_limits) {
       os << CsvField(r.build.git_commit) << ',' << (r.build.git_dirty ? "true" : "false") << ','

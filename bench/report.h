@@ -14,10 +14,14 @@
 //            experiment, phases[], distribution, mix, ops, latency_every, table, growth,
 //            growth_steps, sample_ops, recovery_keys[]}
 //   notes[] strings (skipped parts of a preset, unsupported workloads, the reference used)
-//   tables[] {threads, reference: row|null, rows[]: row, persist_limits[]: probe}
+//   tables[] {threads, reference: row|null (absl, 1 thread), concurrent_reference: row|null
+//             (tbb::concurrent_hash_map, same threads; T > 1 with TBB only), rows[]: row,
+//             persist_limits[]: probe}
 //   row     {index, durability, kind, threads, pool_size, kept_pool, error: string|null,
 //            load_factor, dram_bytes,
-//            phases[] {name, op, threads, ops, seconds, mops, ratio: number|null, error,
+//            phases[] {name, op, threads, ops, seconds, mops, error,
+//                      ratio: number|null (vs concurrent_reference if present, else absl),
+//                      ratio_absl: number|null (vs absl, 1 thread),
 //                      samples_mops[]: every repetition (empty or one element for one run),
 //                      latency: {count, sample_every, mean_ns, min_ns, p50_ns, p90_ns, p99_ns,
 //                                p999_ns, p9999_ns, max_ns, buckets[[upper_ns, count]...]}|null},

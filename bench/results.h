@@ -155,13 +155,28 @@ struct TableResult {
     return nullptr;
   }
 
-  // phase's Mops over the reference's Mops for the phase of the same name; NaN if either is
-  // missing or failed.
-  double Ratio(const PhaseResult& phase) const {
-    if (!reference || !phase.ok()) return NAN;
-    const PhaseResult* ref = reference->Phase(phase.name);
+  // With T > 1 threads and a build with TBB: tbb::concurrent_hash_map run by the same T
+  // threads (concurrent_reference.h).
+  std::optional<RowResult> concurrent_reference;
+
+  // The row ratios are taken against: the concurrent reference when there is one that
+  // completed, else the absl row.
+  const RowResult* RatioBase() const {
+    if (concurrent_reference && concurrent_reference->error.ok()) return &*concurrent_reference;
+    return reference ? &*reference : nullptr;
+  }
+  static double RatioTo(const RowResult* base, const PhaseResult& phase) {
+    if (!base || !phase.ok()) return NAN;
+    const PhaseResult* ref = base->Phase(phase.name);
     if (!ref || !ref->ok() || ref->mops() <= 0) return NAN;
     return phase.mops() / ref->mops();
+  }
+  // phase's Mops over RatioBase()'s Mops for the phase of the same name; NaN if either is
+  // missing or failed.
+  double Ratio(const PhaseResult& phase) const { return RatioTo(RatioBase(), phase); }
+  // The same against the single-threaded absl row.
+  double RatioAbsl(const PhaseResult& phase) const {
+    return RatioTo(reference ? &*reference : nullptr, phase);
   }
 };
 
@@ -203,6 +218,7 @@ struct BenchReport {
   bool ok() const {
     for (const auto& t : tables) {
       if (t.reference && !t.reference->error.ok()) return false;
+      if (t.concurrent_reference && !t.concurrent_reference->error.ok()) return false;
       for (const auto& r : t.rows) {
         if (!r.error.ok()) return false;
       }
