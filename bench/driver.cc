@@ -258,7 +258,9 @@ Status RunBench(const BenchConfig& config, BenchListener* listener, BenchReport*
           KeepBest(&*table.reference, ref);
         }
       }
-      if (c.reference && threads > 1 && HaveConcurrentReference()) {
+      const bool any_multi =
+          std::any_of(c.threads.begin(), c.threads.end(), [](int t) { return t > 1; });
+      if (c.reference && any_multi && HaveConcurrentReference()) {
         const std::string prefix = tag + std::string(kConcurrentReferenceName) + ": ";
         RowResult ref = RunConcurrentReferenceRow(
             phases, ro, [&](std::string_view what) { l.OnProgress(prefix + std::string(what)); });

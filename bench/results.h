@@ -155,14 +155,17 @@ struct TableResult {
     return nullptr;
   }
 
-  // With T > 1 threads and a build with TBB: tbb::concurrent_hash_map run by the same T
-  // threads (concurrent_reference.h).
+  // In a build with TBB, when any table has T > 1: tbb::concurrent_hash_map run by this
+  // table's T threads (concurrent_reference.h); ratios use it for T > 1 (at T = 1 it is shown
+  // as the start of its scaling curve, and ratios stay against absl).
   std::optional<RowResult> concurrent_reference;
 
   // The row ratios are taken against: the concurrent reference when there is one that
   // completed, else the absl row.
   const RowResult* RatioBase() const {
-    if (concurrent_reference && concurrent_reference->error.ok()) return &*concurrent_reference;
+    if (threads > 1 && concurrent_reference && concurrent_reference->error.ok()) {
+      return &*concurrent_reference;
+    }
     return reference ? &*reference : nullptr;
   }
   static double RatioTo(const RowResult* base, const PhaseResult& phase) {
