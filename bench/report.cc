@@ -525,7 +525,8 @@ void WriteTable(std::ostream& os, const BenchReport& r, const TableResult& t) {
                                        : "1 operation in " + std::to_string(r.config.latency_every))
        << " timed, incl. ~20 ns of clock reads):\n";
     os << "  " << PadRight("", label_w - 2) << PadRight("phase", 8);
-    for (const char* h : {"p50", "p90", "p99", "p99.9", "p99.99", "max"}) os << PadLeft(h, 9);
+    for (const char* h : {"p50", "p90", "p99", "p99.9", "p99.99"}) os << PadLeft(h, 9);
+    os << PadLeft("max", 12);
     os << "\n";
     auto lat_rows = [&](const RowResult& row) {
       for (const auto& p : row.phases) {
@@ -534,7 +535,7 @@ void WriteTable(std::ostream& os, const BenchReport& r, const TableResult& t) {
         for (const double q : {0.5, 0.9, 0.99, 0.999, 0.9999}) {
           os << PadLeft(Fixed(p.latency.Percentile(q), 0), 9);
         }
-        os << PadLeft(std::to_string(p.latency.max()), 9) << "\n";
+        os << PadLeft(std::to_string(p.latency.max()), 12) << "\n";
       }
     };
     if (t.reference) lat_rows(*t.reference);
