@@ -16,7 +16,7 @@ constexpr std::array kPresets = {
            ""},
     Preset{"pea-fig4", "Pea Hash Fig. 4 (a)-(f)",
            "growth: load factor (sawtooth), average utility and per-op latency while inserting; "
-           "1 thread, 2M keys, 50 steps",
+           "1 thread, 4M keys, 80 steps",
            ""},
     Preset{"pea-fig7", "Pea Hash Fig. 7",
            "the growth experiment on Pea Hash (strategy comparison); needs index 'pea'", "pea"},
@@ -93,8 +93,8 @@ Status ApplyPreset(std::string_view name, BenchConfig* c, std::vector<std::strin
   if (name == "pea-fig4" || name == "pea-fig7") {
     c->table = false;
     c->growth = true;
-    c->keys = 2'000'000;
-    c->growth_steps = 50;
+    c->keys = 4'000'000;
+    c->growth_steps = 80;
     c->sample_ops = 1000;
   } else if (name == "pea-table3") {
     c->phases = {"insert"};
