@@ -180,6 +180,7 @@ Status RunBench(const BenchConfig& config, BenchListener* listener, BenchReport*
   const std::span<const uint64_t> count_keys(keys.insert_order.data(), *c.count_keys);
   const size_t total_rows = c.threads.size() * c.indexes.size() * c.durabilities.size();
 
+  size_t row_number = 0;
   for (const int threads : c.threads) {
     if (!c.table) break;
     // Phases for this thread count (mixed phases are generated per thread count).
@@ -289,7 +290,11 @@ Status RunBench(const BenchConfig& config, BenchListener* listener, BenchReport*
                 c.pool_size ? c.pool_size : EstimatePoolBytes(index, count_keys.size());
             rc.count_keys = count_keys;
           }
-          const std::string prefix = tag + index + "/" + std::string(DurabilityName(d)) + ": ";
+          row_number++;
+          const std::string prefix = "[row " + std::to_string(row_number) + "/" +
+                                     std::to_string(total_rows * static_cast<size_t>(c.repeat)) +
+                                     "] " + tag + index + "/" + std::string(DurabilityName(d)) +
+                                     ": ";
           rc.progress = [&](std::string_view what) { l.OnProgress(prefix + std::string(what)); };
 
           PMHASH_RETURN_IF_ERROR(main_file->Truncate());

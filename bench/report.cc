@@ -769,7 +769,8 @@ std::string ToCsv(const BenchReport& r) {
         "index,durability,kind,threads,phase,ops,seconds,mops,ratio,load_factor,"
         "persists_per_insert,fences_per_insert,flushed_lines_per_insert,media_writes_per_insert,"
         "write_amp_insert,write_amp_erase,pm_bytes,dram_bytes,resize_count,resize_p50_ns,"
-        "resize_max_ns,resize_total_ns,distribution,latency_every,lat_count,lat_p50_ns,lat_p90_ns,"
+        "resize_max_ns,resize_total_ns,distribution,latency_every,experiment,pin,repeat,mix,lat_"
+        "count,lat_p50_ns,lat_p90_ns,"
         "lat_p99_ns,lat_p999_ns,lat_p9999_ns,lat_max_ns,details,error\n";
   for (const auto& t : r.tables) {
     auto line = [&](const RowResult& row) {
@@ -796,7 +797,8 @@ std::string ToCsv(const BenchReport& r) {
            << (row.resize ? std::to_string(row.resize->max_ns) : "") << ','
            << (row.resize ? std::to_string(row.resize->total_ns) : "") << ','
            << CsvField(r.config.dist.Name()) << ',' << r.config.latency_every << ','
-           << p.latency.count();
+           << CsvField(r.config.experiment) << ',' << (r.config.pin ? "true" : "false") << ','
+           << r.config.repeat << ',' << CsvField(r.config.mix.Name()) << ',' << p.latency.count();
         for (const double q : {0.5, 0.9, 0.99, 0.999, 0.9999}) {
           os << ',' << (p.latency.count() ? CsvNumber(p.latency.Percentile(q)) : "");
         }
@@ -819,7 +821,7 @@ std::string ToCsv(const BenchReport& r) {
          << CsvField(r.machine.flush_instruction) << ',' << r.config.seed << ',' << r.config.keys
          << ',' << t.threads << ",persist-limit," << DurabilityName(p.durability) << ",probe,"
          << p.threads << ",persist," << p.ops << ',' << CsvNumber(p.seconds) << ','
-         << CsvNumber(p.failure.ok() ? p.mops() : NAN) << ",,,,,,," << std::string(18, ',')
+         << CsvNumber(p.failure.ok() ? p.mops() : NAN) << ",,,,,,," << std::string(22, ',')
          << (p.failure.ok() ? "" : CsvField(p.failure.ToString())) << '\n';
     }
   }
