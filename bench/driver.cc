@@ -55,6 +55,7 @@ void KeepBest(RowResult* best, const RowResult& run) {
     } else if (b.ok() && r.mops() > b.mops()) {
       b.ops = r.ops;
       b.seconds = r.seconds;
+      b.latency = r.latency;  // the latency figures of the run reported
     }
   }
 }

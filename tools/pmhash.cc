@@ -353,20 +353,20 @@ int RunBenchCommand(const Command& cmd, std::span<char* const> words) {
       if (v->empty()) return Status::InvalidArgument("--pool needs a path");
       c.pool_path = *v;
     }
-    c.keep_pool = args.Has("keep-pool");
+    if (args.Has("keep-pool")) c.keep_pool = true;
     if (auto v = args.Value("pool-size")) {
       PMHASH_RETURN_IF_ERROR(ParseSize(*v, "--pool-size", &c.pool_size));
       if (c.pool_size == 0) return Status::InvalidArgument("--pool-size must be positive");
     }
-    c.pin = args.Has("pin");
-    c.reference = !args.Has("no-reference");
+    if (args.Has("pin")) c.pin = true;
+    if (args.Has("no-reference")) c.reference = false;
     if (auto v = args.Value("count-keys")) {
       uint64_t n = 0;
       PMHASH_RETURN_IF_ERROR(ParseCount(*v, "--count-keys", &n));
       c.count_keys = n;
     }
-    c.check = args.Has("check");
-    c.persist_probe = !args.Has("no-probe");
+    if (args.Has("check")) c.check = true;
+    if (args.Has("no-probe")) c.persist_probe = false;
     if (auto v = args.Value("repeat")) {
       uint64_t r = 0;
       PMHASH_RETURN_IF_ERROR(ParseU64(*v, "--repeat", &r));
