@@ -17,31 +17,34 @@ constexpr std::array kPresets = {
     Preset{"pea-fig4", "Pea Hash Fig. 4 (a)-(f)",
            "growth: load factor (sawtooth), average utility and per-op latency while inserting; "
            "1 thread, 4M keys, 80 steps",
-           ""},
+           "", 200'000'000},
     Preset{"pea-fig7", "Pea Hash Fig. 7",
-           "the growth experiment on Pea Hash (strategy comparison); needs index 'pea'", "pea"},
+           "the growth experiment on Pea Hash (strategy comparison); needs index 'pea'", "pea",
+           200'000'000},
     Preset{"pea-table3", "Pea Hash Table 3",
            "resize events (count, min/median/p90/p99/max, total) during single-thread inserts; "
            "4M keys",
-           ""},
+           "", 200'000'000},
     Preset{"pea-table4", "Pea Hash Table 4",
-           "recovery time after SIGKILL and after a clean shutdown; 1M keys, adr", ""},
+           "recovery time after SIGKILL and after a clean shutdown; 1/3, 2/3 and 1M keys, adr", "",
+           300'000'000},
     Preset{"smartht-table1", "SmartHT Table I",
-           "recovery time after SIGKILL as the key count grows (250k, 500k, 1M)", ""},
+           "recovery time after SIGKILL as the key count grows (250k, 500k, 1M)", "", 200'000'000},
     Preset{"reh-fig7", "REH Fig. 7",
-           "single-thread throughput: insert, find+, find-, erase; adr, eadr, dram; 4M keys", ""},
+           "single-thread throughput: insert, find+, find-, erase; adr, eadr, dram; 4M keys", "",
+           500'000'000},
     Preset{"turbo-fig6", "TurboHash Fig. 6",
            "throughput vs threads (1, 2, all CPUs) of insert, find+, find-, update, erase, and the "
            "media I/O per op (write amplification); 2M keys",
-           ""},
+           "", 120'000'000},
     Preset{"elimda-fig4", "ElimDA Fig. 4",
-           "write amplification of inserts: media bytes / 16 B payload (256 B blocks); 2M keys",
-           ""},
+           "write amplification of inserts: media bytes / 16 B payload (256 B blocks); 2M keys", "",
+           10'000'000},
     Preset{"smartht-fig5", "SmartHT Fig. 5",
            "scalability, uniform keys: insert, find+, find-, erase with 1, 2, all CPUs; 2M keys",
-           ""},
+           "", 200'000'000},
     Preset{"smartht-fig6", "SmartHT Fig. 6",
-           "scalability, skewed finds (zipfian 0.99): as smartht-fig5", ""},
+           "scalability, skewed finds (zipfian 0.99): as smartht-fig5", "", 200'000'000},
     Preset{"ycsb", "YCSB A, B, C, D, F",
            "load 2M keys, then 2M operations of each YCSB core workload (E is unsupported: "
            "scans); 1 and 2 threads",
@@ -68,6 +71,13 @@ bool Registered(std::string_view name) {
 }  // namespace
 
 std::span<const Preset> Presets() { return kPresets; }
+
+const Preset* FindPreset(std::string_view name) {
+  for (const Preset& p : kPresets) {
+    if (p.name == name) return &p;
+  }
+  return nullptr;
+}
 
 Status ApplyPreset(std::string_view name, BenchConfig* c, std::vector<std::string>* notes,
                    bool* skip) {
@@ -104,7 +114,7 @@ Status ApplyPreset(std::string_view name, BenchConfig* c, std::vector<std::strin
   } else if (name == "pea-table4") {
     c->table = false;
     c->keys = 1'000'000;
-    c->recovery_keys = {1'000'000};
+    c->recovery_keys = {333'333, 666'667, 1'000'000};  // the paper: 100M, 200M, 300M
   } else if (name == "smartht-table1") {
     c->table = false;
     c->keys = 1'000'000;

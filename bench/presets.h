@@ -6,6 +6,7 @@
 // minutes on 2 cores. A preset whose subject index is not registered is skipped with a note.
 #pragma once
 
+#include <cstdint>
 #include <span>
 #include <string>
 #include <string_view>
@@ -21,9 +22,11 @@ struct Preset {
   std::string_view paper_figure;  // what it reproduces
   std::string_view description;
   std::string_view requires_index;  // "" : runs on every registered index
+  uint64_t paper_keys = 0;          // the paper's key count (--paper-size); 0: none
 };
 
 std::span<const Preset> Presets();
+const Preset* FindPreset(std::string_view name);
 
 // Fills *c for preset `name` (unknown: kInvalidArgument). Notes (e.g. a skipped subject index)
 // are appended to *notes. Sets *skip when nothing of the preset can run here.

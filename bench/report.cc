@@ -523,7 +523,7 @@ void WriteTable(std::ostream& os, const BenchReport& r, const TableResult& t) {
     os << "\nlatency, ns ("
        << (r.config.latency_every == 1 ? std::string("every operation")
                                        : "1 operation in " + std::to_string(r.config.latency_every))
-       << " timed, incl. ~20 ns of clock reads):\n";
+       << " timed, incl. " << Fixed(r.machine.clock_overhead_ns, 0) << " ns of clock reads):\n";
     os << "  " << PadRight("", label_w - 2) << PadRight("phase", 8);
     for (const char* h : {"p50", "p90", "p99", "p99.9", "p99.99"}) os << PadLeft(h, 9);
     os << PadLeft("max", 12);
@@ -650,6 +650,7 @@ std::string ToJson(const BenchReport& r) {
   j.StringMember("simd", r.machine.simd);
   j.StringMember("kernel", r.machine.kernel);
   j.StringMember("pool_fs", r.machine.pool_fs);
+  j.NumberMember("clock_overhead_ns", r.machine.clock_overhead_ns);
   j.EndObject();
   j.Key("config");
   j.BeginObject();

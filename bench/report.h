@@ -8,7 +8,8 @@
 // amplification, the workload fields of config, notes and series to /1):
 //   schema, started_at, key_generation_seconds,
 //   build   {version, git_commit, git_dirty, build_type, compiler}
-//   machine {cpu_model, logical_cpus, flush_instruction, simd, kernel, pool_fs}
+//   machine {cpu_model, logical_cpus, flush_instruction, simd, kernel, pool_fs,
+//            clock_overhead_ns (two steady_clock reads: included in every latency sample)}
 //   config  {indexes[], durabilities[], keys, threads[], seed, pool_path, keep_pool, pool_size,
 //            pin, reference, count_keys, check, persist_probe, repeat,
 //            experiment, phases[], distribution, mix, ops, latency_every, table, growth,

@@ -79,7 +79,8 @@ struct MachineInfo {
   std::string flush_instruction;
   std::string simd;
   std::string kernel;
-  std::string pool_fs;  // file system of the pool directory ("tmpfs", "ext4", ...)
+  std::string pool_fs;           // file system of the pool directory ("tmpfs", "ext4", ...)
+  double clock_overhead_ns = 0;  // two steady_clock reads: included in each latency sample
 };
 
 // Persistence traffic averaged per operation (TrafficStats / operations).

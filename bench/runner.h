@@ -96,7 +96,8 @@ struct PhaseResult {
   // this holds the Mops/s of every repetition, in order. Empty for a single run.
   std::vector<double> samples;
   // Per-operation latency (ns) of the timed operations, all threads merged (RunnerOptions::
-  // latency_every); count() == 0 when latency was off. Includes one steady_clock read (~20 ns).
+  // latency_every); count() == 0 when latency was off. Includes the clock overhead
+  // (MachineInfo::clock_overhead_ns).
   LatencyHistogram latency;
 
   bool ok() const { return failure.ok(); }

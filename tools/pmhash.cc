@@ -102,6 +102,9 @@ constexpr FlagSpec kBenchFlags[] = {
     {"experiment", "NAME",
      "a preset named after a paper's figure (see --experiment list);\n"
      "options given with it override the preset (e.g. --keys scales it)"},
+    {"paper-size", "",
+     "with --experiment: the paper's key count (e.g. 200M for pea-fig4; needs\n"
+     "the memory for it)"},
     {"phases", "P[,P...]",
      "phases in order: insert, find+, find-, update, rmw, erase, ycsb-a|b|c|d|f,\n"
      "mix (default insert,find+,find-,erase; the first must be insert)"},
@@ -307,7 +310,9 @@ int RunBenchCommand(const Command& cmd, std::span<char* const> words) {
     for (const auto& p : bench::Presets()) {
       std::string n(p.name);
       n.resize(16, ' ');
-      std::cout << n << p.paper_figure << ": " << p.description << "\n";
+      std::cout << n << p.paper_figure << ": " << p.description;
+      if (p.paper_keys) std::cout << " [paper: " << p.paper_keys / 1000000 << "M keys]";
+      std::cout << "\n";
     }
     return kExitOk;
   }
@@ -345,6 +350,16 @@ int RunBenchCommand(const Command& cmd, std::span<char* const> words) {
       c.durabilities = unique;
     }
     if (auto v = args.Value("keys")) PMHASH_RETURN_IF_ERROR(ParseCount(*v, "--keys", &c.keys));
+    if (args.Has("paper-size")) {
+      const bench::Preset* p =
+          args.Value("experiment") ? bench::FindPreset(*args.Value("experiment")) : nullptr;
+      if (!p || p->paper_keys == 0 || args.Has("keys")) {
+        return Status::InvalidArgument(
+            "--paper-size needs an --experiment with a paper size (see --experiment list) and "
+            "no --keys");
+      }
+      c.keys = p->paper_keys;
+    }
     if (auto v = args.Value("threads")) {
       PMHASH_RETURN_IF_ERROR(ParseIntList(*v, "--threads", 1, 1024, &c.threads));
     }
@@ -433,7 +448,8 @@ int RunBenchCommand(const Command& cmd, std::span<char* const> words) {
     }
     if (args.Has("no-table")) c.table = false;
     // A preset's recovery sizes follow --keys when only --keys is given.
-    if (args.Has("keys") && !args.Has("recovery") && !c.recovery_keys.empty()) {
+    if ((args.Has("keys") || args.Has("paper-size")) && !args.Has("recovery") &&
+        !c.recovery_keys.empty()) {
       const uint64_t top = *std::max_element(c.recovery_keys.begin(), c.recovery_keys.end());
       for (auto& n : c.recovery_keys) n = std::max<uint64_t>(1, n * c.keys / top);
     }
