@@ -219,6 +219,43 @@ TEST(Workloads, MixedStreamsAreValidAndProportioned) {
   }
 }
 
+// The plotting script reads what the writer produces (skipped without matplotlib).
+TEST(Report, PlotScriptDrawsEveryFigure) {
+  // The script runs under its shebang's interpreter, the Debian python3 with python3-matplotlib.
+  if (std::system("/usr/bin/python3 -c 'import matplotlib' 2>/dev/null") != 0) {
+    GTEST_SKIP() << "matplotlib not installed (scripts/install-deps --plots)";
+  }
+  BenchConfig c;
+  c.indexes = {"reh"};
+  c.keys = 2000;
+  c.threads = {1, 2};
+  c.growth = true;
+  c.growth_steps = 4;
+  c.sample_ops = 20;
+  c.recovery_keys = {500, 1000};
+  c.persist_probe = true;
+  BenchReport report;
+  ASSERT_TRUE(RunBench(c, nullptr, &report).ok());
+  char dir[] = "/tmp/pmhash-plot-test-XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  const std::string json = std::string(dir) + "/r.json";
+  ASSERT_TRUE(WriteFile(json, ToJson(report)).ok());
+  const std::string cmd =
+      std::string(PMHASH_SOURCE_DIR) + "/scripts/plot " + json + " -o " + dir + " > /dev/null";
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  for (const char* fig :
+       {"throughput", "threads", "latency-cdf", "write-amp", "growth", "utility", "recovery"}) {
+    const std::string png = std::string(dir) + "/r-" + fig + ".png";
+    std::ifstream f(png, std::ios::binary);
+    char magic[4] = {};
+    f.read(magic, 4);
+    EXPECT_TRUE(f && magic[1] == 'P' && magic[2] == 'N' && magic[3] == 'G') << png;
+    unlink(png.c_str());
+  }
+  unlink(json.c_str());
+  rmdir(dir);
+}
+
 TEST(Report, JsonParsesAndHasTheSchemaFields) {
   BenchConfig c;
   c.indexes = {"reh"};
