@@ -60,6 +60,10 @@ RowResult RunConcurrentReferenceRow(std::span<const PhaseSpec> phases, const Run
       row.error = row.phases.back().failure;
       break;
     }
+    if (spec.warmup) {
+      row.phases.pop_back();
+      continue;
+    }
     if (spec.op == Op::kInsert && table.Buckets() > 0) {
       row.load_factor = static_cast<double>(table.Size()) / static_cast<double>(table.Buckets());
     }

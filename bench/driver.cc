@@ -222,6 +222,13 @@ Status RunBench(const BenchConfig& config, BenchListener* listener, BenchReport*
         p.size_delta = streams.back().size_delta;
       }
       phases.push_back(std::move(p));
+      if (phases.size() == 1 && c.warmup_ops > 0) {
+        PhaseSpec w = KeyPhase(
+            "warmup", Op::kFindHit,
+            std::span<const uint64_t>(keys.find_order).first(std::min(c.warmup_ops, c.keys)));
+        w.warmup = true;
+        phases.push_back(std::move(w));
+      }
     }
     TableResult table;
     table.threads = threads;

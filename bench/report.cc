@@ -385,6 +385,7 @@ void WriteBanner(std::ostream& os, const BenchReport& r) {
   if (c.table) {
     os << "phases:  " << Join(c.phases, ",") << " | keys of find+/update/mixes: " << c.dist.Name();
     if (c.mix.Total() > 0) os << " | mix " << c.mix.Name();
+    if (c.warmup_ops > 0) os << " | warm-up " << c.warmup_ops << " find+";
     os << " | latency: "
        << (c.latency_every == 0   ? std::string("off")
            : c.latency_every == 1 ? std::string("every op")
@@ -685,6 +686,7 @@ std::string ToJson(const BenchReport& r) {
   j.StringMember("distribution", c.dist.Name());
   j.StringMember("mix", c.mix.Name());
   j.UintMember("ops", c.ops ? c.ops : c.keys);
+  j.UintMember("warmup_ops", c.warmup_ops);
   j.UintMember("latency_every", c.latency_every);
   j.BoolMember("table", c.table);
   j.BoolMember("growth", c.growth);

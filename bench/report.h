@@ -12,8 +12,8 @@
 //            clock_overhead_ns (two steady_clock reads: included in every latency sample)}
 //   config  {indexes[], durabilities[], keys, threads[], seed, pool_path, keep_pool, pool_size,
 //            pin, reference, count_keys, check, persist_probe, repeat,
-//            experiment, phases[], distribution, mix, ops, latency_every, table, growth,
-//            growth_steps, sample_ops, recovery_keys[]}
+//            experiment, phases[], distribution, mix, ops, warmup_ops, latency_every, table,
+//            growth, growth_steps, sample_ops, recovery_keys[]}
 //   notes[] strings (skipped parts of a preset, unsupported workloads, the reference used)
 //   tables[] {threads, reference: row|null (absl, 1 thread), concurrent_reference: row|null
 //             (tbb::concurrent_hash_map, same threads; T > 1 with TBB only), rows[]: row,

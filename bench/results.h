@@ -53,6 +53,9 @@ struct BenchConfig {
   Distribution dist;  // keys of find+ / update / rmw phases and of mixes (not insert/erase)
   OpMix mix;          // the "mix" phase
   uint64_t ops = 0;   // operations of each mixed phase; 0: keys
+  // Untimed, unreported find+ operations (uniform over the loaded keys) run after the first
+  // phase (the load) and before the measured ones; 0: none.
+  uint64_t warmup_ops = 0;
   uint32_t latency_every = 32;  // latency sampling: 0 off, 1 every op, k one op in k
   bool table = true;            // run the throughput tables (false: experiments only)
   // Growth ("sawtooth") experiment: insert `keys` keys in growth_steps steps; after each, the

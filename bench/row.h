@@ -120,6 +120,10 @@ RowResult RunRowWith(OpenFn&& open, RowKind kind, const RowConfig& c) {
                                      ", expected " + std::to_string(expected_size));
       break;
     }
+    if (spec.warmup) {
+      row.phases.pop_back();
+      continue;
+    }
     if (spec.op == Op::kInsert) {
       IndexStats s = table.Stats();
       row.load_factor = s.load_factor;

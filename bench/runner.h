@@ -67,6 +67,9 @@ struct PhaseSpec {
   // in sequence. size_delta: the phase's net change of Size().
   std::vector<std::span<const OpKey>> mixed;
   int64_t size_delta = 0;
+  // A warm-up phase runs and is checked like any other, but is not reported (its result is
+  // dropped from the row): it touches caches and TLBs before the measured phases.
+  bool warmup = false;
 };
 
 // A phase applying `op` to every key of `keys`.

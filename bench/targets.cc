@@ -70,6 +70,10 @@ RowResult RunReferenceRow(std::span<const PhaseSpec> phases, const RunnerOptions
       row.error = row.phases.back().failure;
       break;
     }
+    if (spec.warmup) {
+      row.phases.pop_back();
+      continue;
+    }
     if (spec.op == Op::kInsert) {
       row.load_factor = table.LoadFactor();
       row.dram_bytes = table.DramBytes();

@@ -265,6 +265,7 @@ TEST(Report, JsonParsesAndHasTheSchemaFields) {
   c.phases = {"insert", "find+", "ycsb-a", "mix", "find-", "erase"};
   ASSERT_TRUE(ParseMix("find+=80,insert=10,erase=10", &c.mix).ok());
   c.latency_every = 4;
+  c.warmup_ops = 1000;  // run and checked, absent from the phases below
   c.growth = true;
   c.growth_steps = 5;
   c.sample_ops = 50;

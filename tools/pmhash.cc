@@ -118,6 +118,9 @@ constexpr FlagSpec kBenchFlags[] = {
      "keys of find+/update/rmw and mixes: uniform (default), zipf[:THETA]\n"
      "(0..0.99, default 0.99), selfsimilar[:H] (0.2 = 80/20), latest"},
     {"ops", "N", "operations of each mixed phase (default: --keys)"},
+    {"warmup", "N",
+     "N untimed, unreported find+ after the load (insert) phase, before the\n"
+     "measured phases (default 0)"},
     {"latency", "MODE", "off | all | sampled (1 op in 32, default) | N (1 op in N)"},
     {"growth", "", "also run the growth (sawtooth) experiment"},
     {"growth-steps", "S", "steps of the growth experiment (default 50)"},
@@ -403,6 +406,9 @@ int RunBenchCommand(const Command& cmd, std::span<char* const> words) {
       if (!args.Has("phases") && !args.Has("workload")) c.phases = {"insert", "mix"};
     }
     if (auto v = args.Value("dist")) PMHASH_RETURN_IF_ERROR(bench::ParseDistribution(*v, &c.dist));
+    if (auto v = args.Value("warmup")) {
+      PMHASH_RETURN_IF_ERROR(ParseCount(*v, "--warmup", &c.warmup_ops));
+    }
     if (auto v = args.Value("ops")) {
       PMHASH_RETURN_IF_ERROR(ParseCount(*v, "--ops", &c.ops));
       if (c.ops == 0) return Status::InvalidArgument("--ops must be positive");
