@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "bench/concurrent_reference.h"
+#include "bench/experiments.h"
 #include "bench/keys.h"
 #include "bench/machine.h"
 #include "bench/persist_probe.h"
@@ -53,6 +55,7 @@ void KeepBest(RowResult* best, const RowResult& run) {
     } else if (b.ok() && r.mops() > b.mops()) {
       b.ops = r.ops;
       b.seconds = r.seconds;
+      b.latency = r.latency;  // the latency figures of the run reported
     }
   }
 }
@@ -84,14 +87,44 @@ Status ResolveConfig(BenchConfig* c) {
   }
   if (c->repeat < 1 || c->repeat > 100)
     return Status::InvalidArgument("repeat must be in [1, 100]");
-  if (!c->count_keys) c->count_keys = c->keys;
+  if (c->phases.empty()) c->phases = {"insert", "find+", "find-", "erase"};
+  for (size_t i = 0; i < c->phases.size(); i++) {
+    const std::string& p = c->phases[i];
+    static constexpr std::string_view kKnown[] = {"insert", "find+",  "find-",  "update",
+                                                  "rmw",    "erase",  "ycsb-a", "ycsb-b",
+                                                  "ycsb-c", "ycsb-d", "ycsb-f", "mix"};
+    if (p == "ycsb-e") {
+      return Status::NotSupported("ycsb-e needs range scans, which hash indexes do not offer");
+    }
+    if (std::find(std::begin(kKnown), std::end(kKnown), p) == std::end(kKnown)) {
+      return Status::InvalidArgument("unknown phase '" + p +
+                                     "' (insert, find+, find-, update, rmw, erase, ycsb-a|b|c|d|f, "
+                                     "mix)");
+    }
+    if (i == 0 && p != "insert") return Status::InvalidArgument("the first phase must be insert");
+    if (p == "erase" && i + 1 != c->phases.size()) {
+      return Status::InvalidArgument("erase (of every key) must be the last phase");
+    }
+    if (p == "mix" && c->mix.Total() <= 0) {
+      return Status::InvalidArgument("phase 'mix' needs --mix OP=WEIGHT,...");
+    }
+  }
+  if (c->latency_every > 1000000) return Status::InvalidArgument("latency sampling too sparse");
+  if (c->growth && (c->growth_steps < 1 || c->growth_steps > 100000)) {
+    return Status::InvalidArgument("growth steps must be in [1, 100000]");
+  }
+  for (uint64_t n : c->recovery_keys) {
+    if (n == 0 || n > kMaxKeys) return Status::InvalidArgument("recovery key counts in [1, 2^36]");
+  }
+  if (!c->count_keys) c->count_keys = c->table ? c->keys : 0;
   if (*c->count_keys > c->keys) {
     return Status::InvalidArgument("the counting pass cannot use more keys than --keys");
   }
   return Status::OK();
 }
 
-Status RunBench(const BenchConfig& config, BenchListener* listener, BenchReport* report) {
+Status RunBench(const BenchConfig& config, BenchListener* listener, BenchReport* report,
+                const std::vector<std::string>& notes) {
   BenchListener quiet;
   BenchListener& l = listener ? *listener : quiet;
   BenchConfig c = config;
@@ -119,6 +152,20 @@ Status RunBench(const BenchConfig& config, BenchListener* listener, BenchReport*
   report->build = CollectBuildInfo();
   report->machine = CollectMachineInfo(pool_dir);
   report->started_at = UtcTimestamp();
+  report->notes = notes;
+  if (c.table && c.reference) {
+    bool multi = false;
+    for (int t : c.threads) multi |= t > 1;
+    if (multi && HaveConcurrentReference()) {
+      report->notes.push_back(
+          "T > 1: ratios are against tbb::concurrent_hash_map with the same T threads "
+          "(absl::flat_hash_map, one thread, is shown too)");
+    } else if (multi) {
+      report->notes.push_back(
+          "no concurrent reference in this build (libtbb-dev not found at configure time): "
+          "ratios at T > 1 compare T index threads with one absl::flat_hash_map thread");
+    }
+  }
   l.OnStart(*report);
 
   const auto k0 = std::chrono::steady_clock::now();
@@ -126,19 +173,66 @@ Status RunBench(const BenchConfig& config, BenchListener* listener, BenchReport*
   report->key_generation_seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - k0).count();
 
-  const std::vector<PhaseSpec> phases = {
-      {"insert", Op::kInsert, keys.insert_order},
-      {"find+", Op::kFindHit, keys.find_order},
-      {"find-", Op::kFindMiss, keys.negative_order},
-      {"erase", Op::kErase, keys.find_order},
-  };
+  // Keys of the find+ / update / rmw phases under a skewed distribution (drawn once).
+  std::vector<uint64_t> drawn;
+  if (c.dist.kind != DistKind::kUniform) drawn = DrawKeys(c.dist, c.keys, keys, c.seed);
+  const std::span<const uint64_t> present_keys =
+      drawn.empty() ? std::span<const uint64_t>(keys.find_order) : std::span<const uint64_t>(drawn);
   const std::span<const uint64_t> count_keys(keys.insert_order.data(), *c.count_keys);
   const size_t total_rows = c.threads.size() * c.indexes.size() * c.durabilities.size();
 
+  size_t row_number = 0;
   for (const int threads : c.threads) {
+    if (!c.table) break;
+    // Phases for this thread count (mixed phases are generated per thread count).
+    std::vector<PhaseSpec> phases;
+    std::vector<OpStream> streams;
+    streams.reserve(c.phases.size());
+    uint64_t fresh_base = 2 * c.keys;
+    const uint64_t mixed_ops = c.ops ? c.ops : c.keys;
+    for (const std::string& name : c.phases) {
+      PhaseSpec p;
+      p.name = name;
+      if (name == "insert") {
+        p = KeyPhase(name, Op::kInsert, keys.insert_order);
+      } else if (name == "find+") {
+        p = KeyPhase(name, Op::kFindHit, present_keys);
+      } else if (name == "find-") {
+        p = KeyPhase(name, Op::kFindMiss, keys.negative_order);
+      } else if (name == "update") {
+        p = KeyPhase(name, Op::kUpdate, present_keys);
+      } else if (name == "rmw") {
+        p = KeyPhase(name, Op::kReadModifyWrite, present_keys);
+      } else if (name == "erase") {
+        p = KeyPhase(name, Op::kErase, keys.find_order);
+      } else {
+        Workload w;
+        if (name == "mix") {
+          w.name = "mix";
+          w.mix = c.mix;
+          w.dist = c.dist;
+        } else {
+          PMHASH_RETURN_IF_ERROR(YcsbWorkload(name, &w));
+        }
+        streams.push_back(
+            GenerateOps(w, mixed_ops, threads, keys, fresh_base, c.seed + streams.size()));
+        fresh_base += mixed_ops * static_cast<uint64_t>(threads);
+        p.op = Op::kMixed;
+        for (const auto& list : streams.back().per_thread) p.mixed.emplace_back(list);
+        p.size_delta = streams.back().size_delta;
+      }
+      phases.push_back(std::move(p));
+      if (phases.size() == 1 && c.warmup_ops > 0) {
+        PhaseSpec w = KeyPhase(
+            "warmup", Op::kFindHit,
+            std::span<const uint64_t>(keys.find_order).first(std::min(c.warmup_ops, c.keys)));
+        w.warmup = true;
+        phases.push_back(std::move(w));
+      }
+    }
     TableResult table;
     table.threads = threads;
-    const RunnerOptions ro{threads, c.pin};
+    const RunnerOptions ro{threads, c.pin, c.latency_every};
     for (int rep = 0; rep < c.repeat; rep++) {
       const bool last = rep + 1 == c.repeat;
       const std::string tag =
@@ -173,6 +267,19 @@ Status RunBench(const BenchConfig& config, BenchListener* listener, BenchReport*
           KeepBest(&*table.reference, ref);
         }
       }
+      const bool any_multi =
+          std::any_of(c.threads.begin(), c.threads.end(), [](int t) { return t > 1; });
+      if (c.reference && any_multi && HaveConcurrentReference()) {
+        const std::string prefix = tag + std::string(kConcurrentReferenceName) + ": ";
+        RowResult ref = RunConcurrentReferenceRow(
+            phases, ro, [&](std::string_view what) { l.OnProgress(prefix + std::string(what)); });
+        if (rep == 0) {
+          table.concurrent_reference = std::move(ref);
+          StartSamples(&*table.concurrent_reference);
+        } else {
+          KeepBest(&*table.concurrent_reference, ref);
+        }
+      }
       size_t slot = 0;
       for (const auto& index : c.indexes) {
         for (const Durability d : c.durabilities) {
@@ -191,12 +298,26 @@ Status RunBench(const BenchConfig& config, BenchListener* listener, BenchReport*
                 c.pool_size ? c.pool_size : EstimatePoolBytes(index, count_keys.size());
             rc.count_keys = count_keys;
           }
-          const std::string prefix = tag + index + "/" + std::string(DurabilityName(d)) + ": ";
+          row_number++;
+          const std::string prefix = "[row " + std::to_string(row_number) + "/" +
+                                     std::to_string(total_rows * static_cast<size_t>(c.repeat)) +
+                                     "] " + tag + index + "/" + std::string(DurabilityName(d)) +
+                                     ": ";
           rc.progress = [&](std::string_view what) { l.OnProgress(prefix + std::string(what)); };
 
           PMHASH_RETURN_IF_ERROR(main_file->Truncate());
           if (count_file) PMHASH_RETURN_IF_ERROR(count_file->Truncate());
           RowResult row = RunIndexRow(rc);
+          // An estimated pool too small for an index the estimate does not know well: retry
+          // with a larger (sparse) file.
+          for (int attempt = 0; attempt < 3 && !c.pool_size && row.error.IsOutOfSpace();
+               attempt++) {
+            rc.options.pool_size *= 4;
+            rc.count_pool_size *= 4;
+            PMHASH_RETURN_IF_ERROR(main_file->Truncate());
+            if (count_file) PMHASH_RETURN_IF_ERROR(count_file->Truncate());
+            row = RunIndexRow(rc);
+          }
           if (count_file) PMHASH_RETURN_IF_ERROR(count_file->Truncate());
           if (c.keep_pool && last) {
             if (total_rows == 1) {
@@ -220,6 +341,18 @@ Status RunBench(const BenchConfig& config, BenchListener* listener, BenchReport*
     }
     l.OnTable(*report, table);
     report->tables.push_back(std::move(table));
+  }
+  if (c.growth) {
+    for (Series& s : RunGrowth(c, keys, main_file.get(), &l)) {
+      l.OnSeries(*report, s);
+      report->series.push_back(std::move(s));
+    }
+  }
+  if (!c.recovery_keys.empty()) {
+    for (Series& s : RunRecovery(c, main_file.get(), &l)) {
+      l.OnSeries(*report, s);
+      report->series.push_back(std::move(s));
+    }
   }
   if (c.keep_pool && total_rows == 1) main_file->Keep();
   return Status::OK();

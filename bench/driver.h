@@ -11,7 +11,9 @@
 // prints: the CLI's listener does.
 #pragma once
 
+#include <string>
 #include <string_view>
+#include <vector>
 
 #include "bench/results.h"
 #include "pmhash/status.h"
@@ -26,6 +28,8 @@ class BenchListener {
   // A phase is about to start ("t=1 reh/adr: insert").
   virtual void OnProgress(std::string_view) {}
   virtual void OnTable(const BenchReport&, const TableResult&) {}
+  // An experiment's curve (growth, recovery) is complete.
+  virtual void OnSeries(const BenchReport&, const Series&) {}
 };
 
 // Fills defaults (all registered indexes, count_keys = keys) and rejects what cannot run
@@ -35,6 +39,8 @@ Status ResolveConfig(BenchConfig* c);
 // Runs the whole benchmark. A non-OK Status means the run could not start or continue (bad
 // configuration, no pool file); a row that fails is recorded in its RowResult::error and the run
 // goes on. `listener` may be null.
-Status RunBench(const BenchConfig& config, BenchListener* listener, BenchReport* report);
+// `notes` are copied into report->notes (a preset's remarks).
+Status RunBench(const BenchConfig& config, BenchListener* listener, BenchReport* report,
+                const std::vector<std::string>& notes = {});
 
 }  // namespace pmhash::bench

@@ -3,10 +3,12 @@
 #include <sys/statfs.h>
 #include <sys/utsname.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <ctime>
 #include <fstream>
 #include <string>
+#include <vector>
 
 #include "bench/git_version.h"
 #include "bench/runner.h"
@@ -91,6 +93,19 @@ MachineInfo CollectMachineInfo(const std::string& pool_dir) {
   struct utsname u;
   if (uname(&u) == 0) m.kernel = std::string(u.sysname) + " " + u.release;
   m.pool_fs = FsName(pool_dir);
+  // What an empty timed region measures (t1 - t0 of two back-to-back steady_clock reads): the
+  // overhead included in every latency sample. Median of 101 batches of 1000.
+  std::vector<double> batch;
+  for (int b = 0; b < 101; b++) {
+    uint64_t sum = 0;
+    for (int i = 0; i < 1000; i++) {
+      const uint64_t t0 = detail::NowNs();
+      sum += detail::NowNs() - t0;
+    }
+    batch.push_back(static_cast<double>(sum) / 1000.0);
+  }
+  std::nth_element(batch.begin(), batch.begin() + 50, batch.end());
+  m.clock_overhead_ns = batch[50];
   return m;
 }
 

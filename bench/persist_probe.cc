@@ -58,7 +58,7 @@ PersistProbeResult RunPersistProbe(const std::string& path, uint64_t region_byte
   std::memset(base, 0, region_bytes);  // fault every page in before timing
 
   const uint64_t lines = region_bytes / pm::kCacheLine;
-  const PhaseSpec spec{"persist", Op::kUpdate, {}};
+  const PhaseSpec spec = KeyPhase("persist", Op::kUpdate, {});
   const PhaseResult pr = RunOnThreads(spec, ro, [&](int t, ThreadOutcome* out) {
     const uint64_t n = ops / static_cast<uint64_t>(ro.threads);
     const uint64_t s = Mixer::Finalize(seed + static_cast<uint64_t>(t));

@@ -1,5 +1,6 @@
 #include "bench/report.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
@@ -54,7 +55,10 @@ std::string Join(const std::vector<std::string>& v, std::string_view sep) {
 }
 
 std::string RowLabel(const RowResult& row) {
-  if (row.kind == RowKind::kReference) return row.index + " (1 thread)";
+  if (row.kind == RowKind::kReference) {
+    return row.index + " (" + std::to_string(row.threads) +
+           (row.threads == 1 ? " thread)" : " threads)");
+  }
   std::string s = row.Label();
   if (row.kind == RowKind::kFacade) s += " (facade)";
   return s;
@@ -209,10 +213,51 @@ void JsonTraffic(JsonWriter& j, const TrafficPerOp& t) {
   j.NumberMember("nt_bytes", t.nt_bytes);
   j.NumberMember("media_writes", t.media_writes);
   j.UintMember("media_block_bytes", t.media_block_bytes);
+  j.NumberMember("write_amplification", t.write_amplification);
   j.EndObject();
 }
 
-void JsonRow(JsonWriter& j, const TableResult& t, const RowResult& row) {
+void JsonLatency(JsonWriter& j, const LatencyHistogram& h, uint32_t every) {
+  if (h.count() == 0) {
+    j.Null();
+    return;
+  }
+  j.BeginObject();
+  j.UintMember("count", h.count());
+  j.UintMember("sample_every", every);
+  j.NumberMember("mean_ns", h.mean());
+  j.UintMember("min_ns", h.min());
+  j.NumberMember("p50_ns", h.Percentile(0.5));
+  j.NumberMember("p90_ns", h.Percentile(0.9));
+  j.NumberMember("p99_ns", h.Percentile(0.99));
+  j.NumberMember("p999_ns", h.Percentile(0.999));
+  j.NumberMember("p9999_ns", h.Percentile(0.9999));
+  j.UintMember("max_ns", h.max());
+  j.Key("buckets");  // [upper bound ns, count] of every non-empty bucket: the CDF
+  j.BeginArray();
+  for (const auto& [ns, n] : h.NonEmptyBuckets()) {
+    j.BeginArray();
+    j.Uint(ns);
+    j.Uint(n);
+    j.EndArray();
+  }
+  j.EndArray();
+  j.EndObject();
+}
+
+void JsonResize(JsonWriter& j, const DurationSummary& r) {
+  j.BeginObject();
+  j.UintMember("count", r.count);
+  j.UintMember("min_ns", r.min_ns);
+  j.UintMember("p50_ns", r.p50_ns);
+  j.UintMember("p90_ns", r.p90_ns);
+  j.UintMember("p99_ns", r.p99_ns);
+  j.UintMember("max_ns", r.max_ns);
+  j.UintMember("total_ns", r.total_ns);
+  j.EndObject();
+}
+
+void JsonRow(JsonWriter& j, const TableResult& t, const RowResult& row, uint32_t every) {
   j.BeginObject();
   j.StringMember("index", row.index);
   j.StringMember("durability", row.durability);
@@ -239,11 +284,14 @@ void JsonRow(JsonWriter& j, const TableResult& t, const RowResult& row) {
     j.NumberMember("seconds", p.seconds);
     j.NumberMember("mops", p.ok() ? p.mops() : NAN);
     j.NumberMember("ratio", row.kind == RowKind::kReference ? NAN : t.Ratio(p));
+    j.NumberMember("ratio_absl", row.kind == RowKind::kReference ? NAN : t.RatioAbsl(p));
     j.StatusOrNullMember("error", p.failure);
     j.Key("samples_mops");
     j.BeginArray();
     for (const double m : p.samples) j.Number(m);
     j.EndArray();
+    j.Key("latency");
+    JsonLatency(j, p.latency, every);
     j.EndObject();
   }
   j.EndArray();
@@ -261,7 +309,18 @@ void JsonRow(JsonWriter& j, const TableResult& t, const RowResult& row) {
     j.UintMember("buckets", s.buckets);
     j.UintMember("splits", s.splits);
     j.UintMember("doublings", s.doublings);
+    j.UintMember("resize_events_logged", s.resize_ns.size());
+    j.Key("details");
+    j.BeginObject();
+    for (const auto& d : s.details) j.NumberMember(d.name, d.value);
     j.EndObject();
+    j.EndObject();
+  } else {
+    j.Null();
+  }
+  j.Key("resize");
+  if (row.resize) {
+    JsonResize(j, *row.resize);
   } else {
     j.Null();
   }
@@ -322,10 +381,22 @@ void WriteBanner(std::ostream& os, const BenchReport& r) {
   os << "build:   pmhash " << r.build.version << " " << ShortCommit(r.build) << ", "
      << r.build.build_type << ", " << r.build.compiler << "\n";
   os << "started: " << r.started_at << "\n";
+  if (!c.experiment.empty()) os << "experiment: " << c.experiment << "\n";
+  if (c.table) {
+    os << "phases:  " << Join(c.phases, ",") << " | keys of find+/update/mixes: " << c.dist.Name();
+    if (c.mix.Total() > 0) os << " | mix " << c.mix.Name();
+    if (c.warmup_ops > 0) os << " | warm-up " << c.warmup_ops << " find+";
+    os << " | latency: "
+       << (c.latency_every == 0   ? std::string("off")
+           : c.latency_every == 1 ? std::string("every op")
+                                  : "1 op in " + std::to_string(c.latency_every))
+       << "\n";
+  }
+  for (const auto& n : r.notes) os << "note:    " << n << "\n";
 }
 
 void WriteTable(std::ostream& os, const BenchReport& r, const TableResult& t) {
-  const size_t label_w = 34, col_w = 16;
+  const size_t label_w = 38, col_w = 16;
   std::vector<std::string> phase_names;
   auto collect = [&](const RowResult& row) {
     for (const auto& p : row.phases) {
@@ -335,11 +406,12 @@ void WriteTable(std::ostream& os, const BenchReport& r, const TableResult& t) {
     }
   };
   if (t.reference) collect(*t.reference);
+  if (t.concurrent_reference) collect(*t.concurrent_reference);
   for (const auto& row : t.rows) collect(row);
 
   os << "\n== " << t.threads << (t.threads == 1 ? " thread" : " threads") << ", " << r.config.keys
-     << " keys: Mops/s, ratio = row / " << (t.reference ? t.reference->index : "reference")
-     << " (1 thread) ==\n";
+     << " keys: Mops/s, ratio = row / "
+     << (t.RatioBase() ? RowLabel(*t.RatioBase()) : std::string("reference")) << " ==\n";
   std::string h1 = PadRight("", label_w), h2 = PadRight("", label_w);
   for (const auto& n : phase_names) {
     h1 += PadRight(n, col_w);
@@ -368,6 +440,7 @@ void WriteTable(std::ostream& os, const BenchReport& r, const TableResult& t) {
     os << line << "\n";
   };
   if (t.reference) print_row(*t.reference);
+  if (t.concurrent_reference) print_row(*t.concurrent_reference);
   for (const auto& row : t.rows) print_row(row);
 
   // The one-persist limit, and the durable rows as a fraction of it.
@@ -420,7 +493,7 @@ void WriteTable(std::ostream& os, const BenchReport& r, const TableResult& t) {
        << *r.config.count_keys << " keys):\n";
     os << "  " << PadRight("", label_w - 2) << PadRight("op", 8) << PadLeft("persists", 10)
        << PadLeft("fences", 10) << PadLeft("flushed", 10) << PadLeft("nt bytes", 10)
-       << PadLeft("media wr", 10) << "\n";
+       << PadLeft("media wr", 10) << PadLeft("write amp", 10) << "\n";
     for (const auto& row : t.rows) {
       if (!row.counting || !row.counting->failure.ok()) continue;
       const CountingPass& c = *row.counting;
@@ -430,7 +503,8 @@ void WriteTable(std::ostream& os, const BenchReport& r, const TableResult& t) {
         os << "  " << PadRight(row.Label(), label_w - 2) << PadRight(name, 8)
            << PadLeft(Fixed(tr->persists, 3), 10) << PadLeft(Fixed(tr->fences, 3), 10)
            << PadLeft(Fixed(tr->flushed_lines, 3), 10) << PadLeft(Fixed(tr->nt_bytes, 1), 10)
-           << PadLeft(Fixed(tr->media_writes, 3), 10) << "\n";
+           << PadLeft(Fixed(tr->media_writes, 3), 10)
+           << PadLeft(Fixed(tr->write_amplification, 1), 10) << "\n";
       }
     }
     uint32_t block = 256;
@@ -438,7 +512,64 @@ void WriteTable(std::ostream& os, const BenchReport& r, const TableResult& t) {
       if (row.counting) block = row.counting->insert.media_block_bytes;
     }
     os << "  (flushed: 64 B lines written back; nt bytes: non-temporal stores; media wr: estimated "
-       << block << " B media-block writes)\n";
+       << block << " B media-block writes;\n   write amp: media bytes / 16 B of key+value)\n";
+  }
+
+  // Latency percentiles (sampled).
+  bool any_latency = false;
+  for (const auto& row : t.rows) {
+    for (const auto& p : row.phases) any_latency |= p.latency.count() > 0;
+  }
+  if (any_latency) {
+    os << "\nlatency, ns ("
+       << (r.config.latency_every == 1 ? std::string("every operation")
+                                       : "1 operation in " + std::to_string(r.config.latency_every))
+       << " timed, incl. " << Fixed(r.machine.clock_overhead_ns, 0) << " ns of clock reads):\n";
+    os << "  " << PadRight("", label_w - 2) << PadRight("phase", 8);
+    for (const char* h : {"p50", "p90", "p99", "p99.9", "p99.99"}) os << PadLeft(h, 9);
+    os << PadLeft("max", 12);
+    os << "\n";
+    auto lat_rows = [&](const RowResult& row) {
+      for (const auto& p : row.phases) {
+        if (p.latency.count() == 0) continue;
+        os << "  " << PadRight(RowLabel(row), label_w - 2) << PadRight(p.name, 8);
+        for (const double q : {0.5, 0.9, 0.99, 0.999, 0.9999}) {
+          os << PadLeft(Fixed(p.latency.Percentile(q), 0), 9);
+        }
+        os << PadLeft(std::to_string(p.latency.max()), 12) << "\n";
+      }
+    };
+    if (t.reference) lat_rows(*t.reference);
+    if (t.concurrent_reference) lat_rows(*t.concurrent_reference);
+    for (const auto& row : t.rows) lat_rows(row);
+  }
+
+  // Resize events and index-specific details.
+  bool any_resize = false;
+  for (const auto& row : t.rows) any_resize |= row.resize.has_value() && row.resize->count > 0;
+  if (any_resize) {
+    os << "\nresize events during insert (splits + doublings; latency of the logged ones):\n";
+    os << "  " << PadRight("", label_w - 2) << PadLeft("count", 9) << PadLeft("min us", 10)
+       << PadLeft("p50 us", 10) << PadLeft("p90 us", 10) << PadLeft("p99 us", 10)
+       << PadLeft("max us", 10) << PadLeft("total ms", 10) << "\n";
+    for (const auto& row : t.rows) {
+      if (!row.resize) continue;
+      const DurationSummary& z = *row.resize;
+      os << "  " << PadRight(row.Label(), label_w - 2) << PadLeft(std::to_string(z.count), 9);
+      for (const uint64_t v : {z.min_ns, z.p50_ns, z.p90_ns, z.p99_ns, z.max_ns}) {
+        os << PadLeft(Fixed(static_cast<double>(v) / 1e3, 1), 10);
+      }
+      os << PadLeft(Fixed(static_cast<double>(z.total_ns) / 1e6, 1), 10) << "\n";
+    }
+  }
+  for (const auto& row : t.rows) {
+    if (!row.stats || row.stats->details.empty()) continue;
+    os << "  " << PadRight(row.Label() + " details", label_w - 2);
+    std::string d;
+    for (const auto& nv : row.stats->details)
+      d += (d.empty() ? "" : ", ") + nv.name + " " +
+           Fixed(nv.value, nv.value == std::floor(nv.value) ? 0 : 3);
+    os << d << "\n";
   }
 
   // Failures.
@@ -446,9 +577,54 @@ void WriteTable(std::ostream& os, const BenchReport& r, const TableResult& t) {
     if (!row.error.ok()) os << "ERROR " << RowLabel(row) << ": " << row.error.ToString() << "\n";
   };
   if (t.reference) print_error(*t.reference);
+  if (t.concurrent_reference) print_error(*t.concurrent_reference);
   for (const auto& row : t.rows) print_error(row);
   for (const auto& row : t.rows) {
     if (!row.kept_pool.empty()) os << "kept pool " << row.Label() << ": " << row.kept_pool << "\n";
+  }
+}
+
+void WriteSeries(std::ostream& os, const BenchReport& r, const Series& s) {
+  (void)r;
+  os << "\n== " << s.experiment << ": " << s.Label() << " ==\n";
+  if (!s.error.ok()) os << "ERROR " << s.Label() << ": " << s.error.ToString() << "\n";
+  if (s.experiment == "growth") {
+    os << "  inserted   load   PM MiB  resizes  ins ns  era ns  find+ ns  find- ns  (mean of "
+       << r.config.sample_ops << " samples)\n";
+    const size_t n = s.points.size();
+    const size_t every = std::max<size_t>(1, n / 10);
+    for (size_t i = 0; i < n; i++) {
+      if (i % every != every - 1 && i + 1 != n) continue;
+      const SeriesPoint& p = s.points[i];
+      os << "  " << PadLeft(Fixed(p.Get("inserted"), 0), 8)
+         << PadLeft(Fixed(p.Get("load_factor"), 3), 7)
+         << PadLeft(Fixed(p.Get("pm_bytes") / (1 << 20), 1), 9)
+         << PadLeft(Fixed(p.Get("resizes"), 0), 9) << PadLeft(Fixed(p.Get("insert_mean_ns"), 0), 8)
+         << PadLeft(Fixed(p.Get("erase_mean_ns"), 0), 8)
+         << PadLeft(Fixed(p.Get("find+_mean_ns"), 0), 10)
+         << PadLeft(Fixed(p.Get("find-_mean_ns"), 0), 10) << "\n";
+    }
+  } else if (s.experiment == "recovery") {
+    os << "  keys        after SIGKILL: first request / index recovery    after Close: first "
+          "request / index\n";
+    for (const SeriesPoint& p : s.points) {
+      os << "  " << PadRight(Fixed(p.Get("keys"), 0), 12)
+         << PadLeft(Fixed(p.Get("crash_first_request_ms"), 3) + " ms", 26)
+         << PadLeft(Fixed(p.Get("crash_index_recovery_ms"), 3) + " ms", 14)
+         << (p.Get("crash_recovered") > 0 ? " (recovered)" : " (NOT flagged as recovered)")
+         << PadLeft(Fixed(p.Get("clean_first_request_ms"), 3) + " ms", 14)
+         << PadLeft(Fixed(p.Get("clean_index_recovery_ms"), 3) + " ms", 12) << "\n";
+    }
+  }
+  if (!s.summary.empty()) {
+    os << "  summary:";
+    for (const auto& v : s.summary) {
+      const bool ns = v.name.size() > 3 && v.name.substr(v.name.size() - 3) == "_ns";
+      os << " " << v.name << "="
+         << (ns ? Fixed(v.value / 1e3, 1) + "us"
+                : Fixed(v.value, v.value == std::floor(v.value) ? 0 : 3));
+    }
+    os << "\n";
   }
 }
 
@@ -456,7 +632,7 @@ std::string ToJson(const BenchReport& r) {
   JsonWriter j;
   const BenchConfig& c = r.config;
   j.BeginObject();
-  j.StringMember("schema", "pmhash-bench/1");
+  j.StringMember("schema", kJsonSchema);
   j.StringMember("started_at", r.started_at);
   j.NumberMember("key_generation_seconds", r.key_generation_seconds);
   j.Key("build");
@@ -475,6 +651,7 @@ std::string ToJson(const BenchReport& r) {
   j.StringMember("simd", r.machine.simd);
   j.StringMember("kernel", r.machine.kernel);
   j.StringMember("pool_fs", r.machine.pool_fs);
+  j.NumberMember("clock_overhead_ns", r.machine.clock_overhead_ns);
   j.EndObject();
   j.Key("config");
   j.BeginObject();
@@ -501,7 +678,29 @@ std::string ToJson(const BenchReport& r) {
   j.BoolMember("check", c.check);
   j.BoolMember("persist_probe", c.persist_probe);
   j.UintMember("repeat", static_cast<uint64_t>(c.repeat));
+  j.StringMember("experiment", c.experiment);
+  j.Key("phases");
+  j.BeginArray();
+  for (const auto& p : c.phases) j.String(p);
+  j.EndArray();
+  j.StringMember("distribution", c.dist.Name());
+  j.StringMember("mix", c.mix.Name());
+  j.UintMember("ops", c.ops ? c.ops : c.keys);
+  j.UintMember("warmup_ops", c.warmup_ops);
+  j.UintMember("latency_every", c.latency_every);
+  j.BoolMember("table", c.table);
+  j.BoolMember("growth", c.growth);
+  j.UintMember("growth_steps", c.growth_steps);
+  j.UintMember("sample_ops", c.sample_ops);
+  j.Key("recovery_keys");
+  j.BeginArray();
+  for (const uint64_t n : c.recovery_keys) j.Uint(n);
+  j.EndArray();
   j.EndObject();
+  j.Key("notes");
+  j.BeginArray();
+  for (const auto& n : r.notes) j.String(n);
+  j.EndArray();
   j.Key("tables");
   j.BeginArray();
   for (const auto& t : r.tables) {
@@ -509,13 +708,19 @@ std::string ToJson(const BenchReport& r) {
     j.UintMember("threads", static_cast<uint64_t>(t.threads));
     j.Key("reference");
     if (t.reference) {
-      JsonRow(j, t, *t.reference);
+      JsonRow(j, t, *t.reference, c.latency_every);
+    } else {
+      j.Null();
+    }
+    j.Key("concurrent_reference");
+    if (t.concurrent_reference) {
+      JsonRow(j, t, *t.concurrent_reference, c.latency_every);
     } else {
       j.Null();
     }
     j.Key("rows");
     j.BeginArray();
-    for (const auto& row : t.rows) JsonRow(j, t, row);
+    for (const auto& row : t.rows) JsonRow(j, t, row, c.latency_every);
     j.EndArray();
     j.Key("persist_limits");
     j.BeginArray();
@@ -534,6 +739,29 @@ std::string ToJson(const BenchReport& r) {
     j.EndObject();
   }
   j.EndArray();
+  j.Key("series");
+  j.BeginArray();
+  for (const Series& se : r.series) {
+    j.BeginObject();
+    j.StringMember("experiment", se.experiment);
+    j.StringMember("index", se.index);
+    j.StringMember("durability", se.durability);
+    j.StatusOrNullMember("error", se.error);
+    j.Key("summary");
+    j.BeginObject();
+    for (const auto& v : se.summary) j.NumberMember(v.name, v.value);
+    j.EndObject();
+    j.Key("points");
+    j.BeginArray();
+    for (const auto& p : se.points) {
+      j.BeginObject();
+      for (const auto& v : p.values) j.NumberMember(v.name, v.value);
+      j.EndObject();
+    }
+    j.EndArray();
+    j.EndObject();
+  }
+  j.EndArray();
   j.EndObject();
   return j.Take() + "\n";
 }
@@ -543,7 +771,10 @@ std::string ToCsv(const BenchReport& r) {
   os << "git_commit,git_dirty,started_at,cpu_model,flush_instruction,seed,keys,table_threads,"
         "index,durability,kind,threads,phase,ops,seconds,mops,ratio,load_factor,"
         "persists_per_insert,fences_per_insert,flushed_lines_per_insert,media_writes_per_insert,"
-        "error\n";
+        "write_amp_insert,write_amp_erase,pm_bytes,dram_bytes,resize_count,resize_p50_ns,"
+        "resize_max_ns,resize_total_ns,distribution,latency_every,experiment,pin,repeat,mix,lat_"
+        "count,lat_p50_ns,lat_p90_ns,"
+        "lat_p99_ns,lat_p999_ns,lat_p9999_ns,lat_max_ns,details,error\n";
   for (const auto& t : r.tables) {
     auto line = [&](const RowResult& row) {
       for (const auto& p : row.phases) {
@@ -561,10 +792,31 @@ std::string ToCsv(const BenchReport& r) {
            << (cp ? CsvNumber(cp->insert.fences) : "") << ','
            << (cp ? CsvNumber(cp->insert.flushed_lines) : "") << ','
            << (cp ? CsvNumber(cp->insert.media_writes) : "") << ','
-           << (err.ok() ? "" : CsvField(err.ToString())) << '\n';
+           << (cp ? CsvNumber(cp->insert.write_amplification) : "") << ','
+           << (cp ? CsvNumber(cp->erase.write_amplification) : "") << ','
+           << (row.stats ? std::to_string(row.stats->pm_bytes) : "") << ',' << row.dram_bytes << ','
+           << (row.resize ? std::to_string(row.resize->count) : "") << ','
+           << (row.resize ? std::to_string(row.resize->p50_ns) : "") << ','
+           << (row.resize ? std::to_string(row.resize->max_ns) : "") << ','
+           << (row.resize ? std::to_string(row.resize->total_ns) : "") << ','
+           << CsvField(r.config.dist.Name()) << ',' << r.config.latency_every << ','
+           << CsvField(r.config.experiment) << ',' << (r.config.pin ? "true" : "false") << ','
+           << r.config.repeat << ',' << CsvField(r.config.mix.Name()) << ',' << p.latency.count();
+        for (const double q : {0.5, 0.9, 0.99, 0.999, 0.9999}) {
+          os << ',' << (p.latency.count() ? CsvNumber(p.latency.Percentile(q)) : "");
+        }
+        os << ',' << (p.latency.count() ? std::to_string(p.latency.max()) : "") << ',';
+        std::string details;
+        if (row.stats) {
+          for (const auto& d : row.stats->details) {
+            details += (details.empty() ? "" : ";") + d.name + "=" + CsvNumber(d.value);
+          }
+        }
+        os << CsvField(details) << ',' << (err.ok() ? "" : CsvField(err.ToString())) << '\n';
       }
     };
     if (t.reference) line(*t.reference);
+    if (t.concurrent_reference) line(*t.concurrent_reference);
     for (const auto& row : t.rows) line(row);
     for (const auto& p : t.persist_limits) {
       os << CsvField(r.build.git_commit) << ',' << (r.build.git_dirty ? "true" : "false") << ','
@@ -572,8 +824,26 @@ std::string ToCsv(const BenchReport& r) {
          << CsvField(r.machine.flush_instruction) << ',' << r.config.seed << ',' << r.config.keys
          << ',' << t.threads << ",persist-limit," << DurabilityName(p.durability) << ",probe,"
          << p.threads << ",persist," << p.ops << ',' << CsvNumber(p.seconds) << ','
-         << CsvNumber(p.failure.ok() ? p.mops() : NAN) << ",,,,,,,"
+         << CsvNumber(p.failure.ok() ? p.mops() : NAN) << ",,,,,,," << std::string(22, ',')
          << (p.failure.ok() ? "" : CsvField(p.failure.ToString())) << '\n';
+    }
+  }
+  return os.str();
+}
+
+std::string ToSeriesCsv(const BenchReport& r) {
+  std::ostringstream os;
+  os << "git_commit,started_at,cpu_model,seed,experiment,index,durability,point,metric,value\n";
+  for (const Series& s : r.series) {
+    auto line = [&](const std::string& point, const NamedValue& v) {
+      os << CsvField(r.build.git_commit) << ',' << CsvField(r.started_at) << ','
+         << CsvField(r.machine.cpu_model) << ',' << r.config.seed << ',' << s.experiment << ','
+         << CsvField(s.index) << ',' << s.durability << ',' << point << ',' << CsvField(v.name)
+         << ',' << CsvNumber(v.value) << '\n';
+    };
+    for (const auto& v : s.summary) line("summary", v);
+    for (size_t i = 0; i < s.points.size(); i++) {
+      for (const auto& v : s.points[i].values) line(std::to_string(i), v);
     }
   }
   return os.str();

@@ -13,8 +13,10 @@
 #include <string_view>
 #include <vector>
 
+#include "bench/histogram.h"
 #include "bench/persist_probe.h"
 #include "bench/runner.h"
+#include "bench/workload.h"
 #include "pmhash/options.h"
 #include "pmhash/stats.h"
 #include "pmhash/status.h"
@@ -41,6 +43,29 @@ struct BenchConfig {
   // report each phase's fastest run: the least disturbed estimate on a shared machine. The
   // counting pass runs once.
   int repeat = 1;
+
+  // ---- issue 4: workloads, metrics, experiments ----
+  std::string experiment;  // the preset that filled this config ("" : none)
+  // Phases of the throughput table, in order. Names: insert, find+, find-, update, rmw, erase
+  // (each over all keys), ycsb-a|b|c|d|f, mix (mixed phases of `ops` operations). The first
+  // must be insert; erase, if present, last. Empty: insert, find+, find-, erase.
+  std::vector<std::string> phases;
+  Distribution dist;  // keys of find+ / update / rmw phases and of mixes (not insert/erase)
+  OpMix mix;          // the "mix" phase
+  uint64_t ops = 0;   // operations of each mixed phase; 0: keys
+  // Untimed, unreported find+ operations (uniform over the loaded keys) run after the first
+  // phase (the load) and before the measured ones; 0: none.
+  uint64_t warmup_ops = 0;
+  uint32_t latency_every = 32;  // latency sampling: 0 off, 1 every op, k one op in k
+  bool table = true;            // run the throughput tables (false: experiments only)
+  // Growth ("sawtooth") experiment: insert `keys` keys in growth_steps steps; after each, the
+  // load factor, bytes, and the latency of sample_ops timed operations of each kind.
+  bool growth = false;
+  uint32_t growth_steps = 50;
+  uint32_t sample_ops = 1000;
+  // Recovery experiment: for each size, build a pool, SIGKILL the builder (fork), time
+  // reopen-to-first-request; then the same after a clean Close. Empty: not run.
+  std::vector<uint64_t> recovery_keys;
 };
 
 struct BuildInfo {
@@ -57,7 +82,8 @@ struct MachineInfo {
   std::string flush_instruction;
   std::string simd;
   std::string kernel;
-  std::string pool_fs;  // file system of the pool directory ("tmpfs", "ext4", ...)
+  std::string pool_fs;           // file system of the pool directory ("tmpfs", "ext4", ...)
+  double clock_overhead_ns = 0;  // two steady_clock reads: included in each latency sample
 };
 
 // Persistence traffic averaged per operation (TrafficStats / operations).
@@ -69,7 +95,11 @@ struct TrafficPerOp {
   double nt_bytes = 0;
   double media_writes = 0;
   uint32_t media_block_bytes = 256;
+  // Media bytes / payload bytes: media_writes * media_block_bytes / 16 (an 8 B key + 8 B value
+  // per operation; ElimDA Figure 4, TurboHash Figure 6).
+  double write_amplification = 0;
 };
+constexpr double kPayloadBytes = 16;
 
 // The separate counting pass: the index reopened on a fresh pool with Options::counters = true,
 // one thread, `keys` inserts then `keys` erases. Kept apart from the timed phases so that those
@@ -101,6 +131,8 @@ struct RowResult {
   double load_factor = 0;
   std::optional<IndexStats> stats;
   uint64_t dram_bytes = 0;
+  // Resize events during the row's phases (IndexStats::resize_ns after the last insert phase).
+  std::optional<DurationSummary> resize;
   std::optional<CountingPass> counting;
   Status error;  // why the row stopped (open failure, wrong result, wrong size, ...)
 
@@ -127,14 +159,56 @@ struct TableResult {
     return nullptr;
   }
 
-  // phase's Mops over the reference's Mops for the phase of the same name; NaN if either is
-  // missing or failed.
-  double Ratio(const PhaseResult& phase) const {
-    if (!reference || !phase.ok()) return NAN;
-    const PhaseResult* ref = reference->Phase(phase.name);
+  // In a build with TBB, when any table has T > 1: tbb::concurrent_hash_map run by this
+  // table's T threads (concurrent_reference.h); ratios use it for T > 1 (at T = 1 it is shown
+  // as the start of its scaling curve, and ratios stay against absl).
+  std::optional<RowResult> concurrent_reference;
+
+  // The row ratios are taken against: the concurrent reference when there is one that
+  // completed, else the absl row.
+  const RowResult* RatioBase() const {
+    if (threads > 1 && concurrent_reference && concurrent_reference->error.ok()) {
+      return &*concurrent_reference;
+    }
+    return reference ? &*reference : nullptr;
+  }
+  static double RatioTo(const RowResult* base, const PhaseResult& phase) {
+    if (!base || !phase.ok()) return NAN;
+    const PhaseResult* ref = base->Phase(phase.name);
     if (!ref || !ref->ok() || ref->mops() <= 0) return NAN;
     return phase.mops() / ref->mops();
   }
+  // phase's Mops over RatioBase()'s Mops for the phase of the same name; NaN if either is
+  // missing or failed.
+  double Ratio(const PhaseResult& phase) const { return RatioTo(RatioBase(), phase); }
+  // The same against the single-threaded absl row.
+  double RatioAbsl(const PhaseResult& phase) const {
+    return RatioTo(reference ? &*reference : nullptr, phase);
+  }
+};
+
+// A curve of an experiment (growth, recovery): points with named values, plus summary figures.
+struct NamedValue {
+  std::string name;
+  double value = 0;
+};
+struct SeriesPoint {
+  std::vector<NamedValue> values;
+  double Get(std::string_view name) const {
+    for (const auto& v : values) {
+      if (v.name == name) return v.value;
+    }
+    return NAN;
+  }
+};
+struct Series {
+  std::string experiment;  // "growth", "recovery"
+  std::string index;       // "reh", "absl::flat_hash_map"
+  std::string durability;
+  std::vector<NamedValue> summary;
+  std::vector<SeriesPoint> points;
+  Status error;
+  std::string Label() const { return index + "/" + durability; }
 };
 
 struct BenchReport {
@@ -144,14 +218,20 @@ struct BenchReport {
   std::string started_at;  // UTC, ISO 8601
   double key_generation_seconds = 0;
   std::vector<TableResult> tables;
+  std::vector<Series> series;      // experiments (growth, recovery)
+  std::vector<std::string> notes;  // e.g. presets' skipped parts, unsupported workloads
 
   // True if every row of every table completed without error.
   bool ok() const {
     for (const auto& t : tables) {
       if (t.reference && !t.reference->error.ok()) return false;
+      if (t.concurrent_reference && !t.concurrent_reference->error.ok()) return false;
       for (const auto& r : t.rows) {
         if (!r.error.ok()) return false;
       }
+    }
+    for (const auto& s : series) {
+      if (!s.error.ok()) return false;
     }
     return true;
   }

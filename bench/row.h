@@ -28,6 +28,7 @@ inline TrafficPerOp PerOp(const TrafficStats& t, uint64_t ops) {
   r.flushed_lines = static_cast<double>(t.flushed_lines) / n;
   r.nt_bytes = static_cast<double>(t.nt_bytes) / n;
   r.media_writes = static_cast<double>(t.media_writes) / n;
+  r.write_amplification = r.media_writes * t.media_block_bytes / kPayloadBytes;
   return r;
 }
 
@@ -66,9 +67,9 @@ CountingPass RunCountingPass(OpenFn&& open, const RowConfig& c) {
     return cp;
   }
   auto& table = *opened.value();
-  const RunnerOptions one{1, c.runner.pin};
-  const PhaseSpec phases[2] = {{"insert", Op::kInsert, c.count_keys},
-                               {"erase", Op::kErase, c.count_keys}};
+  const RunnerOptions one{1, c.runner.pin, 0};
+  const PhaseSpec phases[2] = {KeyPhase("insert", Op::kInsert, c.count_keys),
+                               KeyPhase("erase", Op::kErase, c.count_keys)};
   for (const PhaseSpec& spec : phases) {
     detail::Progress(c, "counting pass: " + spec.name);
     table.ResetCounters();
@@ -113,16 +114,22 @@ RowResult RunRowWith(OpenFn&& open, RowKind kind, const RowConfig& c) {
       row.error = pr.failure;
       break;
     }
-    expected_size += detail::SizeDelta(pr);
+    expected_size += spec.op == Op::kMixed ? spec.size_delta : detail::SizeDelta(pr);
     if (const uint64_t size = table.Size(); size != static_cast<uint64_t>(expected_size)) {
       row.error = Status::Corruption("after " + spec.name + ": Size() = " + std::to_string(size) +
                                      ", expected " + std::to_string(expected_size));
       break;
     }
+    if (spec.warmup) {
+      row.phases.pop_back();
+      continue;
+    }
     if (spec.op == Op::kInsert) {
       IndexStats s = table.Stats();
       row.load_factor = s.load_factor;
       row.dram_bytes = s.dram_bytes;
+      row.resize = Summarize(s.resize_ns);
+      row.resize->count = s.splits + s.doublings;  // exact even when resize_ns is capped
       row.stats = s;
       if (c.check) {
         detail::Progress(c, "CheckInvariants");

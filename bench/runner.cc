@@ -23,6 +23,10 @@ std::string_view OpName(Op op) {
       return "update";
     case Op::kErase:
       return "erase";
+    case Op::kReadModifyWrite:
+      return "rmw";
+    case Op::kMixed:
+      return "mixed";
   }
   return "?";
 }
@@ -117,6 +121,7 @@ PhaseResult RunOnThreads(const PhaseSpec& spec, const RunnerOptions& ro,
   for (int t = 0; t < n; t++) {
     const auto& o = outcomes[static_cast<size_t>(t)];
     r.ops += o.ops;
+    r.latency.Merge(o.latency);
     if (r.failure.ok() && !o.failure.ok()) r.failure = o.failure;
     if (r.failure.ok() && !pin_failures[static_cast<size_t>(t)].ok()) {
       r.failure = pin_failures[static_cast<size_t>(t)];

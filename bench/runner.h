@@ -16,6 +16,7 @@
 // result and the phase reports it: a benchmark of a wrong answer is not a result.
 #pragma once
 
+#include <chrono>
 #include <concepts>
 #include <cstdint>
 #include <functional>
@@ -25,6 +26,7 @@
 #include <utility>
 #include <vector>
 
+#include "bench/histogram.h"
 #include "bench/keys.h"
 #include "pmhash/status.h"
 
@@ -34,8 +36,17 @@ enum class Op : uint8_t {
   kInsert,    // Insert(key, ValueOf(key)) must return OK (keys are fresh)
   kFindHit,   // Find(key) must return OK with ValueOf(key)
   kFindMiss,  // Find(key) must return NotFound
-  kUpdate,    // Update(key, ~ValueOf(key)) must return OK (not in the default phases)
+  kUpdate,    // Update(key, ValueOf(key)) must return OK (the value is rewritten unchanged, so
+              // reads in the same or a later phase still check it)
   kErase,     // Erase(key) must return OK
+  kReadModifyWrite,  // Find(key) then Update(key, ValueOf(key)) (YCSB F)
+  kMixed,            // a phase of per-thread (operation, key) lists: PhaseSpec::mixed
+};
+
+// One operation of a mixed phase.
+struct OpKey {
+  uint64_t key = 0;
+  Op op = Op::kFindHit;
 };
 std::string_view OpName(Op op);
 
@@ -52,11 +63,29 @@ struct PhaseSpec {
   std::string name;  // column label: "insert", "find+", "find-", "erase"
   Op op = Op::kInsert;
   std::span<const uint64_t> keys;  // every key is used once, split among the threads
+  // kMixed: thread t runs mixed[t] (mixed.size() == threads); the reference row runs them all
+  // in sequence. size_delta: the phase's net change of Size().
+  std::vector<std::span<const OpKey>> mixed;
+  int64_t size_delta = 0;
+  // A warm-up phase runs and is checked like any other, but is not reported (its result is
+  // dropped from the row): it touches caches and TLBs before the measured phases.
+  bool warmup = false;
 };
+
+// A phase applying `op` to every key of `keys`.
+inline PhaseSpec KeyPhase(std::string name, Op op, std::span<const uint64_t> keys) {
+  PhaseSpec p;
+  p.name = std::move(name);
+  p.op = op;
+  p.keys = keys;
+  return p;
+}
 
 struct RunnerOptions {
   int threads = 1;
   bool pin = false;  // pin thread i to the i-th CPU of the process's affinity mask (wrapping)
+  // Latency: 0 off; 1 every operation is timed; k > 1 one operation in k (sampled mode).
+  uint32_t latency_every = 0;
 };
 
 struct PhaseResult {
@@ -69,6 +98,10 @@ struct PhaseResult {
   // With repetitions (BenchConfig::repeat), ops/seconds are those of the fastest repetition and
   // this holds the Mops/s of every repetition, in order. Empty for a single run.
   std::vector<double> samples;
+  // Per-operation latency (ns) of the timed operations, all threads merged (RunnerOptions::
+  // latency_every); count() == 0 when latency was off. Includes the clock overhead
+  // (MachineInfo::clock_overhead_ns).
+  LatencyHistogram latency;
 
   bool ok() const { return failure.ok(); }
   double mops() const { return seconds > 0 ? static_cast<double>(ops) / seconds / 1e6 : 0; }
@@ -78,6 +111,7 @@ struct PhaseResult {
 struct ThreadOutcome {
   uint64_t ops = 0;
   Status failure;
+  LatencyHistogram latency;
 };
 
 // The thread harness (not a template): starts `threads` threads, pins them if asked, releases
@@ -103,48 +137,99 @@ Status WrongValue(uint64_t key, uint64_t got);
 Status UnexpectedHit(uint64_t key);
 Status Unexpected(Op op, uint64_t key, const Status& s);
 
-// The hot loop, one instantiation per (operation, table type).
+inline uint64_t NowNs() {
+  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                   std::chrono::steady_clock::now().time_since_epoch())
+                                   .count());
+}
+
+// One checked operation; false (and out->failure set) on an unexpected result.
 template <Op kOp, BenchTable T>
-void RunSlice(T& table, std::span<const uint64_t> keys, ThreadOutcome* out) {
-  const size_t n = keys.size();
-  for (size_t i = 0; i < n; i++) {
-    const uint64_t k = keys[i];
-    if constexpr (kOp == Op::kInsert) {
-      Status s = table.Insert(k, ValueOf(k));
-      if (!s.ok()) [[unlikely]] {
-        out->ops = i;
-        out->failure = Unexpected(kOp, k, s);
-        return;
-      }
-    } else if constexpr (kOp == Op::kUpdate) {
-      Status s = table.Update(k, ~ValueOf(k));
-      if (!s.ok()) [[unlikely]] {
-        out->ops = i;
-        out->failure = Unexpected(kOp, k, s);
-        return;
-      }
-    } else if constexpr (kOp == Op::kFindHit) {
-      uint64_t v = 0;
-      Status s = std::as_const(table).Find(k, &v);
-      if (!s.ok() || v != ValueOf(k)) [[unlikely]] {
-        out->ops = i;
-        out->failure = s.ok() ? WrongValue(k, v) : Unexpected(kOp, k, s);
-        return;
-      }
-    } else if constexpr (kOp == Op::kFindMiss) {
-      uint64_t v = 0;
-      Status s = std::as_const(table).Find(k, &v);
-      if (!s.IsNotFound()) [[unlikely]] {
-        out->ops = i;
-        out->failure = s.ok() ? UnexpectedHit(k) : Unexpected(kOp, k, s);
-        return;
-      }
+inline bool DoOp(T& table, uint64_t k, ThreadOutcome* out) {
+  if constexpr (kOp == Op::kInsert || kOp == Op::kUpdate || kOp == Op::kErase) {
+    Status s = kOp == Op::kInsert   ? table.Insert(k, ValueOf(k))
+               : kOp == Op::kUpdate ? table.Update(k, ValueOf(k))
+                                    : table.Erase(k);
+    if (!s.ok()) [[unlikely]] {
+      out->failure = Unexpected(kOp, k, s);
+      return false;
+    }
+    return true;
+  } else if constexpr (kOp == Op::kFindHit || kOp == Op::kReadModifyWrite) {
+    uint64_t v = 0;
+    Status s = std::as_const(table).Find(k, &v);
+    if (!s.ok() || v != ValueOf(k)) [[unlikely]] {
+      out->failure = s.ok() ? WrongValue(k, v) : Unexpected(kOp, k, s);
+      return false;
+    }
+    if constexpr (kOp == Op::kReadModifyWrite) return DoOp<Op::kUpdate>(table, k, out);
+    return true;
+  } else {
+    static_assert(kOp == Op::kFindMiss);
+    uint64_t v = 0;
+    Status s = std::as_const(table).Find(k, &v);
+    if (!s.IsNotFound()) [[unlikely]] {
+      out->failure = s.ok() ? UnexpectedHit(k) : Unexpected(kOp, k, s);
+      return false;
+    }
+    return true;
+  }
+}
+
+template <BenchTable T>
+inline bool DoMixedOp(T& table, const OpKey& ok, ThreadOutcome* out) {
+  switch (ok.op) {
+    case Op::kInsert:
+      return DoOp<Op::kInsert>(table, ok.key, out);
+    case Op::kFindHit:
+      return DoOp<Op::kFindHit>(table, ok.key, out);
+    case Op::kFindMiss:
+      return DoOp<Op::kFindMiss>(table, ok.key, out);
+    case Op::kUpdate:
+      return DoOp<Op::kUpdate>(table, ok.key, out);
+    case Op::kErase:
+      return DoOp<Op::kErase>(table, ok.key, out);
+    case Op::kReadModifyWrite:
+      return DoOp<Op::kReadModifyWrite>(table, ok.key, out);
+    case Op::kMixed:
+      break;
+  }
+  out->failure = Status::InvalidArgument("nested mixed operation");
+  return false;
+}
+
+// The hot loop, one instantiation per (operation, table type). `every`: latency sampling.
+template <Op kOp, BenchTable T, class Item>
+void RunSlice(T& table, std::span<const Item> items, uint32_t every, ThreadOutcome* out) {
+  const size_t n = items.size();
+  auto one = [&](const Item& it) {
+    if constexpr (kOp == Op::kMixed) {
+      return DoMixedOp(table, it, out);
     } else {
-      static_assert(kOp == Op::kErase);
-      Status s = table.Erase(k);
-      if (!s.ok()) [[unlikely]] {
+      return DoOp<kOp>(table, it, out);
+    }
+  };
+  if (every == 0) {
+    for (size_t i = 0; i < n; i++) {
+      if (!one(items[i])) [[unlikely]] {
         out->ops = i;
-        out->failure = Unexpected(kOp, k, s);
+        return;
+      }
+    }
+  } else {
+    uint32_t countdown = 1;
+    for (size_t i = 0; i < n; i++) {
+      bool ok;
+      if (--countdown == 0) {
+        countdown = every;
+        const uint64_t t0 = NowNs();
+        ok = one(items[i]);
+        out->latency.Add(NowNs() - t0);
+      } else {
+        ok = one(items[i]);
+      }
+      if (!ok) [[unlikely]] {
+        out->ops = i;
         return;
       }
     }
@@ -159,18 +244,41 @@ void RunSlice(T& table, std::span<const uint64_t> keys, ThreadOutcome* out) {
 template <BenchTable T>
 PhaseResult RunPhase(T& table, const PhaseSpec& spec, const RunnerOptions& ro) {
   return RunOnThreads(spec, ro, [&](int t, ThreadOutcome* out) {
+    const uint32_t every = ro.latency_every;
+    if (spec.op == Op::kMixed) {
+      // One thread (the reference row) runs every list in turn; T threads run one list each.
+      if (ro.threads == 1) {
+        for (const auto& list : spec.mixed) {
+          ThreadOutcome part;
+          detail::RunSlice<Op::kMixed>(table, list, every, &part);
+          out->ops += part.ops;
+          out->latency.Merge(part.latency);
+          if (!part.failure.ok()) {
+            out->failure = part.failure;
+            return;
+          }
+        }
+        return;
+      }
+      const auto& list = spec.mixed[static_cast<size_t>(t) % spec.mixed.size()];
+      return detail::RunSlice<Op::kMixed>(table, list, every, out);
+    }
     const auto keys = detail::Slice(spec.keys, t, ro.threads);
     switch (spec.op) {
       case Op::kInsert:
-        return detail::RunSlice<Op::kInsert>(table, keys, out);
+        return detail::RunSlice<Op::kInsert>(table, keys, every, out);
       case Op::kFindHit:
-        return detail::RunSlice<Op::kFindHit>(table, keys, out);
+        return detail::RunSlice<Op::kFindHit>(table, keys, every, out);
       case Op::kFindMiss:
-        return detail::RunSlice<Op::kFindMiss>(table, keys, out);
+        return detail::RunSlice<Op::kFindMiss>(table, keys, every, out);
       case Op::kUpdate:
-        return detail::RunSlice<Op::kUpdate>(table, keys, out);
+        return detail::RunSlice<Op::kUpdate>(table, keys, every, out);
       case Op::kErase:
-        return detail::RunSlice<Op::kErase>(table, keys, out);
+        return detail::RunSlice<Op::kErase>(table, keys, every, out);
+      case Op::kReadModifyWrite:
+        return detail::RunSlice<Op::kReadModifyWrite>(table, keys, every, out);
+      case Op::kMixed:
+        break;
     }
   });
 }

@@ -35,7 +35,9 @@ const Target* FindTemplateTarget(std::string_view index, Durability d) {
 
 uint64_t EstimatePoolBytes(std::string_view index, uint64_t keys) {
   // PM bytes per key at the lowest load factor the index can be left at, with margin.
-  double bytes_per_key = 128;  // unknown index: generous
+  // Unknown index: generous (the file is sparse: untouched space costs nothing); the driver
+  // also retries a row with a 4x larger pool when an estimate proves too small (kOutOfSpace).
+  double bytes_per_key = 512;
   if (index == "reh") {
     // 256 B bucket per 15 slots; extendible hashing averages ~0.69 load and can dip towards
     // 0.5 right after a wave of splits. Plan for 0.35.
@@ -58,7 +60,7 @@ RowResult RunReferenceRow(std::span<const PhaseSpec> phases, const RunnerOptions
   row.index = std::string(AbslReference::kName);
   row.durability = "dram";
   row.kind = RowKind::kReference;
-  const RunnerOptions one{1, ro.pin};
+  const RunnerOptions one{1, ro.pin, ro.latency_every};
   row.threads = 1;
   AbslReference table;
   for (const PhaseSpec& spec : phases) {
@@ -67,6 +69,10 @@ RowResult RunReferenceRow(std::span<const PhaseSpec> phases, const RunnerOptions
     if (!row.phases.back().ok()) {
       row.error = row.phases.back().failure;
       break;
+    }
+    if (spec.warmup) {
+      row.phases.pop_back();
+      continue;
     }
     if (spec.op == Op::kInsert) {
       row.load_factor = table.LoadFactor();

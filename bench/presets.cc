@@ -1,0 +1,158 @@
+#include "bench/presets.h"
+
+#include <algorithm>
+#include <array>
+#include <thread>
+
+#include "pmhash/index.h"
+
+namespace pmhash::bench {
+
+namespace {
+
+constexpr std::array kPresets = {
+    Preset{"default", "-",
+           "every registered index + absl: insert, find+, find-, erase; 10M keys, adr, 1 thread",
+           ""},
+    Preset{"pea-fig4", "Pea Hash Fig. 4 (a)-(f)",
+           "growth: load factor (sawtooth), average utility and per-op latency while inserting; "
+           "1 thread, 4M keys, 80 steps",
+           "", 200'000'000},
+    Preset{"pea-fig7", "Pea Hash Fig. 7",
+           "the growth experiment on Pea Hash (strategy comparison); needs index 'pea'", "pea",
+           200'000'000},
+    Preset{"pea-table3", "Pea Hash Table 3",
+           "resize events (count, min/median/p90/p99/max, total) during single-thread inserts; "
+           "4M keys",
+           "", 200'000'000},
+    Preset{"pea-table4", "Pea Hash Table 4",
+           "recovery time after SIGKILL and after a clean shutdown; 1/3, 2/3 and 1M keys, adr", "",
+           300'000'000},
+    Preset{"smartht-table1", "SmartHT Table I",
+           "recovery time after SIGKILL as the key count grows (250k, 500k, 1M)", "", 200'000'000},
+    Preset{"reh-fig7", "REH Fig. 7",
+           "single-thread throughput: insert, find+, find-, erase; adr, eadr, dram; 4M keys", "",
+           500'000'000},
+    Preset{"turbo-fig6", "TurboHash Fig. 6",
+           "throughput vs threads (1, 2, all CPUs) of insert, find+, find-, update, erase, and the "
+           "media I/O per op (write amplification); 2M keys",
+           "", 120'000'000},
+    Preset{"elimda-fig4", "ElimDA Fig. 4",
+           "write amplification of inserts: media bytes / 16 B payload (256 B blocks); 2M keys", "",
+           10'000'000},
+    Preset{"smartht-fig5", "SmartHT Fig. 5",
+           "scalability, uniform keys: insert, find+, find-, erase with 1, 2, all CPUs; 2M keys",
+           "", 200'000'000},
+    Preset{"smartht-fig6", "SmartHT Fig. 6",
+           "scalability, skewed finds (zipfian 0.99): as smartht-fig5", "", 200'000'000},
+    Preset{"ycsb", "YCSB A, B, C, D, F",
+           "load 2M keys, then 2M operations of each YCSB core workload (E is unsupported: "
+           "scans); 1 and 2 threads",
+           ""},
+    Preset{"skew", "skewed accesses",
+           "find+ and update under zipfian 0.99 (other skews: --dist zipf:0.5, selfsimilar:0.2, "
+           "latest); 2M keys",
+           ""},
+};
+
+std::vector<int> ThreadSweep() {
+  const int n = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  std::vector<int> t = {1};
+  for (int x = 2; x < n; x *= 2) t.push_back(x);
+  if (n > 1) t.push_back(n);
+  return t;
+}
+
+bool Registered(std::string_view name) {
+  const auto& r = RegisteredIndexes();
+  return std::any_of(r.begin(), r.end(), [&](const IndexInfo& i) { return i.name == name; });
+}
+
+}  // namespace
+
+std::span<const Preset> Presets() { return kPresets; }
+
+const Preset* FindPreset(std::string_view name) {
+  for (const Preset& p : kPresets) {
+    if (p.name == name) return &p;
+  }
+  return nullptr;
+}
+
+Status ApplyPreset(std::string_view name, BenchConfig* c, std::vector<std::string>* notes,
+                   bool* skip) {
+  *skip = false;
+  const auto it = std::find_if(kPresets.begin(), kPresets.end(),
+                               [&](const Preset& p) { return p.name == name; });
+  if (it == kPresets.end()) {
+    std::string list;
+    for (const auto& p : kPresets) list += (list.empty() ? "" : ", ") + std::string(p.name);
+    return Status::InvalidArgument("unknown experiment '" + std::string(name) + "' (" + list + ")");
+  }
+  c->experiment = std::string(name);
+  if (!it->requires_index.empty()) {
+    if (!Registered(it->requires_index)) {
+      notes->push_back("experiment " + std::string(name) + " skipped: index '" +
+                       std::string(it->requires_index) + "' is not registered in this build");
+      *skip = true;
+      return Status::OK();
+    }
+    c->indexes = {std::string(it->requires_index)};
+  }
+  if (name == "default") return Status::OK();
+  if (name == "pea-fig4" || name == "pea-fig7") {
+    c->table = false;
+    c->growth = true;
+    c->keys = 4'000'000;
+    c->growth_steps = 80;
+    c->sample_ops = 1000;
+  } else if (name == "pea-table3") {
+    c->phases = {"insert"};
+    c->keys = 4'000'000;
+    c->persist_probe = false;
+    c->count_keys = 0;
+  } else if (name == "pea-table4") {
+    c->table = false;
+    c->keys = 1'000'000;
+    c->recovery_keys = {333'333, 666'667, 1'000'000};  // the paper: 100M, 200M, 300M
+  } else if (name == "smartht-table1") {
+    c->table = false;
+    c->keys = 1'000'000;
+    c->recovery_keys = {250'000, 500'000, 1'000'000};
+  } else if (name == "reh-fig7") {
+    c->keys = 4'000'000;
+    c->durabilities = {Durability::kAdr, Durability::kEadr, Durability::kDram};
+    c->count_keys = 0;
+  } else if (name == "turbo-fig6") {
+    if (!Registered("turbo")) {
+      notes->push_back("turbo-fig6: index 'turbo' is not registered; running the other indexes");
+    }
+    c->keys = 2'000'000;
+    c->threads = ThreadSweep();
+    c->phases = {"insert", "find+", "find-", "update", "erase"};
+  } else if (name == "elimda-fig4") {
+    c->keys = 2'000'000;
+    c->phases = {"insert"};
+    c->persist_probe = false;
+  } else if (name == "smartht-fig5" || name == "smartht-fig6") {
+    c->keys = 2'000'000;
+    c->threads = ThreadSweep();
+    c->count_keys = 0;
+    if (name == "smartht-fig6") c->dist = {DistKind::kZipfian, 0.99};
+  } else if (name == "ycsb") {
+    c->keys = 2'000'000;
+    c->threads = {1, 2};
+    c->phases = {"insert", "ycsb-a", "ycsb-b", "ycsb-c", "ycsb-d", "ycsb-f"};
+    c->count_keys = 0;
+    c->persist_probe = false;
+    notes->push_back("ycsb-e skipped: it needs range scans, which hash indexes do not offer");
+  } else if (name == "skew") {
+    c->keys = 2'000'000;
+    c->phases = {"insert", "find+", "update"};
+    c->dist = {DistKind::kZipfian, 0.99};
+    c->count_keys = 0;
+  }
+  return Status::OK();
+}
+
+}  // namespace pmhash::bench

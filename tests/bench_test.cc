@@ -1,0 +1,335 @@
+// bench_test: the benchmark harness's own parts — key distributions (shape checked
+// statistically), mixed operation streams (valid in any order), the latency histogram
+// (percentiles against a sorted array), and the JSON report (parsed by python3, schema fields).
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "bench/driver.h"
+#include "bench/histogram.h"
+#include "bench/keys.h"
+#include "bench/reference.h"
+#include "bench/report.h"
+#include "bench/runner.h"
+#include "bench/workload.h"
+
+namespace pmhash::bench {
+namespace {
+
+double ExactPercentile(std::vector<uint64_t> v, double q) {
+  std::sort(v.begin(), v.end());
+  const auto rank = std::max<size_t>(1, static_cast<size_t>(std::ceil(q * v.size())));
+  return static_cast<double>(v[rank - 1]);
+}
+
+TEST(Histogram, BucketsCoverTheirValues) {
+  SplitMix64 rng(3);
+  for (int i = 0; i < 100000; i++) {
+    const uint64_t v = rng.Next() >> rng.Below(64);
+    const int b = LatencyHistogram::BucketOf(v);
+    ASSERT_GE(b, 0);
+    ASSERT_LT(b, LatencyHistogram::kBuckets);
+    const auto [lo, hi] = LatencyHistogram::BucketRange(b);
+    ASSERT_LE(lo, v);
+    ASSERT_GE(hi, v);
+    ASSERT_LE(hi - lo, std::max<uint64_t>(lo / 16, 0)) << v;
+  }
+  EXPECT_EQ(LatencyHistogram::BucketOf(UINT64_MAX), LatencyHistogram::kBuckets - 1);
+}
+
+TEST(Histogram, PercentilesMatchSortedArray) {
+  std::mt19937_64 gen(11);
+  std::lognormal_distribution<double> lat(5.5, 1.0);  // median ~245 ns, long tail
+  std::vector<uint64_t> all;
+  LatencyHistogram merged;
+  for (int t = 0; t < 4; t++) {  // per-thread histograms, merged
+    LatencyHistogram h;
+    for (int i = 0; i < 50000; i++) {
+      const auto v = static_cast<uint64_t>(lat(gen));
+      h.Add(v);
+      all.push_back(v);
+    }
+    merged.Merge(h);
+  }
+  ASSERT_EQ(merged.count(), all.size());
+  for (const double q : {0.0, 0.5, 0.9, 0.99, 0.999, 0.9999, 1.0}) {
+    const double exact = ExactPercentile(all, q);
+    EXPECT_NEAR(merged.Percentile(q), exact, exact / 32 + 1) << "q=" << q;
+  }
+  EXPECT_EQ(merged.min(), *std::min_element(all.begin(), all.end()));
+  EXPECT_EQ(merged.max(), *std::max_element(all.begin(), all.end()));
+  double sum = 0;
+  for (auto v : all) sum += static_cast<double>(v);
+  EXPECT_NEAR(merged.mean(), sum / static_cast<double>(all.size()), 1e-6 * sum);
+}
+
+TEST(Histogram, SummarizeDurations) {
+  std::vector<uint64_t> v;
+  for (uint64_t i = 1; i <= 100; i++) v.push_back(101 - i);
+  const DurationSummary s = Summarize(v);
+  EXPECT_EQ(s.count, 100u);
+  EXPECT_EQ(s.min_ns, 1u);
+  EXPECT_EQ(s.p50_ns, 50u);
+  EXPECT_EQ(s.p90_ns, 90u);
+  EXPECT_EQ(s.p99_ns, 99u);
+  EXPECT_EQ(s.max_ns, 100u);
+  EXPECT_EQ(s.total_ns, 5050u);
+}
+
+// Empirical rank frequencies of `draws` ranks in [0, n).
+std::vector<double> Frequencies(const Distribution& d, uint64_t n, int draws) {
+  RankGenerator g(d, n);
+  SplitMix64 rng(5);
+  std::vector<double> f(n);
+  for (int i = 0; i < draws; i++) f[g.Next(rng)] += 1.0 / draws;
+  return f;
+}
+
+TEST(Distributions, ZipfianRankFrequenciesFollowPowerLaw) {
+  for (const double theta : {0.5, 0.8, 0.99}) {
+    const uint64_t n = 1000;
+    const std::vector<double> f = Frequencies({DistKind::kZipfian, theta}, n, 2000000);
+    double zeta = 0;
+    for (uint64_t i = 1; i <= n; i++) zeta += std::pow(static_cast<double>(i), -theta);
+    // Ranks 0 and 1 are exact in Gray's method; the tail is the continuous approximation.
+    EXPECT_NEAR(f[0], 1 / zeta, 0.02 / zeta) << theta;
+    EXPECT_NEAR(f[1], std::pow(2.0, -theta) / zeta, 0.03 / zeta) << theta;
+    // Mass of the top 10% of ranks against the exact law.
+    double top = 0, want = 0;
+    for (uint64_t r = 0; r < n / 10; r++) {
+      top += f[r];
+      want += std::pow(static_cast<double>(r + 1), -theta) / zeta;
+    }
+    EXPECT_NEAR(top, want, 0.03) << theta;
+    // Monotone on average: each decile has less mass than the previous one.
+    double prev = 2;
+    for (int dec = 0; dec < 10; dec++) {
+      double m = 0;
+      for (uint64_t r = dec * n / 10; r < (dec + 1) * n / 10; r++) m += f[r];
+      EXPECT_LT(m, prev) << theta << " decile " << dec;
+      prev = m;
+    }
+  }
+}
+
+TEST(Distributions, ZipfianThetaZeroIsUniform) {
+  const uint64_t n = 100;
+  const std::vector<double> f = Frequencies({DistKind::kZipfian, 0.0}, n, 1000000);
+  for (uint64_t r = 0; r < n; r++) EXPECT_NEAR(f[r], 0.01, 0.0015) << r;
+}
+
+TEST(Distributions, UniformIsFlat) {
+  const uint64_t n = 100;
+  const std::vector<double> f = Frequencies({DistKind::kUniform, 0}, n, 1000000);
+  for (uint64_t r = 0; r < n; r++) EXPECT_NEAR(f[r], 0.01, 0.0015) << r;
+}
+
+TEST(Distributions, SelfSimilarIsEightyTwenty) {
+  const uint64_t n = 100000;
+  RankGenerator g({DistKind::kSelfSimilar, 0.2}, n);
+  SplitMix64 rng(9);
+  int in20 = 0, in4 = 0;
+  const int draws = 500000;
+  for (int i = 0; i < draws; i++) {
+    const uint64_t r = g.Next(rng);
+    ASSERT_LT(r, n);
+    in20 += r < n / 5;
+    in4 += r < n / 25;
+  }
+  EXPECT_NEAR(in20 / static_cast<double>(draws), 0.80, 0.01);  // 80% on 20% of the keys
+  EXPECT_NEAR(in4 / static_cast<double>(draws), 0.64, 0.01);   // and recursively: 64% on 4%
+}
+
+TEST(Distributions, LatestFavoursRecentInserts) {
+  const KeySet ks = MakeKeySet(10000, 1);
+  const std::vector<uint64_t> keys = DrawKeys({DistKind::kLatest, 0.99}, 200000, ks, 2);
+  int last1pct = 0, newest = 0;
+  for (uint64_t k : keys) {
+    const auto it = std::find(ks.insert_order.end() - 100, ks.insert_order.end(), k);
+    if (it != ks.insert_order.end()) {
+      last1pct++;
+      newest += it == ks.insert_order.end() - 1;
+    }
+  }
+  double zeta = 0, zeta100 = 0;
+  for (int i = 1; i <= 10000; i++) {
+    zeta += std::pow(i, -0.99);
+    if (i <= 100) zeta100 += std::pow(i, -0.99);
+  }
+  EXPECT_NEAR(last1pct / 200000.0, zeta100 / zeta, 0.02);
+  EXPECT_NEAR(newest / 200000.0, 1 / zeta, 0.01);
+}
+
+TEST(Distributions, Parse) {
+  Distribution d;
+  ASSERT_TRUE(ParseDistribution("zipf:0.5", &d).ok());
+  EXPECT_EQ(d.kind, DistKind::kZipfian);
+  EXPECT_EQ(d.param, 0.5);
+  ASSERT_TRUE(ParseDistribution("selfsimilar", &d).ok());
+  EXPECT_EQ(d.param, 0.2);
+  EXPECT_FALSE(ParseDistribution("zipf:1.2", &d).ok());
+  EXPECT_FALSE(ParseDistribution("normal", &d).ok());
+  OpMix m;
+  ASSERT_TRUE(ParseMix("find+=90,insert=5,erase=5", &m).ok());
+  EXPECT_EQ(m.find_hit, 90);
+  EXPECT_FALSE(ParseMix("find+=x", &m).ok());
+  EXPECT_FALSE(ParseMix("scan=5", &m).ok());
+  Workload w;
+  EXPECT_TRUE(YcsbWorkload("ycsb-e", &w).IsNotSupported());
+  ASSERT_TRUE(YcsbWorkload("ycsb-d", &w).ok());
+  EXPECT_EQ(w.dist.kind, DistKind::kLatest);
+}
+
+// Every generated stream is valid when its threads' lists run one after another; the mix
+// ratios and the size change are as asked.
+TEST(Workloads, MixedStreamsAreValidAndProportioned) {
+  const KeySet ks = MakeKeySet(20000, 4);
+  Workload w;
+  ASSERT_TRUE(ParseMix("find+=50,insert=20,erase=10,find-=10,update=5,rmw=5", &w.mix).ok());
+  for (const char* dist : {"uniform", "zipf", "selfsimilar", "latest"}) {
+    ASSERT_TRUE(ParseDistribution(dist, &w.dist).ok());
+    const OpStream s = GenerateOps(w, 40000, 3, ks, 2 * ks.size(), 7);
+    ASSERT_EQ(s.ops(), 40000u);
+    int counts[8] = {};
+    for (const auto& list : s.per_thread) {
+      for (const OpKey& o : list) counts[static_cast<int>(o.op)]++;
+    }
+    EXPECT_NEAR(counts[static_cast<int>(Op::kFindHit)] / 40000.0, 0.5, 0.02) << dist;
+    EXPECT_EQ(s.size_delta,
+              counts[static_cast<int>(Op::kInsert)] - counts[static_cast<int>(Op::kErase)]);
+    AbslReference table;
+    for (uint64_t k : ks.insert_order) ASSERT_TRUE(table.Insert(k, ValueOf(k)).ok());
+    PhaseSpec p;
+    p.name = "mix";
+    p.op = Op::kMixed;
+    for (const auto& list : s.per_thread) p.mixed.emplace_back(list);
+    const PhaseResult r = RunPhase(table, p, RunnerOptions{1, false, 1});
+    ASSERT_TRUE(r.ok()) << dist << ": " << r.failure.ToString();
+    EXPECT_EQ(r.ops, 40000u);
+    EXPECT_EQ(r.latency.count(), 40000u);
+    EXPECT_EQ(static_cast<int64_t>(table.Size()), static_cast<int64_t>(ks.size()) + s.size_delta);
+  }
+}
+
+// The plotting script reads what the writer produces (skipped without matplotlib).
+TEST(Report, PlotScriptDrawsEveryFigure) {
+  // The script runs under its shebang's interpreter, the Debian python3 with python3-matplotlib.
+  if (std::system("/usr/bin/python3 -c 'import matplotlib' 2>/dev/null") != 0) {
+    GTEST_SKIP() << "matplotlib not installed (scripts/install-deps --plots)";
+  }
+  BenchConfig c;
+  c.indexes = {"reh"};
+  c.keys = 2000;
+  c.threads = {1, 2};
+  c.growth = true;
+  c.growth_steps = 4;
+  c.sample_ops = 20;
+  c.recovery_keys = {500, 1000};
+  c.persist_probe = true;
+  BenchReport report;
+  ASSERT_TRUE(RunBench(c, nullptr, &report).ok());
+  char dir[] = "/tmp/pmhash-plot-test-XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  const std::string json = std::string(dir) + "/r.json";
+  ASSERT_TRUE(WriteFile(json, ToJson(report)).ok());
+  const std::string cmd =
+      std::string(PMHASH_SOURCE_DIR) + "/scripts/plot " + json + " -o " + dir + " > /dev/null";
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  for (const char* fig :
+       {"throughput", "threads", "latency-cdf", "write-amp", "growth", "utility", "recovery"}) {
+    const std::string png = std::string(dir) + "/r-" + fig + ".png";
+    std::ifstream f(png, std::ios::binary);
+    char magic[4] = {};
+    f.read(magic, 4);
+    EXPECT_TRUE(f && magic[1] == 'P' && magic[2] == 'N' && magic[3] == 'G') << png;
+    unlink(png.c_str());
+  }
+  unlink(json.c_str());
+  rmdir(dir);
+}
+
+TEST(Report, JsonParsesAndHasTheSchemaFields) {
+  BenchConfig c;
+  c.indexes = {"reh"};
+  c.durabilities = {Durability::kAdr, Durability::kDram};
+  c.keys = 3000;
+  c.threads = {1, 2};
+  c.phases = {"insert", "find+", "ycsb-a", "mix", "find-", "erase"};
+  ASSERT_TRUE(ParseMix("find+=80,insert=10,erase=10", &c.mix).ok());
+  c.latency_every = 4;
+  c.warmup_ops = 1000;  // run and checked, absent from the phases below
+  c.growth = true;
+  c.growth_steps = 5;
+  c.sample_ops = 50;
+  c.recovery_keys = {2000};
+  c.persist_probe = false;
+  BenchReport report;
+  const Status s = RunBench(c, nullptr, &report);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  ASSERT_TRUE(report.ok());
+  ASSERT_EQ(report.tables.size(), 2u);
+  ASSERT_EQ(report.series.size(), 4u);  // growth: absl + 2 rows; recovery: adr
+  const std::string json = ToJson(report);
+  EXPECT_NE(json.find("\"schema\": \"pmhash-bench/2\""), std::string::npos);
+  char path[] = "/tmp/pmhash-bench-test-XXXXXX";
+  const int fd = mkstemp(path);
+  ASSERT_GE(fd, 0);
+  close(fd);
+  ASSERT_TRUE(WriteFile(path, json).ok());
+  const std::string check =
+      std::string(
+          "python3 -c \""
+          "import json,sys\n"
+          "d=json.load(open(sys.argv[1]))\n"
+          "assert d['schema']=='pmhash-bench/2'\n"
+          "for k in ['build','machine','config','tables','series','notes']: assert k in d, k\n"
+          "for k in ['git_commit','build_type']: assert k in d['build'], k\n"
+          "for k in ['cpu_model','flush_instruction']: assert k in d['machine'], k\n"
+          "for k in ['seed','keys','threads','phases','distribution','latency_every']: assert k in "
+          "d['config'], k\n"
+          "t=d['tables'][0]; r=t['rows'][0]\n"
+          "assert t['reference']['index']=='absl::flat_hash_map'\n"
+          "assert [p['name'] for p in "
+          "r['phases']]==['insert','find+','ycsb-a','mix','find-','erase']\n"
+          "p=r['phases'][0]\n"
+          "for k in ['mops','ratio','ratio_absl','latency']: assert k in p, k\n"
+          "for k in ['p50_ns','p90_ns','p99_ns','p999_ns','p9999_ns','max_ns','buckets']: assert k "
+          "in p['latency'], k\n"
+          "assert r['resize']['count']>0 and 'total_ns' in r['resize']\n"
+          "assert 'details' in r['stats'] and r['stats']['pm_bytes']>0\n"
+          "assert r['counting']['insert']['write_amplification']>0\n"
+          "assert 'concurrent_reference' in d['tables'][1]\n"
+          "g=[s for s in d['series'] if s['experiment']=='growth']\n"
+          "assert len(g)==3 and len(g[1]['points'])==5\n"
+          "assert 0<g[1]['summary']['average_utility']<=1\n"
+          "rc=[s for s in d['series'] if s['experiment']=='recovery'][0]\n"
+          "assert rc['points'][0]['crash_recovered']==1\n"
+          "\" ") +
+      path;
+  EXPECT_EQ(std::system(check.c_str()), 0) << "python3 check of " << path << " failed";
+  unlink(path);
+  const std::string csv = ToCsv(report);
+  const size_t header_commas = std::count(csv.begin(), csv.begin() + csv.find('\n'), ',');
+  size_t line_start = 0;
+  while (line_start < csv.size()) {
+    const size_t end = csv.find('\n', line_start);
+    const std::string line = csv.substr(line_start, end - line_start);
+    if (line.find('"') == std::string::npos) {
+      EXPECT_EQ(static_cast<size_t>(std::count(line.begin(), line.end(), ',')), header_commas)
+          << line;
+    }
+    line_start = end + 1;
+  }
+  EXPECT_NE(ToSeriesCsv(report).find("average_utility"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace pmhash::bench
