@@ -14,6 +14,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -298,7 +299,11 @@ std::vector<std::string_view> AllKinds() {
 
 INSTANTIATE_TEST_SUITE_P(All, KillTest, ::testing::ValuesIn(AllKinds()),
                          [](const ::testing::TestParamInfo<std::string_view>& i) {
-                           return std::string(i.param);
+                           std::string name(i.param);  // "turbo-kv" -> "turbo_kv"
+                           for (char& c : name) {
+                             if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
+                           }
+                           return name;
                          });
 
 }  // namespace
