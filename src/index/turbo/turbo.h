@@ -188,6 +188,12 @@ inline constexpr uint64_t MakeMeta(uint32_t valid, uint32_t deleted, uint64_t se
   return uint64_t{valid & 0xFFFF} | (uint64_t{deleted & 0xFFFF} << 16) | (seq << 32);
 }
 inline constexpr uint64_t MetaSeq(uint64_t m) { return m >> 32; }
+// At least two empty slots: the end of every search path through this bucket (3.2). (No
+// popcount: without -mpopcnt it is a library call on the hot path.)
+inline constexpr bool PathEnd(uint64_t m) {
+  const uint32_t e = MetaEmpty(m);
+  return (e & (e - 1)) != 0;
+}
 inline constexpr uint64_t PackShard(uint64_t off, uint32_t log2n) {
   return (off & kOffsetMask) | (uint64_t{log2n} << 48);
 }
@@ -598,7 +604,7 @@ bool Turbo<P, R>::Search(const Probe& p, OnFound&& on_found) const {
         continue;  // a writer changed the bucket while we read it
       }
       if (hit >= 0) return true;
-      if (std::popcount(MetaEmpty(m)) >= 2) return false;  // path end
+      if (PathEnd(m)) return false;  // path end
       break;
     }
   }
@@ -666,7 +672,7 @@ bool Turbo<P, R>::Locate(const View& v, const Probe& p, Where* found, Where* ins
       *ins = Where{b, std::countr_zero(MetaDeleted(m))};
     }
     const uint32_t empty = MetaEmpty(m);
-    if (std::popcount(empty) >= 2) {
+    if (PathEnd(m)) {
       if (ins->b == nullptr) *ins = Where{b, std::countr_zero(empty)};
       return false;
     }
@@ -842,7 +848,7 @@ bool Turbo<P, R>::BuildImage(const View& v, uint32_t log2n, std::unique_ptr<Buck
         Bucket& nb = (*img)[(home + d) & mask];
         const uint64_t nm = nb.meta.load(std::memory_order_relaxed);
         const uint32_t empty = MetaEmpty(nm);
-        if (std::popcount(empty) < 2) continue;
+        if (!PathEnd(nm)) continue;
         const int j = std::countr_zero(empty);
         nb.slots[j].key.store(s.key.load(std::memory_order_relaxed), std::memory_order_relaxed);
         nb.slots[j].value.store(s.value.load(std::memory_order_relaxed), std::memory_order_relaxed);
@@ -1026,8 +1032,8 @@ IndexStats Turbo<P, R>::Stats() const {
       }
       // A negative search with home i visits buckets until the first path end.
       uint64_t d = 1;
-      while (d < v.scope && std::popcount(MetaEmpty(v.base[(i + d - 1) & v.mask].meta.load(
-                                std::memory_order_relaxed))) < 2) {
+      while (d < v.scope &&
+             !PathEnd(v.base[(i + d - 1) & v.mask].meta.load(std::memory_order_relaxed))) {
         d++;
       }
       neg_sum += d;
@@ -1108,8 +1114,7 @@ Status Turbo<P, R>::CheckInvariants() const {
         const uint32_t dist = (i - home) & v.mask;
         if (dist >= v.scope) return fail("key beyond the probing scope");
         for (uint32_t d = 0; d < dist; d++) {
-          if (std::popcount(MetaEmpty(
-                  v.base[(home + d) & v.mask].meta.load(std::memory_order_relaxed))) >= 2) {
+          if (PathEnd(v.base[(home + d) & v.mask].meta.load(std::memory_order_relaxed))) {
             return fail("key beyond its path end (I3)");
           }
         }
