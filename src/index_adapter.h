@@ -25,6 +25,35 @@ class IndexAdapter final : public Index {
   void ResetCounters() override { impl_->ResetCounters(); }
   Status Close() override { return impl_->Close(); }
 
+  bool SupportsBytes() const override {
+    if constexpr (BytesIndex<T>) return impl_->SupportsBytes();
+    return false;
+  }
+  Status InsertBytes(std::string_view k, std::string_view v) override {
+    if constexpr (BytesIndex<T>) return impl_->InsertBytes(k, v);
+    return Index::InsertBytes(k, v);
+  }
+  Status UpdateBytes(std::string_view k, std::string_view v) override {
+    if constexpr (BytesIndex<T>) return impl_->UpdateBytes(k, v);
+    return Index::UpdateBytes(k, v);
+  }
+  Status UpsertBytes(std::string_view k, std::string_view v) override {
+    if constexpr (BytesIndex<T>) return impl_->UpsertBytes(k, v);
+    return Index::UpsertBytes(k, v);
+  }
+  Status FindBytes(std::string_view k, std::string* v) const override {
+    if constexpr (BytesIndex<T>) return impl_->FindBytes(k, v);
+    return Index::FindBytes(k, v);
+  }
+  Status EraseBytes(std::string_view k) override {
+    if constexpr (BytesIndex<T>) return impl_->EraseBytes(k);
+    return Index::EraseBytes(k);
+  }
+  void ForEachBytes(
+      const std::function<void(std::string_view, std::string_view)>& fn) const override {
+    if constexpr (BytesIndex<T>) impl_->ForEachBytes(fn);
+  }
+
   T& impl() { return *impl_; }
 
  private:

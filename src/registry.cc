@@ -3,6 +3,7 @@
 #include <array>
 
 #include "index/reh/reh.h"
+#include "index/turbo/turbo.h"
 #include "index_adapter.h"
 #include "pm/persist.h"
 #include "pmhash/index.h"
@@ -33,10 +34,19 @@ struct Entry {
   OpenFn open;
 };
 
-const std::array<Entry, 1> kEntries = {{
+template <class P>
+using TurboInline = turbo::Turbo<P, false>;
+
+const std::array<Entry, 3> kEntries = {{
     {{"reh", "Li, Tan, Chen: REH: Redesigning Extendible Hashing for Commercial NVM",
       "extendible hashing, 256 B PM buckets, DRAM directory + fingerprints, 1 flush/insert"},
      &OpenAnyPolicy<reh::Reh>},
+    {{"turbo", "Zhao, Zhong, Jiang: TurboHash: A Hash Table for Key-value Store on PM (SYSTOR'23)",
+      "sharded linear probing, 256 B buckets, near-place update, lock-free reads, 8 B items"},
+     &OpenAnyPolicy<TurboInline>},
+    {{"turbo-kv", "Zhao, Zhong, Jiang: TurboHash (SYSTOR'23), records (TURBO30)",
+      "TurboHash with variable-size keys/values: hash + record offset per slot, record heap"},
+     &OpenAnyPolicy<turbo::TurboKv>},
 }};
 
 }  // namespace

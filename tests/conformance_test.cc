@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "index/reh/reh.h"
+#include "index/turbo/turbo.h"
 #include "index_adapter.h"
 #include "oracle_index.h"
 #include "pm/persist.h"
@@ -73,6 +74,18 @@ struct IndexTraits<reh::Reh<P>> : DefaultTraits<reh::Reh<P>> {
   static void SmallGeometry(Options* o) {
     o->reh.initial_depth = 1;  // 2 buckets of 15 slots: the first split comes at ~16 keys
     o->reh.max_depth = 32;
+  }
+};
+
+// TurboHash: 4 shards of 2 buckets (the paper's 16-bucket scope), so shard rehashes (and, after
+// erases, garbage collections) start within a few dozen keys.
+template <class P, bool R>
+struct IndexTraits<turbo::Turbo<P, R>> : DefaultTraits<turbo::Turbo<P, R>> {
+  static void SmallGeometry(Options* o) {
+    o->turbo.shard_bits = 2;
+    o->turbo.initial_buckets = 2;
+    o->turbo.probe_scope = 16;
+    o->turbo.max_shard_buckets = 1u << 20;
   }
 };
 
@@ -786,7 +799,7 @@ TYPED_TEST_P(ConformanceTest, OutOfSpace) {
     model.erase(k);
   }
   for (auto& [k, v] : model) {
-    ASSERT_TRUE(ix->Update(k, v + 1).ok());
+    { Status us = ix->Update(k, v + 1); ASSERT_TRUE(us.ok()) << us.ToString(); }
     v++;
   }
   ASSERT_NO_FATAL_FAILURE(this->ExpectMatches(model));
@@ -812,8 +825,11 @@ REGISTER_TYPED_TEST_SUITE_P(ConformanceTest, BasicSemantics, SpecialKeysAndValue
 
 // One line per index type. (Default numeric type names: CTest's test discovery turns them into
 // "All.<Test><pmhash::reh::Reh<pmhash::pm::Adr>>", so `ctest -R 'Reh<.*Adr'` selects one.)
-using IndexTypes = ::testing::Types<OracleIndex, reh::Reh<pm::Dram>, reh::Reh<pm::Adr>,
-                                    reh::Reh<pm::Eadr>, reh::Reh<pm::Sim>>;
+using IndexTypes =
+    ::testing::Types<OracleIndex, reh::Reh<pm::Dram>, reh::Reh<pm::Adr>, reh::Reh<pm::Eadr>,
+                     reh::Reh<pm::Sim>, turbo::Turbo<pm::Dram>, turbo::Turbo<pm::Adr>,
+                     turbo::Turbo<pm::Eadr>, turbo::Turbo<pm::Sim>, turbo::TurboKv<pm::Dram>,
+                     turbo::TurboKv<pm::Adr>, turbo::TurboKv<pm::Eadr>, turbo::TurboKv<pm::Sim>>;
 
 INSTANTIATE_TYPED_TEST_SUITE_P(All, ConformanceTest, IndexTypes);
 

@@ -3,12 +3,14 @@
 // of REH operations (the paper's "one flush per insert").
 #include "pm/pool.h"
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <bit>
 #include <cstdint>
 #include <cstring>
 #include <memory>
@@ -18,6 +20,7 @@
 #include <vector>
 
 #include "index/reh/reh.h"
+#include "index/turbo/turbo.h"
 #include "pm/chunk_allocator.h"
 #include "pm/counters.h"
 #include "pm/persist.h"
@@ -1173,6 +1176,185 @@ TEST(RehLimits, HeapExhaustionDuringGrowthLeaksNothing) {
   EXPECT_EQ((*r)->pool().allocator().used_chunks(), 20u);
   Status s = (*r)->CheckInvariants();
   EXPECT_TRUE(s.ok()) << s.ToString();
+}
+
+// ============================================================================================
+// TurboHash: hostile pools (descriptors, meta words, records) give kCorruption, never a crash
+// ============================================================================================
+
+Options TurboOptions(const std::string& path, OpenMode mode = OpenMode::kOpenOrCreate) {
+  Options o;
+  o.path = path;
+  o.pool_size = 4 << 20;
+  o.mode = mode;
+  o.durability = Durability::kAdr;
+  o.turbo.shard_bits = 2;
+  o.turbo.initial_buckets = 2;
+  return o;
+}
+
+uint64_t ReadU64(const std::string& path, uint64_t off) {
+  uint64_t v = 0;
+  const int fd = ::open(path.c_str(), O_RDONLY);
+  EXPECT_GE(fd, 0);
+  EXPECT_EQ(pread(fd, &v, 8, static_cast<off_t>(off)), 8);
+  close(fd);
+  return v;
+}
+void WriteU64(const std::string& path, uint64_t off, uint64_t v) {
+  const int fd = ::open(path.c_str(), O_RDWR);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(pwrite(fd, &v, 8, static_cast<off_t>(off)), 8);
+  close(fd);
+}
+
+// Builds a pool with 300 keys; returns the directory offset.
+template <class T>
+uint64_t MakeTurboPool(const std::string& path) {
+  auto r = T::Open(TurboOptions(path));
+  EXPECT_TRUE(r.ok()) << r.status().ToString();
+  for (uint64_t i = 0; i < 300; i++) EXPECT_TRUE((*r)->Insert(SplitMix64(i), i).ok());
+  const uint64_t dir = (*r)->pool().root(0);
+  EXPECT_TRUE((*r)->Close().ok());
+  return dir;
+}
+
+template <class T>
+Status OpenTurboStatus(const std::string& path) {
+  auto r = T::Open(TurboOptions(path, OpenMode::kOpenExisting));
+  if (!r.ok()) return r.status();
+  Status s = (*r)->CheckInvariants();
+  EXPECT_TRUE(s.ok()) << s.ToString();
+  return Status::OK();
+}
+
+// Active shard word of shard s, and its file offset.
+uint64_t ActiveSetOffset(const std::string& path, uint64_t dir, uint32_t s) {
+  const uint64_t d = dir + 32 * uint64_t{s};
+  return d + 8 * ReadU64(path, d + 16);
+}
+
+TEST(TurboHostile, BadDescriptors) {
+  using T = turbo::Turbo<pm::Adr>;
+  struct Case {
+    const char* what;
+    void (*corrupt)(const std::string&, uint64_t dir);
+  };
+  const Case cases[] = {
+      {"version word", [](const std::string& p, uint64_t dir) { WriteU64(p, dir + 16, 7); }},
+      {"offset past the heap",
+       [](const std::string& p, uint64_t dir) {
+         WriteU64(p, ActiveSetOffset(p, dir, 1), turbo::PackShard(uint64_t{1} << 40, 1));
+       }},
+      {"misaligned offset",
+       [](const std::string& p, uint64_t dir) {
+         const uint64_t a = ActiveSetOffset(p, dir, 0);
+         WriteU64(p, a, ReadU64(p, a) + 8);
+       }},
+      {"two shards share buckets",
+       [](const std::string& p, uint64_t dir) {
+         WriteU64(p, ActiveSetOffset(p, dir, 1), ReadU64(p, ActiveSetOffset(p, dir, 0)));
+       }},
+      {"bucket count out of range",
+       [](const std::string& p, uint64_t dir) {
+         const uint64_t a = ActiveSetOffset(p, dir, 2);
+         WriteU64(p, a, turbo::PackShard(turbo::ShardOffset(ReadU64(p, a)), 30));
+       }},
+      {"meta word: deleted but not valid",
+       [](const std::string& p, uint64_t dir) {
+         const uint64_t sh = turbo::ShardOffset(ReadU64(p, ActiveSetOffset(p, dir, 3)));
+         WriteU64(p, sh, turbo::MakeMeta(0x1, 0x2, 5));
+       }},
+      {"meta word: no empty slot",
+       [](const std::string& p, uint64_t dir) {
+         const uint64_t sh = turbo::ShardOffset(ReadU64(p, ActiveSetOffset(p, dir, 3)));
+         WriteU64(p, sh, turbo::MakeMeta(turbo::kSlotMask, 0, 5));
+       }},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.what);
+    ScopedPath p("turbo_hostile");
+    const uint64_t dir = MakeTurboPool<T>(p.path());
+    ASSERT_NO_FATAL_FAILURE(c.corrupt(p.path(), dir));
+    Status s = OpenTurboStatus<T>(p.path());
+    EXPECT_TRUE(s.IsCorruption()) << s.ToString();
+  }
+}
+
+TEST(TurboHostile, BadRecords) {
+  using T = turbo::TurboKv<pm::Adr>;
+  // File offset of the record-offset word of the first live slot of shard 0, and the record's.
+  auto first_live = [](const std::string& p, uint64_t dir, uint64_t* slot_value) {
+    const uint64_t w = ReadU64(p, ActiveSetOffset(p, dir, 0));
+    const uint64_t sh = turbo::ShardOffset(w);
+    for (uint64_t i = 0; i < (uint64_t{1} << turbo::ShardLog2(w)); i++) {
+      const uint64_t m = ReadU64(p, sh + 256 * i);
+      if (const uint32_t live = turbo::MetaLive(m)) {
+        *slot_value = sh + 256 * i + 32 + 16 * std::countr_zero(live) + 8;
+        return ReadU64(p, *slot_value);
+      }
+    }
+    ADD_FAILURE() << "no live slot in shard 0";
+    return uint64_t{0};
+  };
+  struct Case {
+    const char* what;
+    void (*corrupt)(const std::string& p, uint64_t slot_value, uint64_t record);
+  };
+  const Case cases[] = {
+      {"record offset past the heap",
+       [](const std::string& p, uint64_t sv, uint64_t) { WriteU64(p, sv, uint64_t{1} << 40); }},
+      {"misaligned record offset",
+       [](const std::string& p, uint64_t sv, uint64_t rec) { WriteU64(p, sv, rec + 3); }},
+      {"record length past the pool",
+       [](const std::string& p, uint64_t, uint64_t rec) {
+         WriteU64(p, rec, (uint64_t{0xFFFFFF00} << 32) | 8);
+       }},
+      {"record key does not match the slot hash",
+       [](const std::string& p, uint64_t, uint64_t rec) {
+         WriteU64(p, rec + 8, ReadU64(p, rec + 8) ^ 1);
+       }},
+      {"record shared by two slots",
+       [](const std::string& p, uint64_t sv, uint64_t rec) {
+         // Point the slot after it (if live, else any live slot) at the same record.
+         (void)rec;
+         const uint64_t bucket = sv & ~uint64_t{255};
+         const uint64_t m = ReadU64(p, bucket);
+         const uint32_t live = turbo::MetaLive(m);
+         const int first = std::countr_zero(live);
+         const uint32_t rest = live & (live - 1);
+         if (rest) {
+           WriteU64(p, bucket + 32 + 16 * std::countr_zero(rest) + 8, ReadU64(p, sv));
+           WriteU64(p, bucket + 32 + 16 * std::countr_zero(rest),
+                    ReadU64(p, bucket + 32 + 16 * first));
+         } else {
+           WriteU64(p, sv, uint64_t{1} << 40);  // fall back: still corrupt
+         }
+       }},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.what);
+    ScopedPath p("turbo_hostile_rec");
+    const uint64_t dir = MakeTurboPool<T>(p.path());
+    uint64_t sv = 0;
+    const uint64_t rec = first_live(p.path(), dir, &sv);
+    ASSERT_NE(rec, 0u);
+    ASSERT_NO_FATAL_FAILURE(c.corrupt(p.path(), sv, rec));
+    Status s = OpenTurboStatus<T>(p.path());
+    EXPECT_TRUE(s.IsCorruption()) << s.ToString();
+  }
+}
+
+TEST(TurboHostile, ParamsMismatchAndKindMismatch) {
+  ScopedPath p("turbo_params");
+  MakeTurboPool<turbo::Turbo<pm::Adr>>(p.path());
+  Options o = TurboOptions(p.path(), OpenMode::kOpenExisting);
+  o.turbo.probe_scope = 8;
+  auto r = turbo::Turbo<pm::Adr>::Open(o);
+  EXPECT_TRUE(!r.ok() && r.status().IsInvalidArgument()) << r.status().ToString();
+  auto k = turbo::TurboKv<pm::Adr>::Open(TurboOptions(p.path(), OpenMode::kOpenExisting));
+  EXPECT_FALSE(k.ok()) << "a turbo pool is not a turbo-kv pool";
+  EXPECT_TRUE(OpenTurboStatus<turbo::Turbo<pm::Adr>>(p.path()).ok());
 }
 
 }  // namespace

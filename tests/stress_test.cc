@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "index/reh/reh.h"
+#include "index/turbo/turbo.h"
 #include "pm/persist.h"
 #include "test_util.h"
 
@@ -75,6 +76,8 @@ class StressTest : public ::testing::Test {
     o.durability = T::Policy::kDurability;
     o.hash_mode = mode;
     o.reh.initial_depth = 1;
+    o.turbo.shard_bits = 3;  // 8 shards of 2 buckets: concurrent rehashes from the start
+    o.turbo.initial_buckets = 2;
     auto r = T::Open(o);
     ASSERT_TRUE(r.ok()) << r.status().ToString();
     idx_ = std::move(r).value();
@@ -104,7 +107,9 @@ class StressTest : public ::testing::Test {
   std::unique_ptr<T> idx_;
 };
 
-using StressTypes = ::testing::Types<reh::Reh<pm::Dram>, reh::Reh<pm::Adr>, reh::Reh<pm::Eadr>>;
+using StressTypes =
+    ::testing::Types<reh::Reh<pm::Dram>, reh::Reh<pm::Adr>, reh::Reh<pm::Eadr>,
+                     turbo::Turbo<pm::Dram>, turbo::Turbo<pm::Adr>, turbo::TurboKv<pm::Adr>>;
 TYPED_TEST_SUITE(StressTest, StressTypes);
 
 TYPED_TEST(StressTest, DisjointRanges) {

@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -58,6 +59,28 @@ concept HashIndex = requires(T& t, const T& ct, Key k, Value v, Value* out,
   { t.Close() } -> std::same_as<Status>;
 };
 
+// Variable-size keys and values (optional; the contract mirrors the uint64 one above).
+//   Keys and values are arbitrary byte strings (zero bytes allowed, empty allowed); an index may
+//   bound their size (kInvalidArgument beyond it). Byte keys and uint64 keys of the same pool live
+//   in one key space: an index that offers both stores a uint64 key as its 8 little-endian bytes.
+//   SupportsBytes() says whether this instance (this kind / pool layout) offers them; when it is
+//   false every *Bytes call returns kNotSupported and ForEachBytes visits nothing.
+//   FindBytes assigns the value to *value (its previous contents are discarded).
+//   Today: "turbo-kv" (TurboHash with records). The facade's defaults serve every other kind.
+template <class T>
+concept BytesIndex =
+    HashIndex<T> && requires(T& t, const T& ct, std::string_view k, std::string_view v,
+                             std::string* out,
+                             const std::function<void(std::string_view, std::string_view)>& fn) {
+      { ct.SupportsBytes() } -> std::same_as<bool>;
+      { t.InsertBytes(k, v) } -> std::same_as<Status>;
+      { t.UpdateBytes(k, v) } -> std::same_as<Status>;
+      { t.UpsertBytes(k, v) } -> std::same_as<Status>;
+      { ct.FindBytes(k, out) } -> std::same_as<Status>;
+      { t.EraseBytes(k) } -> std::same_as<Status>;
+      { ct.ForEachBytes(fn) } -> std::same_as<void>;
+    };
+
 // Type-erased facade. Obtain one from pmhash::Open().
 class Index {
  public:
@@ -75,6 +98,20 @@ class Index {
   virtual Status CheckInvariants() const = 0;
   virtual void ResetCounters() = 0;
   virtual Status Close() = 0;
+
+  // Variable-size API (see BytesIndex). Defaults: not offered.
+  virtual bool SupportsBytes() const { return false; }
+  virtual Status InsertBytes(std::string_view, std::string_view) { return BytesUnsupported(); }
+  virtual Status UpdateBytes(std::string_view, std::string_view) { return BytesUnsupported(); }
+  virtual Status UpsertBytes(std::string_view, std::string_view) { return BytesUnsupported(); }
+  virtual Status FindBytes(std::string_view, std::string*) const { return BytesUnsupported(); }
+  virtual Status EraseBytes(std::string_view) { return BytesUnsupported(); }
+  virtual void ForEachBytes(const std::function<void(std::string_view, std::string_view)>&) const {}
+
+ private:
+  static Status BytesUnsupported() {
+    return Status::NotSupported("this index kind has no variable-size keys (try turbo-kv)");
+  }
 };
 
 // One row of the registry.

@@ -42,8 +42,21 @@ struct RehParams {
 struct PeaParams {
 };
 
-// TurboHash geometry and policy (src/index/turbo). Owned by the TurboHash implementation.
+// TurboHash geometry and policy (../shared/papers/turbohash.txt, src/index/turbo). Buckets are
+// 256 B with 14 slots (pinned by static_assert); shards, their initial size and the probing scope
+// vary. The item layout is chosen by the kind: "turbo" keeps 8 B keys and values inline in the
+// 16 B slot (the paper's TURBO16); "turbo-kv" stores a key hash and a record offset (TURBO30:
+// variable-size keys and values in a record heap).
 struct TurboParams {
+  uint32_t shard_bits = 12;             // 2^shard_bits shards (paper: 16); 0 <= bits <= 20
+  uint32_t initial_buckets = 16;        // buckets per shard at creation; a power of two
+  uint32_t probe_scope = 16;            // buckets a key may be placed away from home; 1..1024
+  uint32_t max_shard_buckets = 1u << 22;  // a shard never grows past this (power of two)
+  uint32_t max_record_bytes = 1u << 24;   // turbo-kv: key + value + 8 B header, at most
+  // Not pool properties (may differ between opens):
+  // A rehash whose shard has more than this fraction of its slots deleted is a garbage
+  // collection: a same-size rehash that drops the deleted items (paper 4.6). 1.0 disables GC.
+  double gc_deleted_ratio = 0.10;
 };
 
 struct Options {

@@ -1,5 +1,6 @@
 #include "pm/chunk_allocator.h"
 
+#include <algorithm>
 #include <bit>
 #include <string>
 
@@ -36,12 +37,22 @@ Result<uint64_t> ChunkAllocator::Allocate(uint32_t n) {
       continue;
     }
     if (TestLocked(i)) {
-      i++;
+      // Skip the rest of this run of used chunks within the word (fragmented heaps: shards
+      // freed after a rehash leave holes that the first-fit scan would otherwise walk bit by bit).
+      i += static_cast<uint64_t>(std::countr_one(bits_[i >> 6] >> (i & 63)));
       continue;
     }
-    uint64_t run = 1;
-    while (run < n && !TestLocked(i + run)) run++;
-    if (run == n) {
+    // Length of the free run at i (word at a time), up to n or the first used chunk.
+    uint64_t run = 0;
+    while (run < n) {
+      const uint64_t j = i + run;
+      const uint64_t avail = 64 - (j & 63);
+      const uint64_t w = bits_[j >> 6] >> (j & 63);
+      const uint64_t z = w ? std::min<uint64_t>(std::countr_zero(w), avail) : avail;
+      run += z;
+      if (z < avail) break;  // a used chunk ends the run
+    }
+    if (run >= n) {
       SetLocked(i, n, true);
       // Every chunk in [hint_, i) was found in use and none below hint_ is free, so a single
       // chunk at i moves the hint past it. (A run of n > 1 may have skipped shorter free gaps.)

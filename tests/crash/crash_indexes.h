@@ -9,6 +9,7 @@
 #include <tuple>
 
 #include "index/reh/reh.h"
+#include "index/turbo/turbo.h"
 #include "pmhash/options.h"
 
 namespace pmhash::crashtest {
@@ -27,6 +28,33 @@ struct RehTraits {
   }
 };
 
-using AllIndexes = std::tuple<RehTraits>;
+// TurboHash, 8 B inline items: 2 shards of 1 bucket and a 2-bucket scope, so the first dozen
+// inserts rehash (doubling), and erases + inserts garbage-collect.
+struct TurboTraits {
+  static constexpr std::string_view kName = "turbo";
+  template <class P>
+  using Index = turbo::Turbo<P, false>;
+  static Options Small(HashMode mode) {
+    Options o;
+    o.pool_size = 512 << 10;
+    o.turbo.shard_bits = 1;
+    o.turbo.initial_buckets = 1;
+    o.turbo.probe_scope = 2;
+    o.turbo.max_shard_buckets = 1u << 12;
+    o.hash_mode = mode;
+    return o;
+  }
+};
+
+// TurboHash with records (turbo-kv): same geometry and pool; every insert/update allocates a
+// record (one 256 B chunk here).
+struct TurboKvTraits {
+  static constexpr std::string_view kName = "turbo-kv";
+  template <class P>
+  using Index = turbo::Turbo<P, true>;
+  static Options Small(HashMode mode) { return TurboTraits::Small(mode); }
+};
+
+using AllIndexes = std::tuple<RehTraits, TurboTraits, TurboKvTraits>;
 
 }  // namespace pmhash::crashtest

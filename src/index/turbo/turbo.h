@@ -1,0 +1,1158 @@
+// src/index/turbo/turbo.h — TurboHash: sharded linear probing with lock-free reads, near-place
+// updates and variable-size items.
+//
+// Paper: Xingsheng Zhao, Chen Zhong, Song Jiang. "TurboHash: A Hash Table for Key-value Store on
+// Persistent Memory", SYSTOR '23 (../shared/papers/turbohash.txt, sections 3.1-3.7 and 4.6).
+//
+// ============================================================================================
+// Design summary
+// ============================================================================================
+// The hash space is cut into 2^shard_bits shards (bits 8.. of the hash). A shard is one small
+// linear-probing table: a contiguous array of 2^k buckets of 256 B (one Optane XPLine), k grows
+// by one at each shard rehash. A key's home bucket is the top k bits of its hash, so doubling a
+// shard sends the keys of bucket i to 2i / 2i+1 (paper 4.7). The shard directory lives in PM
+// (two (offset, log2 buckets) sets + a version word per shard) and is mirrored in DRAM, where
+// each shard also has its write lock.
+//
+//   * Search path (3.2): a search walks buckets home, home+1, ... (mod the shard size) and stops
+//     at the first bucket with at least two EMPTY slots (valid bit 0), or after probe_scope
+//     buckets. One empty slot per bucket is reserved for near-place updates, so a bucket with
+//     one empty slot is "full" for inserts. Deleted slots (valid 1, delete 1) are not empty and
+//     never shorten a path.
+//   * Insert: reuse the first deleted slot on the path, else take an empty slot of the path-end
+//     bucket. Write the slot (and tag), persist, then ONE 8-byte store sets the valid bit,
+//     clears the delete bit and bumps the bucket's sequence number; persist. Two persists.
+//   * Update (near-place, 3.2/3.4): write the new item into an empty slot of the SAME bucket,
+//     persist, then one 8-byte store flips both valid bits (old off, new on) and bumps the
+//     sequence; persist. Two persists, one 256 B media block.
+//   * Erase: one 8-byte store sets the delete bit and bumps the sequence; persist. One persist.
+//   * Find is lock-free: per bucket, read the meta word, SIMD-match the 14 tags, compare the
+//     candidate keys, read the value, then re-read the meta word; retry the bucket if it moved.
+//     Finds touch no PM beyond the buckets of the path (and one record in turbo-kv).
+//   * Shard rehash (no slot within the probing scope): build the 2x shard in DRAM, re-placing
+//     every live item with the insert rule, write it with non-temporal stores, persist the
+//     inactive descriptor set, then flip the descriptor's version word (8-byte atomic); then the
+//     DRAM descriptor. The old shard is freed through the EpochManager once every reader that
+//     may hold it has left. Garbage collection (4.6) is the same rehash at the same size, chosen
+//     when more than gc_deleted_ratio of the shard's slots are deleted.
+//   * turbo-kv (Fig. 3, 3.6): a slot holds the key's 64-bit hash and the pool offset of a record
+//     [key_len:32 | value_len:32 | key | value] in the pool's chunk heap. Records are immutable;
+//     an update writes a new record. Old records are freed through the EpochManager.
+//
+// ============================================================================================
+// Layout
+// ============================================================================================
+//   PM bucket, 256 B, 256-aligned (one XPLine, four cache lines):
+//
+//     line 0:  [ meta: valid:16 | deleted:16 | seq:32 ][ tags[14] + 2 unused ][ reserved:8 ]
+//              [ slot0: key | value ][ slot1 ]
+//     line 1:  [ slot2 ] [ slot3 ] [ slot4 ] [ slot5 ]
+//     line 2:  [ slot6 ] ... [ slot9 ]
+//     line 3:  [ slot10 ] ... [ slot13 ]
+//
+//     turbo:    slot = [ key:64 | value:64 ]
+//     turbo-kv: slot = [ hash(key):64 | record offset:64 ]
+//     record (turbo-kv, chunk-aligned, ceil((8 + klen + vlen) / 256) chunks):
+//              [ klen:32 | vlen:32 | key bytes | value bytes | unused ]
+//
+//   PM shard directory (root 0), 32 B per shard:
+//     [ set0: offset:48 | log2 buckets:8 | 0:8 ][ set1: same ][ version: 0 or 1 ][ reserved ]
+//   DRAM directory, 64 B per shard: [ offset:48 | log2 buckets:8 ][ write lock ][ deleted ]
+//
+//   Hash bits: tag = bits 0..7; shard = bits 8..8+shard_bits; home bucket = top k bits.
+//
+// ============================================================================================
+// Crash-consistency invariants
+// ============================================================================================
+//   I1  A slot holds a live item iff its valid bit is 1 and its delete bit is 0 in the bucket's
+//       meta word. Meta words change only by single 8-byte stores, each persisted before the
+//       operation returns (Persister::Persist).
+//   I2  A slot's contents (and, in turbo-kv, its record) are persisted BEFORE the meta store that
+//       makes the slot live. Only slots that are not live (empty, or deleted) are ever written,
+//       so a crash at any instant leaves every live slot intact.
+//   I3  Every bucket has at least one empty slot at all times (the near-place reserve): inserts
+//       take an empty slot only from a bucket with >= 2, updates trade one empty for one.
+//       Empty counts never grow in a live shard, so once a bucket is part of a path it stays a
+//       non-end bucket: a key at distance d from home has every bucket before it "full".
+//   I4  Update never leaves two live copies: the old and new slot flip in the same 8-byte store.
+//   I5  A shard is reachable only through the ACTIVE set of its PM descriptor. A rehash writes
+//       (NT) and fences the new shard, persists the inactive set, then flips the version word
+//       (one 8-byte store, persisted). A crash before the flip leaves the old shard, intact,
+//       active; after it, the new one. Neither is modified after the build started.
+//   I6  No leaks: the allocator's bitmap is DRAM only; recovery marks the directory, every
+//       active shard and every record referenced by a live slot (turbo-kv), and nothing else.
+//       An allocated-but-unpublished record or shard is free again after a crash.
+//   I7  Recovery validates every offset (directory, shards, records: in the heap, chunk-aligned,
+//       no chunk shared, record lengths bounded and the stored hash equal to the key's), every
+//       meta word (delete subset of valid, I3) and the descriptor version; any violation is
+//       kCorruption, never an out-of-bounds read. Tags are recomputed from the slots.
+//
+// Where the paper is vague or wrong, and what we chose:
+//   * Algorithm 1 validates the sequence number only when a key is found. A negative result must
+//     be validated too (a slot deleted and reused after the meta read could hide the key behind
+//     a changed tag), so the reader re-checks the meta word before leaving every bucket.
+//   * The paper's shard descriptor has a 1-byte version; ours is an 8-byte word (0 or 1) so the
+//     flip is a plain aligned store. PMDK transactions (3.7) are not needed: I5 + I6 suffice.
+//   * Readers take an epoch guard (3.6) so a shard or record freed by a writer cannot be reused
+//     under them; the sequence number still decides whether what they read is consistent.
+//   * Where does a rehashed item go? The paper doubles bucket indexes; items that probed past
+//     their home are re-placed with the insert rule in the new shard, in old-bucket order. If
+//     the new shard cannot place every item within the scope (pathological clusters), the
+//     shard is built at 4x, 8x, ... instead.
+//   * GC (4.6) is triggered when an insert finds no room and the shard has more than
+//     gc_deleted_ratio of its slots deleted; GarbageCollect() forces it for every such shard.
+//   * Deleted records (turbo-kv) are retired at erase time, not when the slot is reused: a
+//     deleted slot's offset is dead (recovery ignores it).
+//   * LoadFactor (a stub in the authors' code) is live items / (14 x buckets).
+//   * Out of space: an insert that needs a rehash the pool cannot hold fails with kOutOfSpace and
+//     changes nothing. Re-inserting erased keys then reuses deleted slots (first on the path),
+//     which is always possible while paths end within the probing scope; a key whose path is cut
+//     by the scope can find its old slot taken by an earlier re-insert and be refused.
+//   * uint64 API on turbo-kv: an 8-byte little-endian key and an 8-byte value record; ForEach
+//     visits only such records (ForEachBytes visits all).
+//
+// Thread safety: all public operations may run concurrently. Close() requires quiescence.
+#pragma once
+
+#include <algorithm>
+#include <atomic>
+#include <bit>
+#include <chrono>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <new>
+#include <string>
+#include <string_view>
+#include <unordered_set>
+#include <vector>
+
+#include "common/epoch.h"
+#include "common/fingerprint.h"
+#include "common/hash.h"
+#include "common/huge_array.h"
+#include "common/locks.h"
+#include "common/resize_log.h"
+#include "common/striped_counter.h"
+#include "pm/persist.h"
+#include "pm/pool.h"
+#include "pmhash/index.h"
+
+namespace pmhash::turbo {
+
+inline constexpr int kSlots = 14;
+inline constexpr uint32_t kSlotMask = (1u << kSlots) - 1;
+inline constexpr uint64_t kOffsetMask = (uint64_t{1} << 48) - 1;
+inline constexpr uint32_t kMaxShardBits = 20;
+inline constexpr uint32_t kMaxLog2Buckets = 24;
+inline constexpr uint32_t kMaxScope = 1024;
+inline constexpr uint64_t kRecordHeader = 8;
+
+struct Slot {
+  std::atomic<uint64_t> key;    // turbo: the key; turbo-kv: hash of the key
+  std::atomic<uint64_t> value;  // turbo: the value; turbo-kv: record offset
+};
+
+struct alignas(256) Bucket {
+  std::atomic<uint64_t> meta;     // valid:16 | deleted:16 | seq:32
+  std::atomic<uint64_t> tags[2];  // tag of slot j in byte j (bytes 14, 15 unused)
+  uint64_t reserved;
+  Slot slots[kSlots];
+};
+static_assert(sizeof(Slot) == 16, "a slot is one 16 B item");
+static_assert(sizeof(Bucket) == 256, "a bucket is one 256 B Optane XPLine");
+static_assert(offsetof(Bucket, tags) == 8 && offsetof(Bucket, slots) == 32,
+              "meta and tags share line 0 with slots 0-1");
+static_assert(std::atomic<uint64_t>::is_always_lock_free, "8-byte failure-atomic stores");
+
+struct PmShardDesc {
+  std::atomic<uint64_t> set[2];   // offset:48 | log2 buckets:8
+  std::atomic<uint64_t> version;  // which set is active: 0 or 1
+  uint64_t reserved;
+};
+static_assert(sizeof(PmShardDesc) == 32, "32 B per shard descriptor");
+
+struct RecordHeader {
+  uint32_t key_len;
+  uint32_t value_len;
+};
+static_assert(sizeof(RecordHeader) == kRecordHeader);
+
+inline constexpr uint32_t MetaValid(uint64_t m) { return static_cast<uint32_t>(m & 0xFFFF); }
+inline constexpr uint32_t MetaDeleted(uint64_t m) {
+  return static_cast<uint32_t>((m >> 16) & 0xFFFF);
+}
+inline constexpr uint32_t MetaLive(uint64_t m) { return MetaValid(m) & ~MetaDeleted(m); }
+inline constexpr uint32_t MetaEmpty(uint64_t m) { return ~MetaValid(m) & kSlotMask; }
+inline constexpr uint64_t MakeMeta(uint32_t valid, uint32_t deleted, uint64_t seq) {
+  return uint64_t{valid & 0xFFFF} | (uint64_t{deleted & 0xFFFF} << 16) | (seq << 32);
+}
+inline constexpr uint64_t MetaSeq(uint64_t m) { return m >> 32; }
+// At least two empty slots: the end of every search path through this bucket (3.2). (No
+// popcount: without -mpopcnt it is a library call on the hot path.)
+inline constexpr bool PathEnd(uint64_t m) {
+  const uint32_t e = MetaEmpty(m);
+  return (e & (e - 1)) != 0;
+}
+inline constexpr uint64_t PackShard(uint64_t off, uint32_t log2n) {
+  return (off & kOffsetMask) | (uint64_t{log2n} << 48);
+}
+inline constexpr uint64_t ShardOffset(uint64_t w) { return w & kOffsetMask; }
+inline constexpr uint32_t ShardLog2(uint64_t w) { return static_cast<uint32_t>(w >> 48); }
+
+// The byte image stored in the pool header: reopening with other parameters is refused.
+struct PersistentParams {
+  uint32_t layout_version = 1;
+  uint32_t bucket_bytes = sizeof(Bucket);
+  uint32_t slots = kSlots;
+  uint32_t records = 0;
+  uint32_t shard_bits = 0;
+  uint32_t initial_buckets = 0;
+  uint32_t probe_scope = 0;
+  uint32_t max_shard_buckets = 0;
+  uint32_t max_record_bytes = 0;
+};
+
+// kRecords = false: "turbo" (8 B inline items). kRecords = true: "turbo-kv" (records).
+template <pm::PersistPolicy P, bool kRecords = false>
+class Turbo {
+ public:
+  static constexpr std::string_view kKindName = kRecords ? "turbo-kv" : "turbo";
+  using Policy = P;
+
+  static Result<std::unique_ptr<Turbo>> Open(const Options& options);
+  ~Turbo() = default;  // without Close(): the pool is left as after a crash (recovered at open)
+  Turbo(const Turbo&) = delete;
+  Turbo& operator=(const Turbo&) = delete;
+
+  // uint64 API (HashIndex).
+  Status Insert(Key k, Value v) { return Write64(k, v, WriteMode::kInsert); }
+  Status Update(Key k, Value v) { return Write64(k, v, WriteMode::kUpdate); }
+  Status Upsert(Key k, Value v) { return Write64(k, v, WriteMode::kUpsert); }
+  Status Find(Key k, Value* v) const;
+  Status Erase(Key k);
+  uint64_t Size() const { return static_cast<uint64_t>(size_.Sum()); }
+  void ForEach(const std::function<void(Key, Value)>& fn) const;
+  IndexStats Stats() const;
+  Status CheckInvariants() const;
+  void ResetCounters() { pool_->counters().Reset(); }
+  Status Close();
+
+  // Variable-size API (BytesIndex). NotSupported on "turbo" (inline items).
+  bool SupportsBytes() const { return kRecords; }
+  Status InsertBytes(std::string_view k, std::string_view v) {
+    return WriteBytes(k, v, WriteMode::kInsert);
+  }
+  Status UpdateBytes(std::string_view k, std::string_view v) {
+    return WriteBytes(k, v, WriteMode::kUpdate);
+  }
+  Status UpsertBytes(std::string_view k, std::string_view v) {
+    return WriteBytes(k, v, WriteMode::kUpsert);
+  }
+  Status FindBytes(std::string_view k, std::string* v) const;
+  Status EraseBytes(std::string_view k);
+  void ForEachBytes(const std::function<void(std::string_view, std::string_view)>& fn) const;
+
+  // Garbage-collects (same-size rehash) every shard with more than gc_deleted_ratio deleted.
+  // Returns the number of shards rebuilt.
+  Result<uint64_t> GarbageCollect();
+
+  // For tests and tools.
+  pm::Pool& pool() { return *pool_; }
+  uint32_t shard_count() const { return nshards_; }
+
+ private:
+  enum class WriteMode { kInsert, kUpdate, kUpsert };
+
+  struct alignas(64) ShardRef {
+    std::atomic<uint64_t> word{0};  // offset:48 | log2 buckets:8
+    mutable SpinLock lock;
+    uint32_t deleted PMHASH_GUARDED_BY(lock) = 0;  // slots with valid 1, delete 1
+  };
+
+  struct View {
+    Bucket* base;
+    uint32_t log2n;
+    uint32_t mask;   // buckets - 1
+    uint32_t scope;  // min(probe_scope, buckets)
+  };
+  struct Where {
+    Bucket* b = nullptr;
+    int j = -1;
+  };
+  // A key as the probe compares it: the inline key, or hash + bytes (turbo-kv).
+  struct Probe {
+    uint64_t h;
+    uint64_t k;          // turbo
+    std::string_view s;  // turbo-kv
+  };
+
+  Turbo(std::unique_ptr<pm::Pool> pool, const TurboParams& params);
+
+  uint32_t ShardOf(uint64_t h) const { return static_cast<uint32_t>(h >> 8) & (nshards_ - 1); }
+  static uint32_t Home(uint64_t h, uint32_t log2n) {
+    return log2n ? static_cast<uint32_t>(h >> (64 - log2n)) : 0;
+  }
+  View MakeView(uint64_t w) const {
+    const uint32_t l = ShardLog2(w);
+    return View{pool_->At<Bucket>(ShardOffset(w)), l, (1u << l) - 1,
+                std::min<uint32_t>(params_.probe_scope, 1u << l)};
+  }
+  static uint32_t Candidates(const Bucket* b, uint8_t tag, uint64_t m) {
+    const __m128i v =
+        _mm_set_epi64x(static_cast<long long>(b->tags[1].load(std::memory_order_relaxed)),
+                       static_cast<long long>(b->tags[0].load(std::memory_order_relaxed)));
+    return Match16(v, tag) & MetaLive(m);
+  }
+  static void SetTag(Bucket* b, int j, uint8_t t) {
+    auto& w = b->tags[j >> 3];
+    const int sh = (j & 7) * 8;
+    w.store((w.load(std::memory_order_relaxed) & ~(uint64_t{0xFF} << sh)) | (uint64_t{t} << sh),
+            std::memory_order_relaxed);
+  }
+  static uint8_t GetTag(const Bucket* b, int j) {
+    return static_cast<uint8_t>(b->tags[j >> 3].load(std::memory_order_relaxed) >> ((j & 7) * 8));
+  }
+
+  // Records (turbo-kv).
+  const RecordHeader* Rec(uint64_t off) const { return pool_->At<RecordHeader>(off); }
+  std::string_view RecKey(uint64_t off) const {
+    const RecordHeader* r = Rec(off);
+    return {reinterpret_cast<const char*>(r) + kRecordHeader, r->key_len};
+  }
+  std::string_view RecValue(uint64_t off) const {
+    const RecordHeader* r = Rec(off);
+    return {reinterpret_cast<const char*>(r) + kRecordHeader + r->key_len, r->value_len};
+  }
+  uint32_t RecChunks(uint64_t bytes) const {
+    return static_cast<uint32_t>((bytes + chunk_ - 1) / chunk_);
+  }
+  Result<uint64_t> NewRecord(std::string_view k, std::string_view v);
+  void RetireRecord(uint64_t off);
+  bool SlotMatches(const Slot& s, const Probe& p) const;
+
+  // REQUIRES: the shard's lock. True if found (*found), else *ins is where an insert goes
+  // (ins->b == nullptr: no room within the scope).
+  bool Locate(const View& v, const Probe& p, Where* found, Where* ins) const;
+  Status Write(const Probe& p, std::string_view value_bytes, Value value, WriteMode mode);
+  Status Write64(Key k, Value v, WriteMode mode);
+  Status WriteBytes(std::string_view k, std::string_view v, WriteMode mode);
+  Status EraseProbe(const Probe& p);
+  // Lock-free search; calls fn(slot value) under the sequence check, once validated.
+  template <class OnFound>
+  bool Search(const Probe& p, OnFound&& on_found) const;
+
+  // REQUIRES: r.lock held. Rebuilds the shard at twice its size, or the same size (GC).
+  Status Rehash(ShardRef& r, bool force_gc) PMHASH_REQUIRES(r.lock);
+  // Builds an image of 2^log2n buckets holding every live item of v. False if some item does not
+  // fit within the probing scope.
+  bool BuildImage(const View& v, uint32_t log2n, std::unique_ptr<Bucket[]>* img) const;
+  uint64_t SlotHash(const Slot& s) const {
+    if constexpr (kRecords) {
+      return s.key.load(std::memory_order_relaxed);
+    } else {
+      return hash_(s.key.load(std::memory_order_relaxed));
+    }
+  }
+  // Sum of positive probe distances (1 = home) of the live items of v, and their count.
+  std::pair<uint64_t, uint64_t> ProbeSum(const View& v) const;
+
+  Status Create();
+  Status Recover();
+
+  std::unique_ptr<pm::Pool> pool_;
+  const TurboParams params_;
+  const uint32_t nshards_;
+  uint64_t chunk_ = 256;
+  Hasher hash_;
+  pm::Persister<P> persist_;
+  PmShardDesc* pm_dir_ = nullptr;
+  std::unique_ptr<ShardRef[]> shards_;
+  mutable EpochManager epoch_;  // after pool_: its destructor frees into the pool's allocator
+
+  StripedCounter size_;
+  std::atomic<uint64_t> doublings_{0};
+  std::atomic<uint64_t> gcs_{0};
+  std::atomic<uint64_t> gc_dist_before_{0}, gc_dist_after_{0}, gc_items_{0};
+  mutable std::atomic<uint64_t> read_retries_{0};  // lock-free reads that re-read a bucket
+  ResizeLog resize_log_;
+  bool recovered_ = false;
+  double recovery_seconds_ = 0;
+  bool closed_ = false;
+};
+
+// ============================================================================================
+// Implementation
+// ============================================================================================
+
+template <pm::PersistPolicy P, bool R>
+Turbo<P, R>::Turbo(std::unique_ptr<pm::Pool> pool, const TurboParams& params)
+    : pool_(std::move(pool)),
+      params_(params),
+      nshards_(1u << params.shard_bits),
+      hash_(pool_->hash_mode(), pool_->hash_seed()),
+      persist_(pool_->counters_ptr()) {
+  chunk_ = pool_->allocator().chunk_size();
+}
+
+template <pm::PersistPolicy P, bool R>
+Result<std::unique_ptr<Turbo<P, R>>> Turbo<P, R>::Open(const Options& options) {
+  const TurboParams& tp = options.turbo;
+  if (tp.shard_bits > kMaxShardBits) return Status::InvalidArgument("turbo.shard_bits > 20");
+  if (!std::has_single_bit(tp.initial_buckets) || !std::has_single_bit(tp.max_shard_buckets) ||
+      tp.initial_buckets > tp.max_shard_buckets || tp.max_shard_buckets > (1u << kMaxLog2Buckets)) {
+    return Status::InvalidArgument(
+        "turbo.initial_buckets and max_shard_buckets must be powers of two, initial <= max <= "
+        "2^24");
+  }
+  if (tp.probe_scope < 1 || tp.probe_scope > kMaxScope) {
+    return Status::InvalidArgument("turbo.probe_scope must be in [1, 1024]");
+  }
+  if (R && (tp.max_record_bytes < 64 || tp.max_record_bytes > (1u << 30))) {
+    return Status::InvalidArgument("turbo.max_record_bytes must be in [64, 2^30]");
+  }
+  if (!(tp.gc_deleted_ratio >= 0)) return Status::InvalidArgument("turbo.gc_deleted_ratio < 0");
+  PersistentParams pp;
+  pp.records = R ? 1 : 0;
+  pp.shard_bits = tp.shard_bits;
+  pp.initial_buckets = tp.initial_buckets;
+  pp.probe_scope = tp.probe_scope;
+  pp.max_shard_buckets = tp.max_shard_buckets;
+  pp.max_record_bytes = R ? tp.max_record_bytes : 0;
+  const uint64_t nshards = uint64_t{1} << tp.shard_bits;
+  const uint64_t dir_chunks = (nshards * sizeof(PmShardDesc) + 255) / 256;
+  pm::PoolSpec spec;
+  spec.kind = kKindName;
+  spec.params = std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(&pp), sizeof(pp));
+  spec.chunk_size = sizeof(Bucket);
+  spec.min_chunks = dir_chunks + nshards * tp.initial_buckets;
+  auto pool = pm::Pool::Open(options, spec);
+  if (!pool.ok()) return pool.status();
+  if (pool.value()->allocator().chunk_size() != sizeof(Bucket)) {
+    return Status::Corruption("turbo: pool chunk size is not 256");
+  }
+  std::unique_ptr<Turbo> t(new (std::nothrow) Turbo(std::move(pool).value(), tp));
+  if (!t) return Status::OutOfMemory("turbo: index object");
+  t->shards_.reset(new (std::nothrow) ShardRef[nshards]);
+  if (!t->shards_) return Status::OutOfMemory("turbo: shard directory");
+  if (t->pool_->created()) PMHASH_RETURN_IF_ERROR(t->Create());
+  PMHASH_RETURN_IF_ERROR(t->Recover());
+  return t;
+}
+
+// The directory and every shard at its initial size, all buckets empty.
+template <pm::PersistPolicy P, bool R>
+Status Turbo<P, R>::Create() {
+  pm::ChunkAllocator& alloc = pool_->allocator();
+  const uint64_t dir_bytes = uint64_t{nshards_} * sizeof(PmShardDesc);
+  const uint32_t dir_chunks = RecChunks(dir_bytes);
+  auto dir = alloc.Allocate(dir_chunks);
+  if (!dir.ok()) return dir.status();
+  alignas(256) static constexpr uint8_t kZero[256] = {};
+  const uint32_t log2n = static_cast<uint32_t>(std::countr_zero(params_.initial_buckets));
+  auto* d = pool_->At<PmShardDesc>(dir.value());
+  // Descriptors first (in DRAM cache), then the shards; one fence before the root is set.
+  for (uint32_t s = 0; s < nshards_; s++) {
+    auto off = alloc.Allocate(params_.initial_buckets);
+    if (!off.ok()) return off.status();
+    for (uint32_t i = 0; i < params_.initial_buckets; i++) {
+      persist_.NtCopy(pool_->At<Bucket>(off.value()) + i, kZero, sizeof(Bucket));
+    }
+    d[s].set[0].store(PackShard(off.value(), log2n), std::memory_order_relaxed);
+    d[s].set[1].store(0, std::memory_order_relaxed);
+    d[s].version.store(0, std::memory_order_relaxed);
+    d[s].reserved = 0;
+  }
+  persist_.Flush(d, dir_bytes);
+  persist_.Fence();
+  pool_->SetRoot(0, dir.value());
+  return pool_->CommitCreate();
+}
+
+// 3.7: rebuild the DRAM directory from the PM one; I7: validate everything that is read.
+template <pm::PersistPolicy P, bool R>
+Status Turbo<P, R>::Recover() {
+  const auto t0 = std::chrono::steady_clock::now();
+  pm::ChunkAllocator& alloc = pool_->allocator();
+  alloc.Reset();
+  const uint64_t dir = pool_->root(0);
+  const uint32_t dir_chunks = RecChunks(uint64_t{nshards_} * sizeof(PmShardDesc));
+  if (dir == 0 || !alloc.ValidChunk(dir, dir_chunks)) {
+    return Status::Corruption("turbo: shard directory offset " + std::to_string(dir) +
+                              " is outside the heap");
+  }
+  PMHASH_RETURN_IF_ERROR(alloc.MarkReachable(dir, dir_chunks));
+  pm_dir_ = pool_->At<PmShardDesc>(dir);
+  const uint32_t min_log = static_cast<uint32_t>(std::countr_zero(params_.initial_buckets));
+  const uint32_t max_log = static_cast<uint32_t>(std::countr_zero(params_.max_shard_buckets));
+  uint64_t live = 0;
+  for (uint32_t s = 0; s < nshards_; s++) {
+    const PmShardDesc& pd = pm_dir_[s];
+    const uint64_t ver = pd.version.load(std::memory_order_relaxed);
+    if (ver > 1) {
+      return Status::Corruption("turbo: shard " + std::to_string(s) + " has version word " +
+                                std::to_string(ver));
+    }
+    const uint64_t w = pd.set[ver].load(std::memory_order_relaxed);
+    const uint32_t l = ShardLog2(w);
+    const uint64_t off = ShardOffset(w);
+    if (l < min_log || l > max_log || (w >> 56) != 0) {
+      return Status::Corruption("turbo: shard " + std::to_string(s) + " has 2^" +
+                                std::to_string(l) + " buckets");
+    }
+    if (!alloc.ValidChunk(off, 1u << l)) {
+      return Status::Corruption("turbo: shard " + std::to_string(s) + " offset " +
+                                std::to_string(off) + " is outside the heap");
+    }
+    if (Status st = alloc.MarkReachable(off, 1u << l); !st.ok()) {
+      return Status::Corruption("turbo: shard " + std::to_string(s) + ": " +
+                                std::string(st.message()));
+    }
+    ShardRef& r = shards_[s];
+    r.word.store(w, std::memory_order_relaxed);
+    LockGuard<SpinLock> g(r.lock);
+    r.deleted = 0;
+    const View v = MakeView(w);
+    for (uint32_t i = 0; i <= v.mask; i++) {
+      Bucket* b = v.base + i;
+      const uint64_t m = b->meta.load(std::memory_order_relaxed);
+      const uint32_t valid = MetaValid(m), del = MetaDeleted(m);
+      if ((valid & ~kSlotMask) || (del & ~valid) || MetaEmpty(m) == 0) {
+        return Status::Corruption("turbo: bad meta word in shard " + std::to_string(s) +
+                                  " bucket " + std::to_string(i));
+      }
+      r.deleted += static_cast<uint32_t>(std::popcount(del));
+      uint64_t tags[2] = {0, 0};
+      for (uint32_t c = MetaLive(m); c; c &= c - 1) {
+        const int j = std::countr_zero(c);
+        const Slot& sl = b->slots[j];
+        if constexpr (R) {
+          const uint64_t ro = sl.value.load(std::memory_order_relaxed);
+          if (!alloc.ValidChunk(ro, 1)) {
+            return Status::Corruption("turbo: record offset " + std::to_string(ro) +
+                                      " is outside the heap");
+          }
+          const RecordHeader* rh = Rec(ro);
+          const uint64_t bytes = kRecordHeader + uint64_t{rh->key_len} + rh->value_len;
+          if (bytes > params_.max_record_bytes || !alloc.ValidChunk(ro, RecChunks(bytes))) {
+            return Status::Corruption("turbo: record at " + std::to_string(ro) +
+                                      " has bad lengths");
+          }
+          if (Status st = alloc.MarkReachable(ro, RecChunks(bytes)); !st.ok()) {
+            return Status::Corruption("turbo: record: " + std::string(st.message()));
+          }
+          if (hash_(RecKey(ro)) != sl.key.load(std::memory_order_relaxed)) {
+            return Status::Corruption("turbo: record at " + std::to_string(ro) +
+                                      " does not match its slot's hash");
+          }
+        }
+        const uint8_t tag = static_cast<uint8_t>(SlotHash(sl));
+        tags[j >> 3] |= uint64_t{tag} << ((j & 7) * 8);
+        live++;
+      }
+      // Tags are hints, recomputed at every open: no persist needed.
+      b->tags[0].store(tags[0], std::memory_order_relaxed);
+      b->tags[1].store(tags[1], std::memory_order_relaxed);
+    }
+  }
+  size_.Reset(static_cast<int64_t>(live));
+  recovered_ = !pool_->created() && !pool_->was_clean();
+  recovery_seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return Status::OK();
+}
+
+template <pm::PersistPolicy P, bool R>
+bool Turbo<P, R>::SlotMatches(const Slot& s, const Probe& p) const {
+  if constexpr (R) {
+    if (s.key.load(std::memory_order_relaxed) != p.h) return false;
+    return RecKey(s.value.load(std::memory_order_acquire)) == p.s;
+  } else {
+    return s.key.load(std::memory_order_relaxed) == p.k;
+  }
+}
+
+template <pm::PersistPolicy P, bool R>
+template <class OnFound>
+bool Turbo<P, R>::Search(const Probe& p, OnFound&& on_found) const {
+  EpochManager::Guard guard(epoch_);
+  const uint8_t tag = static_cast<uint8_t>(p.h);
+  const View v = MakeView(shards_[ShardOf(p.h)].word.load(std::memory_order_acquire));
+  const uint32_t home = Home(p.h, v.log2n);
+  {
+    // The home bucket is one 256 B block: ask for all of it now, so the slot line's miss
+    // overlaps the meta line's instead of following it.
+    const char* hb = reinterpret_cast<const char*>(v.base + home);
+    for (int l = 0; l < 4; l++) _mm_prefetch(hb + 64 * l, _MM_HINT_T0);
+  }
+  for (uint32_t d = 0; d < v.scope; d++) {
+    const Bucket* b = v.base + ((home + d) & v.mask);
+    for (;;) {
+      const uint64_t m = b->meta.load(std::memory_order_acquire);
+      int hit = -1;
+      for (uint32_t c = Candidates(b, tag, m); c; c &= c - 1) {
+        const int j = std::countr_zero(c);
+        if (SlotMatches(b->slots[j], p)) {
+          hit = j;
+          break;
+        }
+      }
+      bool ok = true;
+      if (hit >= 0) ok = on_found(b->slots[hit]);
+      std::atomic_thread_fence(std::memory_order_acquire);
+      if (b->meta.load(std::memory_order_relaxed) != m || !ok) {
+        read_retries_.fetch_add(1, std::memory_order_relaxed);
+        continue;  // a writer changed the bucket while we read it
+      }
+      if (hit >= 0) return true;
+      if (PathEnd(m)) return false;  // path end
+      break;
+    }
+  }
+  return false;
+}
+
+template <pm::PersistPolicy P, bool R>
+Status Turbo<P, R>::Find(Key k, Value* out) const {
+  if constexpr (R) {
+    std::string v;
+    char kb[8];
+    std::memcpy(kb, &k, 8);
+    PMHASH_RETURN_IF_ERROR(FindBytes(std::string_view(kb, 8), &v));
+    if (v.size() != sizeof(Value)) {
+      return Status::InvalidArgument("turbo-kv: the value is not 8 bytes");
+    }
+    std::memcpy(out, v.data(), 8);
+    return Status::OK();
+  } else {
+    Probe p{hash_(k), k, {}};
+    Value val = 0;
+    const bool found = Search(p, [&](const Slot& s) {
+      val = s.value.load(std::memory_order_relaxed);
+      return true;
+    });
+    if (!found) return Status::NotFound();
+    *out = val;
+    return Status::OK();
+  }
+}
+
+template <pm::PersistPolicy P, bool R>
+Status Turbo<P, R>::FindBytes(std::string_view k, std::string* out) const {
+  if constexpr (!R) {
+    (void)k;
+    (void)out;
+    return Status::NotSupported("turbo: byte keys need the turbo-kv kind");
+  } else {
+    Probe p{hash_(k), 0, k};
+    const bool found = Search(p, [&](const Slot& s) {
+      const std::string_view val = RecValue(s.value.load(std::memory_order_acquire));
+      out->assign(val.data(), val.size());
+      return true;
+    });
+    return found ? Status::OK() : Status::NotFound();
+  }
+}
+
+template <pm::PersistPolicy P, bool R>
+bool Turbo<P, R>::Locate(const View& v, const Probe& p, Where* found, Where* ins) const {
+  const uint8_t tag = static_cast<uint8_t>(p.h);
+  const uint32_t home = Home(p.h, v.log2n);
+  *ins = Where{};
+  for (uint32_t d = 0; d < v.scope; d++) {
+    Bucket* b = v.base + ((home + d) & v.mask);
+    const uint64_t m = b->meta.load(std::memory_order_relaxed);
+    for (uint32_t c = Candidates(b, tag, m); c; c &= c - 1) {
+      const int j = std::countr_zero(c);
+      if (SlotMatches(b->slots[j], p)) {
+        *found = Where{b, j};
+        return true;
+      }
+    }
+    if (ins->b == nullptr && MetaDeleted(m) != 0) {
+      *ins = Where{b, std::countr_zero(MetaDeleted(m))};
+    }
+    const uint32_t empty = MetaEmpty(m);
+    if (PathEnd(m)) {
+      if (ins->b == nullptr) *ins = Where{b, std::countr_zero(empty)};
+      return false;
+    }
+  }
+  return false;
+}
+
+template <pm::PersistPolicy P, bool R>
+Result<uint64_t> Turbo<P, R>::NewRecord(std::string_view k, std::string_view v) {
+  const uint64_t bytes = kRecordHeader + k.size() + v.size();
+  if (k.size() > UINT32_MAX || v.size() > UINT32_MAX || bytes > params_.max_record_bytes) {
+    return Status::InvalidArgument("turbo-kv: key + value exceed max_record_bytes");
+  }
+  const uint32_t n = RecChunks(bytes);
+  auto off = pool_->allocator().Allocate(n);
+  if (!off.ok() && off.status().IsOutOfSpace() && epoch_.pending() != 0) {
+    epoch_.Reclaim();  // erased records may be waiting for the epoch to move
+    epoch_.Reclaim();
+    off = pool_->allocator().Allocate(n);
+  }
+  if (!off.ok()) return off.status();
+  char* dst = pool_->At<char>(off.value());
+  RecordHeader h{static_cast<uint32_t>(k.size()), static_cast<uint32_t>(v.size())};
+  std::memcpy(dst, &h, sizeof(h));
+  if (!k.empty()) std::memcpy(dst + kRecordHeader, k.data(), k.size());
+  if (!v.empty()) std::memcpy(dst + kRecordHeader + k.size(), v.data(), v.size());
+  persist_.Flush(dst, bytes);  // fenced together with the slot (I2)
+  return off.value();
+}
+
+template <pm::PersistPolicy P, bool R>
+void Turbo<P, R>::RetireRecord(uint64_t off) {
+  const uint64_t bytes = kRecordHeader + uint64_t{Rec(off)->key_len} + Rec(off)->value_len;
+  const uint32_t n = RecChunks(bytes);
+  pm::ChunkAllocator* a = &pool_->allocator();
+  epoch_.Retire([a, off, n] { a->Free(off, n); });
+}
+
+template <pm::PersistPolicy P, bool R>
+Status Turbo<P, R>::Write64(Key k, Value v, WriteMode mode) {
+  if constexpr (R) {
+    char kb[8], vb[8];
+    std::memcpy(kb, &k, 8);
+    std::memcpy(vb, &v, 8);
+    return WriteBytes(std::string_view(kb, 8), std::string_view(vb, 8), mode);
+  } else {
+    return Write(Probe{hash_(k), k, {}}, {}, v, mode);
+  }
+}
+
+template <pm::PersistPolicy P, bool R>
+Status Turbo<P, R>::WriteBytes(std::string_view k, std::string_view v, WriteMode mode) {
+  if constexpr (!R) {
+    (void)k;
+    (void)v;
+    (void)mode;
+    return Status::NotSupported("turbo: byte keys need the turbo-kv kind");
+  } else {
+    return Write(Probe{hash_(k), 0, k}, v, 0, mode);
+  }
+}
+
+template <pm::PersistPolicy P, bool R>
+Status Turbo<P, R>::Write(const Probe& p, std::string_view value_bytes, Value value,
+                          WriteMode mode) {
+  ShardRef& r = shards_[ShardOf(p.h)];
+  LockGuard<SpinLock> g(r.lock);
+  for (;;) {
+    const View v = MakeView(r.word.load(std::memory_order_relaxed));
+    Where f, ins;
+    const bool found = Locate(v, p, &f, &ins);
+    if (found && mode == WriteMode::kInsert) return Status::Exists();
+    if (!found && mode == WriteMode::kUpdate) return Status::NotFound();
+    if (!found && ins.b == nullptr) {
+      PMHASH_RETURN_IF_ERROR(Rehash(r, /*force_gc=*/false));
+      continue;
+    }
+    // The item to write: (key, value) or (hash, new record).
+    uint64_t item_key = p.k, item_value = value;
+    if constexpr (R) {
+      auto rec = NewRecord(p.s, value_bytes);
+      if (!rec.ok()) return rec.status();
+      item_key = p.h;
+      item_value = rec.value();
+    }
+    Bucket* b = found ? f.b : ins.b;
+    const uint64_t m = b->meta.load(std::memory_order_relaxed);
+    // Near-place update: the bucket's reserved empty slot (I3 guarantees one).
+    const int j = found ? std::countr_zero(MetaEmpty(m)) : ins.j;
+    // Readers validate with the meta word; order our slot writes after everything before (the
+    // seqlock writer fence), so a reader that sees them also sees a changed meta word.
+    std::atomic_thread_fence(std::memory_order_release);
+    Slot& s = b->slots[j];
+    s.key.store(item_key, std::memory_order_relaxed);
+    s.value.store(item_value, std::memory_order_release);
+    SetTag(b, j, static_cast<uint8_t>(p.h));
+    persist_.Flush(&s, sizeof(Slot));  // I2 (the tag shares line 0 with the meta word)
+    persist_.Fence();
+    uint32_t valid = MetaValid(m) | (1u << j);
+    uint32_t del = MetaDeleted(m) & ~(1u << j);
+    uint64_t old_record = 0;
+    if (found) {
+      valid &= ~(1u << f.j);  // I4: old off, new on, one store
+      old_record = b->slots[f.j].value.load(std::memory_order_relaxed);
+    } else if (MetaDeleted(m) & (1u << j)) {
+      r.deleted--;
+    }
+    b->meta.store(MakeMeta(valid, del, MetaSeq(m) + 1), std::memory_order_release);
+    persist_.Persist(&b->meta, sizeof(uint64_t));
+    if constexpr (R) {
+      if (found) RetireRecord(old_record);
+    }
+    if (!found) size_.Add(1);
+    return Status::OK();
+  }
+}
+
+template <pm::PersistPolicy P, bool R>
+Status Turbo<P, R>::EraseProbe(const Probe& p) {
+  ShardRef& r = shards_[ShardOf(p.h)];
+  LockGuard<SpinLock> g(r.lock);
+  const View v = MakeView(r.word.load(std::memory_order_relaxed));
+  Where f, ins;
+  if (!Locate(v, p, &f, &ins)) return Status::NotFound();
+  const uint64_t m = f.b->meta.load(std::memory_order_relaxed);
+  f.b->meta.store(MakeMeta(MetaValid(m), MetaDeleted(m) | (1u << f.j), MetaSeq(m) + 1),
+                  std::memory_order_release);
+  persist_.Persist(&f.b->meta, sizeof(uint64_t));
+  r.deleted++;
+  if constexpr (R) RetireRecord(f.b->slots[f.j].value.load(std::memory_order_relaxed));
+  size_.Add(-1);
+  return Status::OK();
+}
+
+template <pm::PersistPolicy P, bool R>
+Status Turbo<P, R>::Erase(Key k) {
+  if constexpr (R) {
+    char kb[8];
+    std::memcpy(kb, &k, 8);
+    return EraseBytes(std::string_view(kb, 8));
+  } else {
+    return EraseProbe(Probe{hash_(k), k, {}});
+  }
+}
+
+template <pm::PersistPolicy P, bool R>
+Status Turbo<P, R>::EraseBytes(std::string_view k) {
+  if constexpr (!R) {
+    (void)k;
+    return Status::NotSupported("turbo: byte keys need the turbo-kv kind");
+  } else {
+    return EraseProbe(Probe{hash_(k), 0, k});
+  }
+}
+
+template <pm::PersistPolicy P, bool R>
+bool Turbo<P, R>::BuildImage(const View& v, uint32_t log2n, std::unique_ptr<Bucket[]>* img) const {
+  const uint32_t n = 1u << log2n;
+  const uint32_t mask = n - 1;
+  const uint32_t scope = std::min<uint32_t>(params_.probe_scope, n);
+  img->reset(new (std::nothrow) Bucket[n]());
+  if (!*img) return false;
+  std::memset(static_cast<void*>(img->get()), 0, n * sizeof(Bucket));
+  for (uint32_t i = 0; i <= v.mask; i++) {
+    const Bucket* b = v.base + i;
+    const uint64_t m = b->meta.load(std::memory_order_relaxed);
+    for (uint32_t c = MetaLive(m); c; c &= c - 1) {
+      const Slot& s = b->slots[std::countr_zero(c)];
+      const uint64_t h = SlotHash(s);
+      const uint32_t home = Home(h, log2n);
+      bool placed = false;
+      for (uint32_t d = 0; d < scope && !placed; d++) {
+        Bucket& nb = (*img)[(home + d) & mask];
+        const uint64_t nm = nb.meta.load(std::memory_order_relaxed);
+        const uint32_t empty = MetaEmpty(nm);
+        if (!PathEnd(nm)) continue;
+        const int j = std::countr_zero(empty);
+        nb.slots[j].key.store(s.key.load(std::memory_order_relaxed), std::memory_order_relaxed);
+        nb.slots[j].value.store(s.value.load(std::memory_order_relaxed), std::memory_order_relaxed);
+        SetTag(&nb, j, static_cast<uint8_t>(h));
+        nb.meta.store(MakeMeta(MetaValid(nm) | (1u << j), 0, 0), std::memory_order_relaxed);
+        placed = true;
+      }
+      if (!placed) return false;
+    }
+  }
+  return true;
+}
+
+template <pm::PersistPolicy P, bool R>
+std::pair<uint64_t, uint64_t> Turbo<P, R>::ProbeSum(const View& v) const {
+  uint64_t sum = 0, items = 0;
+  for (uint32_t i = 0; i <= v.mask; i++) {
+    const Bucket* b = v.base + i;
+    for (uint32_t c = MetaLive(b->meta.load(std::memory_order_relaxed)); c; c &= c - 1) {
+      const uint32_t home = Home(SlotHash(b->slots[std::countr_zero(c)]), v.log2n);
+      sum += ((i - home) & v.mask) + 1;
+      items++;
+    }
+  }
+  return {sum, items};
+}
+
+template <pm::PersistPolicy P, bool R>
+Status Turbo<P, R>::Rehash(ShardRef& r, bool force_gc) {
+  const auto started = ResizeLog::Now();
+  const uint64_t w = r.word.load(std::memory_order_relaxed);
+  const View v = MakeView(w);
+  const uint64_t slots = uint64_t{v.mask + 1} * kSlots;
+  bool gc = force_gc || static_cast<double>(r.deleted) > params_.gc_deleted_ratio * slots;
+  uint32_t log2n = gc ? v.log2n : v.log2n + 1;
+  const uint32_t max_log = static_cast<uint32_t>(std::countr_zero(params_.max_shard_buckets));
+  std::unique_ptr<Bucket[]> img;
+  for (;; log2n++) {
+    if (log2n > max_log) {
+      return Status::OutOfSpace("turbo: shard at max_shard_buckets " +
+                                std::to_string(params_.max_shard_buckets) + " is full");
+    }
+    if (BuildImage(v, log2n, &img)) break;
+    if (!img) return Status::OutOfMemory("turbo: rehash image");
+  }
+  gc = gc && log2n == v.log2n;  // a GC that could not place everything became a doubling
+  const uint32_t n = 1u << log2n;
+  auto off = pool_->allocator().Allocate(n);
+  if (!off.ok()) return off.status();
+  Bucket* nb = pool_->At<Bucket>(off.value());
+  persist_.NtCopy(nb, img.get(), uint64_t{n} * sizeof(Bucket));
+  persist_.Fence();
+  // I5: inactive set, then the version flip.
+  const uint32_t s = static_cast<uint32_t>(&r - shards_.get());
+  PmShardDesc& pd = pm_dir_[s];
+  const uint64_t ver = pd.version.load(std::memory_order_relaxed);
+  const uint64_t nw = PackShard(off.value(), log2n);
+  pd.set[ver ^ 1].store(nw, std::memory_order_relaxed);
+  persist_.Persist(&pd.set[ver ^ 1], sizeof(uint64_t));
+  pd.version.store(ver ^ 1, std::memory_order_release);
+  persist_.Persist(&pd.version, sizeof(uint64_t));
+  r.word.store(nw, std::memory_order_release);
+  r.deleted = 0;
+  pm::ChunkAllocator* a = &pool_->allocator();
+  const uint64_t old_off = ShardOffset(w);
+  const uint32_t old_n = v.mask + 1;
+  if (gc) {
+    const auto before = ProbeSum(v);
+    const auto after = ProbeSum(MakeView(nw));
+    gc_dist_before_.fetch_add(before.first, std::memory_order_relaxed);
+    gc_dist_after_.fetch_add(after.first, std::memory_order_relaxed);
+    gc_items_.fetch_add(before.second, std::memory_order_relaxed);
+    gcs_.fetch_add(1, std::memory_order_relaxed);
+  }
+  if (log2n > v.log2n) doublings_.fetch_add(1, std::memory_order_relaxed);
+  epoch_.Retire([a, old_off, old_n] { a->Free(old_off, old_n); });
+  resize_log_.Record(started);
+  return Status::OK();
+}
+
+template <pm::PersistPolicy P, bool R>
+Result<uint64_t> Turbo<P, R>::GarbageCollect() {
+  uint64_t done = 0;
+  for (uint32_t s = 0; s < nshards_; s++) {
+    ShardRef& r = shards_[s];
+    LockGuard<SpinLock> g(r.lock);
+    const uint64_t slots = uint64_t{1} << ShardLog2(r.word.load(std::memory_order_relaxed));
+    if (r.deleted == 0 ||
+        static_cast<double>(r.deleted) <= params_.gc_deleted_ratio * slots * kSlots) {
+      continue;
+    }
+    PMHASH_RETURN_IF_ERROR(Rehash(r, /*force_gc=*/true));
+    done++;
+  }
+  return done;
+}
+
+template <pm::PersistPolicy P, bool R>
+void Turbo<P, R>::ForEach(const std::function<void(Key, Value)>& fn) const {
+  std::vector<std::pair<Key, Value>> pairs;
+  for (uint32_t s = 0; s < nshards_; s++) {
+    pairs.clear();
+    {
+      const ShardRef& r = shards_[s];
+      LockGuard<SpinLock> g(r.lock);
+      const View v = MakeView(r.word.load(std::memory_order_relaxed));
+      for (uint32_t i = 0; i <= v.mask; i++) {
+        const Bucket* b = v.base + i;
+        for (uint32_t c = MetaLive(b->meta.load(std::memory_order_relaxed)); c; c &= c - 1) {
+          const Slot& sl = b->slots[std::countr_zero(c)];
+          if constexpr (R) {
+            const uint64_t ro = sl.value.load(std::memory_order_relaxed);
+            const std::string_view k = RecKey(ro), val = RecValue(ro);
+            if (k.size() != 8 || val.size() != 8) continue;
+            Key kk;
+            Value vv;
+            std::memcpy(&kk, k.data(), 8);
+            std::memcpy(&vv, val.data(), 8);
+            pairs.emplace_back(kk, vv);
+          } else {
+            pairs.emplace_back(sl.key.load(std::memory_order_relaxed),
+                               sl.value.load(std::memory_order_relaxed));
+          }
+        }
+      }
+    }
+    for (const auto& [k, v] : pairs) fn(k, v);
+  }
+}
+
+template <pm::PersistPolicy P, bool R>
+void Turbo<P, R>::ForEachBytes(
+    const std::function<void(std::string_view, std::string_view)>& fn) const {
+  if constexpr (R) {
+    std::vector<std::pair<std::string, std::string>> pairs;
+    for (uint32_t s = 0; s < nshards_; s++) {
+      pairs.clear();
+      {
+        const ShardRef& r = shards_[s];
+        LockGuard<SpinLock> g(r.lock);
+        const View v = MakeView(r.word.load(std::memory_order_relaxed));
+        for (uint32_t i = 0; i <= v.mask; i++) {
+          const Bucket* b = v.base + i;
+          for (uint32_t c = MetaLive(b->meta.load(std::memory_order_relaxed)); c; c &= c - 1) {
+            const uint64_t ro = b->slots[std::countr_zero(c)].value.load(std::memory_order_relaxed);
+            pairs.emplace_back(std::string(RecKey(ro)), std::string(RecValue(ro)));
+          }
+        }
+      }
+      for (const auto& [k, v] : pairs) fn(k, v);
+    }
+  } else {
+    (void)fn;
+  }
+}
+
+template <pm::PersistPolicy P, bool R>
+IndexStats Turbo<P, R>::Stats() const {
+  IndexStats st;
+  st.size = Size();
+  uint64_t buckets = 0, deleted = 0, record_chunks = 0;
+  uint64_t pos_sum = 0, pos_items = 0, pos_max = 0, neg_sum = 0, neg_max = 0;
+  for (uint32_t s = 0; s < nshards_; s++) {
+    const ShardRef& r = shards_[s];
+    LockGuard<SpinLock> g(r.lock);
+    const View v = MakeView(r.word.load(std::memory_order_relaxed));
+    buckets += v.mask + 1;
+    deleted += r.deleted;
+    for (uint32_t i = 0; i <= v.mask; i++) {
+      const Bucket* b = v.base + i;
+      for (uint32_t c = MetaLive(b->meta.load(std::memory_order_relaxed)); c; c &= c - 1) {
+        const Slot& sl = b->slots[std::countr_zero(c)];
+        const uint64_t dist = ((i - Home(SlotHash(sl), v.log2n)) & v.mask) + 1;
+        pos_sum += dist;
+        pos_max = std::max(pos_max, dist);
+        pos_items++;
+        if constexpr (R) {
+          const RecordHeader* rh = Rec(sl.value.load(std::memory_order_relaxed));
+          record_chunks += RecChunks(kRecordHeader + uint64_t{rh->key_len} + rh->value_len);
+        }
+      }
+      // A negative search with home i visits buckets until the first path end.
+      uint64_t d = 1;
+      while (d < v.scope &&
+             !PathEnd(v.base[(i + d - 1) & v.mask].meta.load(std::memory_order_relaxed))) {
+        d++;
+      }
+      neg_sum += d;
+      neg_max = std::max(neg_max, d);
+    }
+  }
+  st.buckets = buckets;
+  st.capacity_slots = buckets * kSlots;
+  st.load_factor = st.capacity_slots ? static_cast<double>(st.size) / st.capacity_slots : 0;
+  const uint64_t dir_bytes = RecChunks(uint64_t{nshards_} * sizeof(PmShardDesc)) * chunk_;
+  st.pm_bytes = pm::kHeaderBytes + dir_bytes + buckets * sizeof(Bucket) + record_chunks * chunk_;
+  st.dram_bytes = uint64_t{nshards_} * sizeof(ShardRef) + pool_->allocator().dram_bytes();
+  st.pool_bytes = pool_->size();
+  st.splits = doublings_.load(std::memory_order_relaxed) + gcs_.load(std::memory_order_relaxed);
+  st.doublings = doublings_.load(std::memory_order_relaxed);
+  st.resize_ns = resize_log_.Snapshot();
+  st.recovered = recovered_;
+  st.recovery_seconds = recovery_seconds_;
+  st.traffic = pool_->counters().Snapshot();
+  auto add = [&](const char* name, double value) { st.details.push_back({name, value}); };
+  const uint64_t gci = gc_items_.load(std::memory_order_relaxed);
+  add("turbo.shards", nshards_);
+  add("turbo.deleted_slots", static_cast<double>(deleted));
+  add("turbo.probe.mean", pos_items ? static_cast<double>(pos_sum) / pos_items : 0);
+  add("turbo.probe.max", static_cast<double>(pos_max));
+  add("turbo.probe.neg_mean", buckets ? static_cast<double>(neg_sum) / buckets : 0);
+  add("turbo.probe.neg_max", static_cast<double>(neg_max));
+  add("turbo.rehash.doublings", static_cast<double>(doublings_.load(std::memory_order_relaxed)));
+  add("turbo.gc.count", static_cast<double>(gcs_.load(std::memory_order_relaxed)));
+  add("turbo.gc.probe_before",
+      gci ? static_cast<double>(gc_dist_before_.load(std::memory_order_relaxed)) / gci : 0);
+  add("turbo.gc.probe_after",
+      gci ? static_cast<double>(gc_dist_after_.load(std::memory_order_relaxed)) / gci : 0);
+  add("turbo.read_retries", static_cast<double>(read_retries_.load(std::memory_order_relaxed)));
+  add("turbo.epoch.pending", static_cast<double>(epoch_.pending()));
+  if constexpr (R) add("turbo.records.bytes", static_cast<double>(record_chunks * chunk_));
+  return st;
+}
+
+// REQUIRES: no concurrent operations.
+template <pm::PersistPolicy P, bool R>
+Status Turbo<P, R>::CheckInvariants() const {
+  auto fail = [](const std::string& what) {
+    return Status::Corruption("turbo invariant: " + what);
+  };
+  epoch_.Drain();  // retired shards and records are back in the allocator
+  std::unordered_set<std::string> keys;
+  uint64_t chunks = RecChunks(uint64_t{nshards_} * sizeof(PmShardDesc));
+  uint64_t live = 0;
+  for (uint32_t s = 0; s < nshards_; s++) {
+    const ShardRef& r = shards_[s];
+    if (!r.lock.try_lock()) return fail("shard lock held at rest");
+    const uint32_t rdeleted = r.deleted;
+    r.lock.unlock();
+    const uint64_t w = r.word.load(std::memory_order_relaxed);
+    const PmShardDesc& pd = pm_dir_[s];
+    const uint64_t ver = pd.version.load(std::memory_order_relaxed);
+    if (ver > 1 || pd.set[ver].load(std::memory_order_relaxed) != w) {
+      return fail("DRAM descriptor of shard " + std::to_string(s) + " differs from PM");
+    }
+    const View v = MakeView(w);
+    if (!pool_->allocator().IsUsed(ShardOffset(w))) return fail("shard not marked allocated");
+    chunks += v.mask + 1;
+    uint32_t deleted = 0;
+    for (uint32_t i = 0; i <= v.mask; i++) {
+      const Bucket* b = v.base + i;
+      const uint64_t m = b->meta.load(std::memory_order_relaxed);
+      if ((MetaValid(m) & ~kSlotMask) || (MetaDeleted(m) & ~MetaValid(m))) return fail("meta bits");
+      if (MetaEmpty(m) == 0) return fail("bucket without a reserved empty slot (I3)");
+      deleted += static_cast<uint32_t>(std::popcount(MetaDeleted(m)));
+      for (uint32_t c = MetaLive(m); c; c &= c - 1) {
+        const int j = std::countr_zero(c);
+        const Slot& sl = b->slots[j];
+        const uint64_t h = SlotHash(sl);
+        if (ShardOf(h) != s) return fail("key in the wrong shard");
+        if (GetTag(b, j) != static_cast<uint8_t>(h)) return fail("stale tag");
+        const uint32_t home = Home(h, v.log2n);
+        const uint32_t dist = (i - home) & v.mask;
+        if (dist >= v.scope) return fail("key beyond the probing scope");
+        for (uint32_t d = 0; d < dist; d++) {
+          if (PathEnd(v.base[(home + d) & v.mask].meta.load(std::memory_order_relaxed))) {
+            return fail("key beyond its path end (I3)");
+          }
+        }
+        std::string key;
+        if constexpr (R) {
+          const uint64_t ro = sl.value.load(std::memory_order_relaxed);
+          if (!pool_->allocator().IsUsed(ro)) return fail("record not marked allocated");
+          key = std::string(RecKey(ro));
+          if (hash_(key) != h) return fail("record hash mismatch");
+          chunks += RecChunks(kRecordHeader + key.size() + RecValue(ro).size());
+        } else {
+          const uint64_t k = sl.key.load(std::memory_order_relaxed);
+          key.assign(reinterpret_cast<const char*>(&k), 8);
+        }
+        if (!keys.insert(std::move(key)).second) return fail("duplicate key");
+        live++;
+      }
+    }
+    if (deleted != rdeleted) return fail("deleted-slot count of shard " + std::to_string(s));
+  }
+  if (pool_->allocator().used_chunks() != chunks) {
+    return fail("allocated chunks (" + std::to_string(pool_->allocator().used_chunks()) +
+                ") != reachable chunks (" + std::to_string(chunks) + "): leak");
+  }
+  if (live != Size()) return fail("Size() != live slots");
+  return Status::OK();
+}
+
+template <pm::PersistPolicy P, bool R>
+Status Turbo<P, R>::Close() {
+  if (closed_) return Status::OK();
+  closed_ = true;
+  epoch_.Drain();
+  pool_->MarkClean();
+  return Status::OK();
+}
+
+template <pm::PersistPolicy P>
+using TurboKv = Turbo<P, true>;
+
+}  // namespace pmhash::turbo
