@@ -2,6 +2,7 @@
 // Immutable after static initialisation (a constant table, no registration side effects).
 #include <array>
 
+#include "index/pea/pea.h"
 #include "index/reh/reh.h"
 #include "index_adapter.h"
 #include "pm/persist.h"
@@ -33,10 +34,13 @@ struct Entry {
   OpenFn open;
 };
 
-const std::array<Entry, 1> kEntries = {{
+const std::array<Entry, 2> kEntries = {{
     {{"reh", "Li, Tan, Chen: REH: Redesigning Extendible Hashing for Commercial NVM",
       "extendible hashing, 256 B PM buckets, DRAM directory + fingerprints, 1 flush/insert"},
      &OpenAnyPolicy<reh::Reh>},
+    {{"pea", "Liu, Chen: Pea Hash: A Performant Extendible Adaptive Hashing Index (SIGMOD 2023)",
+      "extendible hashing, 512 KB segments, adaptive single/2-choice/stash strategy, 4-way split"},
+     &OpenAnyPolicy<pea::Pea>},
 }};
 
 }  // namespace

@@ -8,6 +8,7 @@
 #include <string_view>
 #include <tuple>
 
+#include "index/pea/pea.h"
 #include "index/reh/reh.h"
 #include "pmhash/options.h"
 
@@ -27,6 +28,21 @@ struct RehTraits {
   }
 };
 
-using AllIndexes = std::tuple<RehTraits>;
+struct PeaTraits {
+  static constexpr std::string_view kName = "pea";
+  template <class P>
+  using Index = pea::Pea<P>;
+  static Options Small(HashMode mode) {
+    Options o;
+    o.pool_size = 512 << 10;
+    o.pea.segment_buckets = 4;  // 60 slots per segment: transitions, 4-way splits and directory
+    o.pea.initial_depth = 0;    // expansions within the first hundred inserts
+    o.pea.max_depth = 24;
+    o.hash_mode = mode;
+    return o;
+  }
+};
+
+using AllIndexes = std::tuple<RehTraits, PeaTraits>;
 
 }  // namespace pmhash::crashtest
