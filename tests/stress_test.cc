@@ -1,5 +1,5 @@
-// tests/stress_test.cc — concurrent mixed operations on REH (Dram, Adr, Eadr) with a geometry so
-// small that splits and directory doublings race with every other operation.
+// tests/stress_test.cc — concurrent mixed operations on REH and Pea Hash (Dram, Adr, Eadr) with a
+// geometry so small that splits and directory doublings race with every other operation.
 //
 //   DisjointRanges      each thread owns its keys and checks every result exactly against its
 //                       own oracle; the final index equals the union of the oracles.
@@ -27,6 +27,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "index/pea/pea.h"
 #include "index/reh/reh.h"
 #include "pm/persist.h"
 #include "test_util.h"
@@ -75,6 +76,8 @@ class StressTest : public ::testing::Test {
     o.durability = T::Policy::kDurability;
     o.hash_mode = mode;
     o.reh.initial_depth = 1;
+    o.pea.segment_buckets = 8;  // Pea: transitions and 4-way splits race with everything
+    o.pea.initial_depth = 0;
     auto r = T::Open(o);
     ASSERT_TRUE(r.ok()) << r.status().ToString();
     idx_ = std::move(r).value();
@@ -104,7 +107,8 @@ class StressTest : public ::testing::Test {
   std::unique_ptr<T> idx_;
 };
 
-using StressTypes = ::testing::Types<reh::Reh<pm::Dram>, reh::Reh<pm::Adr>, reh::Reh<pm::Eadr>>;
+using StressTypes = ::testing::Types<reh::Reh<pm::Dram>, reh::Reh<pm::Adr>, reh::Reh<pm::Eadr>,
+                                     pea::Pea<pm::Dram>, pea::Pea<pm::Adr>, pea::Pea<pm::Eadr>>;
 TYPED_TEST_SUITE(StressTest, StressTypes);
 
 TYPED_TEST(StressTest, DisjointRanges) {

@@ -478,29 +478,33 @@ Status Pea<P>::Create() {
   pm::ChunkAllocator& alloc = pool_->allocator();
   const uint32_t g = params_.initial_depth;
   const uint64_t n = uint64_t{1} << g;
-  // StashSid array (zeroed), directory region, then the segments.
-  const uint64_t stash_bytes = StashArrayWords() * 8;
+  // StashSid array, directory region, segments (and, for a pure-stash sequence, their stash
+  // segments), all written with NtCopy and fenced once before the roots name them.
+  std::vector<uint64_t> stash_words(StashArrayWords(), 0);
+  const uint64_t stash_bytes = stash_words.size() * 8;
   auto soff = alloc.Allocate(ChunksFor(stash_bytes));
   if (!soff.ok()) return soff.status();
-  {
-    std::vector<uint64_t> zeros(StashArrayWords(), 0);
-    persist_.NtCopy(pool_->At<char>(soff.value()), zeros.data(), stash_bytes);
-  }
-  const uint32_t dchunks = ChunksFor(n * 8);
-  auto doff = alloc.Allocate(dchunks);
+  auto doff = alloc.Allocate(ChunksFor(n * 8));
   if (!doff.ok()) return doff.status();
   std::vector<uint64_t> entries(n);
-  {
-    std::unique_ptr<BucketImage[]> img(new BucketImage[params_.segment_buckets]);
-    std::memset(static_cast<void*>(img.get()), 0, seg_bytes_);
-    for (uint32_t b = 0; b < params_.segment_buckets; b++) img[b].hdr[0] = kKvFormat;
-    for (uint64_t i = 0; i < n; i++) {
-      auto off = alloc.Allocate(1);
-      if (!off.ok()) return off.status();
-      persist_.NtCopy(pool_->At<char>(off.value()), img.get(), seg_bytes_);
-      entries[i] = PackEntry(SidOf(off.value()), g, first_strategy_);
+  std::unique_ptr<BucketImage[]> img(new BucketImage[params_.segment_buckets]);
+  std::memset(static_cast<void*>(img.get()), 0, seg_bytes_);
+  for (uint32_t b = 0; b < params_.segment_buckets; b++) img[b].hdr[0] = kKvFormat;
+  for (uint64_t i = 0; i < n; i++) {
+    auto off = alloc.Allocate(1);
+    if (!off.ok()) return off.status();
+    persist_.NtCopy(pool_->At<char>(off.value()), img.get(), seg_bytes_);
+    const uint64_t sid = SidOf(off.value());
+    entries[i] = PackEntry(sid, g, first_strategy_);
+    uint64_t& w = stash_words[sid / (params_.segment_buckets / 2)];
+    if (first_strategy_ == kStash && w == 0) {
+      auto st = alloc.Allocate(1);  // empty stash segment: every stash bucket starts cleared
+      if (!st.ok()) return st.status();
+      persist_.NtCopy(pool_->At<char>(st.value()), img.get(), seg_bytes_);
+      w = SidOf(st.value()) + 1;
     }
   }
+  persist_.NtCopy(pool_->At<char>(soff.value()), stash_words.data(), stash_bytes);
   persist_.NtCopy(pool_->At<char>(doff.value()), entries.data(), n * 8);
   persist_.Fence();
   pool_->SetRoot(2, soff.value());
