@@ -741,7 +741,10 @@ Status Pea<P>::Find(Key k, Value* out) const {
     const uint64_t e = d->entries[i].load(std::memory_order_acquire);
     const uint64_t sid = EntrySid(e);
     const PmBucket* B1 = BucketAt(sid, b1);
+    const uint32_t st = EntryStrategy(e);
+    // Overlap the misses: both candidate headers are requested before either is read.
     __builtin_prefetch(B1);
+    if (st >= kTwoChoice) __builtin_prefetch(BucketAt(sid, Bucket2(h, b1)));
     SegLocks& L = locks_[sid];
     const uint32_t sv = L.seg.load(std::memory_order_acquire);
     if (sv & 1) {
@@ -752,7 +755,6 @@ Status Pea<P>::Find(Key k, Value* out) const {
         dir_.load(std::memory_order_acquire) != d) {
       continue;
     }
-    const uint32_t st = EntryStrategy(e);
     std::atomic<uint32_t>& l1 = L.bucket[b1 & (kBucketLocks - 1)];
     const uint32_t v1 = l1.load(std::memory_order_acquire);
     if (v1 & 1) {
@@ -816,7 +818,10 @@ Status Pea<P>::Write(Key k, Value v, WriteMode mode) {
     const uint64_t e = d->entries[i].load(std::memory_order_acquire);
     const uint64_t sid = EntrySid(e);
     PmBucket* B1 = BucketAt(sid, b1);
+    const uint32_t st = EntryStrategy(e);
+    const uint32_t b2 = st >= kTwoChoice ? Bucket2(h, b1) : b1;
     __builtin_prefetch(B1, 1);
+    if (st >= kTwoChoice) __builtin_prefetch(BucketAt(sid, b2), 1);
     SegLocks& L = locks_[sid];
     const uint32_t sv = L.seg.load(std::memory_order_acquire);
     if (sv & 1) {
@@ -827,8 +832,6 @@ Status Pea<P>::Write(Key k, Value v, WriteMode mode) {
         dir_.load(std::memory_order_acquire) != d) {
       continue;
     }
-    const uint32_t st = EntryStrategy(e);
-    const uint32_t b2 = st >= kTwoChoice ? Bucket2(h, b1) : b1;
     uint32_t mask = 1u << (b1 & (kBucketLocks - 1));
     if (st >= kTwoChoice) mask |= 1u << (b2 & (kBucketLocks - 1));
     if (st == kStash) mask |= 3u;
@@ -911,7 +914,10 @@ Status Pea<P>::Erase(Key k) {
     const uint64_t e = d->entries[i].load(std::memory_order_acquire);
     const uint64_t sid = EntrySid(e);
     PmBucket* B1 = BucketAt(sid, b1);
+    const uint32_t st = EntryStrategy(e);
+    const uint32_t b2 = st >= kTwoChoice ? Bucket2(h, b1) : b1;
     __builtin_prefetch(B1, 1);
+    if (st >= kTwoChoice) __builtin_prefetch(BucketAt(sid, b2), 1);
     SegLocks& L = locks_[sid];
     const uint32_t sv = L.seg.load(std::memory_order_acquire);
     if (sv & 1) {
@@ -922,8 +928,6 @@ Status Pea<P>::Erase(Key k) {
         dir_.load(std::memory_order_acquire) != d) {
       continue;
     }
-    const uint32_t st = EntryStrategy(e);
-    const uint32_t b2 = st >= kTwoChoice ? Bucket2(h, b1) : b1;
     uint32_t mask = 1u << (b1 & (kBucketLocks - 1));
     if (st >= kTwoChoice) mask |= 1u << (b2 & (kBucketLocks - 1));
     if (st == kStash) mask |= 3u;
