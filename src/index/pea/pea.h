@@ -105,9 +105,11 @@
 //     each expansion allocates a region of the doubled size from the heap and the descriptor
 //     carries its offset (the paper's bit-63 fallback, made the only case). Retired regions stay
 //     allocated until Close (optimistic readers may still read them); after a crash they are free.
-//   * Readers read the PM directory directly. To be safe against segment reuse they check, after
-//     reading the segment lock, that the directory (and its entry) are unchanged; a dead segment
-//     keeps its segment lock held until the chunk is reused, so no reader can validate against it.
+//   * Readers read the PM directory directly. They check, after reading the segment lock, that
+//     the directory (and its entry) are unchanged; a dead segment keeps its segment lock held, so
+//     no reader validates against it. Its chunk goes back to the allocator through an epoch
+//     manager (src/common/epoch.h): only once no operation that might still read it is running,
+//     so an optimistic read never overlaps the non-temporal fill of a reused chunk.
 //   * A quarter that fits under no allowed strategy (possible with adversarial hashes or tiny
 //     segments) is split again, recursively (the paper "does not see" this case).
 //   * The paper's 32-bit lock (thread id, refcount, version) lets one thread take two buckets that
@@ -135,6 +137,7 @@
 #include <unordered_set>
 #include <vector>
 
+#include "common/epoch.h"
 #include "common/fingerprint.h"
 #include "common/hash.h"
 #include "common/huge_array.h"
@@ -405,6 +408,11 @@ class Pea {
   mutable RwSpinLock dir_lock_;  // exclusive: expansion; shared: directory entry updates
   std::vector<std::unique_ptr<Directory>> dirs_ PMHASH_GUARDED_BY(dir_lock_);  // live + retired
   SpinLock stash_mu_;
+
+  // A segment freed by a split is retired through the epoch manager: its chunk returns to the
+  // allocator (and may be rewritten) only after every operation that could have read it ended.
+  std::atomic<uint64_t> limbo_chunks_{0};
+  mutable EpochManager epoch_;
 
   StripedCounter size_;  // delta since open
   mutable std::atomic<bool> size_known_{false};
@@ -739,6 +747,7 @@ void Pea<P>::InsertIntoBucket(PmBucket* b, Key k, Value v, uint8_t f) {
 
 template <pm::PersistPolicy P>
 Status Pea<P>::Find(Key k, Value* out) const {
+  EpochManager::Guard guard(epoch_);
   const uint64_t h = hash_(k);
   const uint8_t f = Fp(h);
   const uint32_t b1 = Bucket1(h);
@@ -817,6 +826,7 @@ Status Pea<P>::Find(Key k, Value* out) const {
 
 template <pm::PersistPolicy P>
 Status Pea<P>::Write(Key k, Value v, WriteMode mode) {
+  EpochManager::Guard guard(epoch_);
   const uint64_t h = hash_(k);
   const uint8_t f = Fp(h);
   const uint32_t b1 = Bucket1(h);
@@ -913,6 +923,7 @@ Status Pea<P>::Write(Key k, Value v, WriteMode mode) {
 
 template <pm::PersistPolicy P>
 Status Pea<P>::Erase(Key k) {
+  EpochManager::Guard guard(epoch_);
   const uint64_t h = hash_(k);
   const uint8_t f = Fp(h);
   const uint32_t b1 = Bucket1(h);
@@ -1239,7 +1250,11 @@ Status Pea<P>::Split(Directory* d, uint64_t i, uint64_t e, uint32_t* need_depth)
   });
   for (const Leaf& l : leaves) UnlockWord(locks_[l.sid].seg);
   release(true);
-  alloc.Free(OffsetOfSid(sid));
+  limbo_chunks_.fetch_add(1, std::memory_order_relaxed);
+  epoch_.Retire([this, sid] {
+    pool_->allocator().Free(OffsetOfSid(sid));
+    limbo_chunks_.fetch_sub(1, std::memory_order_relaxed);
+  });
   splits_.fetch_add(1, std::memory_order_relaxed);
   resize_log_.Record(started);
   return Status::OK();
@@ -1351,6 +1366,7 @@ void Pea<P>::ForEachSegment(const Directory* d, Fn&& fn) const {
 
 template <pm::PersistPolicy P>
 uint64_t Pea<P>::CountLive() const {
+  EpochManager::Guard guard(epoch_);
   uint64_t live = 0;
   ForEachSegment(dir_.load(std::memory_order_acquire), [&](uint64_t, uint64_t e) {
     const uint64_t sid = EntrySid(e);
@@ -1398,6 +1414,7 @@ IndexStats Pea<P>::Stats() const {
   const Directory* d = dir_.load(std::memory_order_acquire);
   uint64_t per[3] = {0, 0, 0};
   uint64_t stash_entries = 0;
+  EpochManager::Guard guard(epoch_);  // the walk may read segments that a split retires
   ForEachSegment(d, [&](uint64_t, uint64_t e) {
     const uint32_t st = std::min<uint32_t>(EntryStrategy(e), 2);
     per[st]++;
@@ -1514,7 +1531,7 @@ Status Pea<P>::CheckInvariants() const {
   }
   if (!err.empty()) return fail(err);
   // Allocation: segments + stash segments + StashSid array + current and retired directories.
-  uint64_t expect = segments + ChunksFor(StashArrayWords() * 8);
+  uint64_t expect = segments + ChunksFor(StashArrayWords() * 8) + limbo_chunks_.load();
   for (uint64_t w = 0; w < StashArrayWords(); w++) expect += stash_sids_[w].load() != 0;
   {
     LockGuard<RwSpinLock> gd(const_cast<RwSpinLock&>(dir_lock_));
