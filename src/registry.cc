@@ -2,6 +2,7 @@
 // Immutable after static initialisation (a constant table, no registration side effects).
 #include <array>
 
+#include "index/pea/pea.h"
 #include "index/reh/reh.h"
 #include "index/turbo/turbo.h"
 #include "index_adapter.h"
@@ -29,18 +30,21 @@ Result<std::unique_ptr<Index>> OpenAnyPolicy(const Options& o) {
   return Status::InvalidArgument("unknown durability");
 }
 
+template <class P>
+using TurboInline = turbo::Turbo<P, false>;
+
 struct Entry {
   IndexInfo info;
   OpenFn open;
 };
 
-template <class P>
-using TurboInline = turbo::Turbo<P, false>;
-
-const std::array<Entry, 3> kEntries = {{
+const std::array<Entry, 4> kEntries = {{
     {{"reh", "Li, Tan, Chen: REH: Redesigning Extendible Hashing for Commercial NVM",
       "extendible hashing, 256 B PM buckets, DRAM directory + fingerprints, 1 flush/insert"},
      &OpenAnyPolicy<reh::Reh>},
+    {{"pea", "Liu, Chen: Pea Hash: A Performant Extendible Adaptive Hashing Index (SIGMOD 2023)",
+      "extendible hashing, 512 KB segments, adaptive single/2-choice/stash strategy, 4-way split"},
+     &OpenAnyPolicy<pea::Pea>},
     {{"turbo", "Zhao, Zhong, Jiang: TurboHash: A Hash Table for Key-value Store on PM (SYSTOR'23)",
       "sharded linear probing, 256 B buckets, near-place update, lock-free reads, 8 B items"},
      &OpenAnyPolicy<TurboInline>},

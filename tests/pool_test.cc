@@ -1,6 +1,6 @@
 // tests/pool_test.cc — the pool under bad input (missing, foreign, truncated, corrupted, busy,
-// hostile REH bucket chains), the chunk allocator, the traffic counters, and the persistence cost
-// of REH operations (the paper's "one flush per insert").
+// hostile REH bucket chains, hostile Pea Hash directories), the chunk allocator, the traffic
+// counters, and the persistence cost of REH operations (the paper's "one flush per insert").
 #include "pm/pool.h"
 
 #include <fcntl.h>
@@ -19,6 +19,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "index/pea/pea.h"
 #include "index/reh/reh.h"
 #include "index/turbo/turbo.h"
 #include "pm/chunk_allocator.h"
@@ -1104,6 +1105,200 @@ TEST(RehPersistCost, CountersOffByDefault) {
   for (Key k = 0; k < 1000; k++) ASSERT_TRUE((*r)->Insert(k, k).ok());
   const TrafficStats t = (*r)->Stats().traffic;
   EXPECT_EQ(t.persists + t.fences + t.flushed_lines + t.nt_bytes + t.media_writes, 0u);
+}
+
+// ============================================================================================
+// Pea Hash: hostile directories, descriptors and StashSid arrays
+// ============================================================================================
+
+using Pea = pea::Pea<pm::Adr>;
+
+Options PeaPoolOptions(const std::string& path, OpenMode mode = OpenMode::kOpenOrCreate) {
+  Options o;
+  o.path = path;
+  o.pool_size = kSmallPool;
+  o.mode = mode;
+  o.durability = Durability::kAdr;
+  o.pea.segment_buckets = 4;  // 1 KB segments: many of them, all transitions, a deep directory
+  o.pea.initial_depth = 0;
+  o.pea.max_depth = 24;
+  return o;
+}
+
+class PeaHostile : public ::testing::Test {
+ protected:
+  static constexpr uint64_t kKeys = 600;
+  static constexpr uint64_t kChunk = 1024;
+  void SetUp() override {
+    {
+      auto r = Pea::Open(PeaPoolOptions(path_.path()));
+      ASSERT_TRUE(r.ok()) << r.status().ToString();
+      for (uint64_t k = 0; k < kKeys; k++) ASSERT_TRUE((*r)->Insert(k, k * 3 + 1).ok());
+      ASSERT_TRUE((*r)->CheckInvariants().ok());
+      ASSERT_TRUE((*r)->Close().ok());
+    }
+    image_ = ReadFile(path_.path());
+    ASSERT_EQ(image_.size(), kSmallPool);
+    uint64_t roots[3];
+    std::memcpy(roots, &image_[offsetof(PoolHeader, roots)], sizeof(roots));
+    cur_ = pea::DescDepth(roots[0]) > pea::DescDepth(roots[1]) ? 0 : 1;
+    desc_ = roots[cur_];
+    stash_off_ = roots[2];
+    std::memcpy(&heap_offset_, &image_[offsetof(PoolHeader, heap_offset)], 8);
+    std::memcpy(&chunk_count_, &image_[offsetof(PoolHeader, chunk_count)], 8);
+    depth_ = pea::DescDepth(desc_);
+    dir_off_ = pea::DescOffset(desc_);
+    ASSERT_GE(depth_, 3u);
+    for (uint64_t i = 0; i < (uint64_t{1} << depth_);) {
+      uint64_t e;
+      std::memcpy(&e, &image_[dir_off_ + 8 * i], 8);
+      strides_.push_back({i, e});
+      i += uint64_t{1} << (depth_ - pea::EntryDepth(e));
+    }
+    ASSERT_GE(strides_.size(), 4u);
+  }
+  void Restore() { ASSERT_TRUE(WriteFile(path_.path(), image_)); }
+  void SetEntry(uint64_t i, uint64_t e) {
+    ASSERT_TRUE(PatchFile(path_.path(), dir_off_ + 8 * i, &e, 8));
+  }
+  void SetWord(uint64_t off, uint64_t v) { ASSERT_TRUE(PatchFile(path_.path(), off, &v, 8)); }
+  Status OpenStatus() {
+    auto r = Pea::Open(PeaPoolOptions(path_.path(), OpenMode::kOpenExisting));
+    if (!r.ok()) return r.status();
+    Status inv = (*r)->CheckInvariants();
+    if (!inv.ok()) return Status::Corruption("opened, but CheckInvariants: " + inv.ToString());
+    return Status::OK();
+  }
+  void ExpectCorruption(const std::string& what) {
+    Status s = OpenStatus();
+    EXPECT_TRUE(s.IsCorruption()) << what << ": " << s.ToString();
+    ASSERT_NO_FATAL_FAILURE(Restore());
+  }
+
+  ScopedPath path_{"pea_hostile"};
+  std::vector<uint8_t> image_;
+  std::vector<std::pair<uint64_t, uint64_t>> strides_;  // (first entry, entry)
+  int cur_ = 0;
+  uint64_t desc_ = 0, stash_off_ = 0, heap_offset_ = 0, chunk_count_ = 0, dir_off_ = 0;
+  uint32_t depth_ = 0;
+};
+
+TEST_F(PeaHostile, IntactPoolOpens) {
+  auto r = Pea::Open(PeaPoolOptions(path_.path(), OpenMode::kOpenExisting));
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_EQ((*r)->Size(), kKeys);
+  for (uint64_t k = 0; k < kKeys; k++) {
+    Value v = 0;
+    ASSERT_TRUE((*r)->Find(k, &v).ok()) << k;
+    ASSERT_EQ(v, k * 3 + 1);
+  }
+  Status s = (*r)->CheckInvariants();
+  EXPECT_TRUE(s.ok()) << s.ToString();
+}
+
+TEST_F(PeaHostile, BadSegmentIds) {
+  const size_t mid = strides_.size() / 2;
+  const uint64_t dir_sid = (dir_off_ - heap_offset_) / kChunk;
+  const uint64_t stash_array_sid = (stash_off_ - heap_offset_) / kChunk;
+  for (size_t b : {size_t{0}, mid, strides_.size() - 1}) {
+    const auto [i, e] = strides_[b];
+    const uint32_t ld = pea::EntryDepth(e), st = pea::EntryStrategy(e);
+    const uint64_t other = pea::EntrySid(strides_[(b + 1) % strides_.size()].second);
+    for (uint64_t sid :
+         {chunk_count_, chunk_count_ + 1, pea::kSidMask, dir_sid, stash_array_sid, other}) {
+      ASSERT_NO_FATAL_FAILURE(SetEntry(i, pea::PackEntry(sid, ld, st)));
+      ASSERT_NO_FATAL_FAILURE(
+          ExpectCorruption("stride " + std::to_string(b) + " segment id " + std::to_string(sid)));
+    }
+  }
+}
+
+TEST_F(PeaHostile, BadDepthsAndStrategies) {
+  const size_t mid = strides_.size() / 2;
+  for (size_t b : {size_t{0}, mid, strides_.size() - 1}) {
+    const auto [i, e] = strides_[b];
+    const uint64_t sid = pea::EntrySid(e);
+    const uint32_t ld = pea::EntryDepth(e), st = pea::EntryStrategy(e);
+    for (uint32_t bad : {depth_ + 1, uint32_t{40}, uint32_t{255}}) {
+      ASSERT_NO_FATAL_FAILURE(SetEntry(i, pea::PackEntry(sid, bad, st)));
+      ASSERT_NO_FATAL_FAILURE(ExpectCorruption("local depth " + std::to_string(bad)));
+    }
+    for (uint32_t bad : {uint32_t{3}, uint32_t{7}, uint32_t{255}}) {
+      ASSERT_NO_FATAL_FAILURE(SetEntry(i, pea::PackEntry(sid, ld, bad)));
+      ASSERT_NO_FATAL_FAILURE(ExpectCorruption("strategy " + std::to_string(bad)));
+    }
+    // A shallower depth at this stride claims its neighbours' entries (which name their own
+    // segments, now never marked): the tiling breaks or a segment is lost; either way the
+    // strided scan must not read past the directory.
+    if (ld > 0 && i + (uint64_t{2} << (depth_ - ld)) <= (uint64_t{1} << depth_) &&
+        i % (uint64_t{2} << (depth_ - ld)) != 0) {
+      ASSERT_NO_FATAL_FAILURE(SetEntry(i, pea::PackEntry(sid, ld - 1, st)));
+      ASSERT_NO_FATAL_FAILURE(ExpectCorruption("misaligned shallower stride"));
+    }
+  }
+  // Every entry at depth 0 pointing at the first segment: one stride; the rest is overwritten by
+  // the stride repair, and the keys of the other segments are gone -- but the open is clean
+  // (recovery cannot tell a hostile directory from an interrupted update; it must not crash).
+  ASSERT_NO_FATAL_FAILURE(SetEntry(0, pea::PackEntry(pea::EntrySid(strides_[0].second), 0,
+                                                     pea::EntryStrategy(strides_[0].second))));
+  Status s = OpenStatus();
+  EXPECT_TRUE(s.ok() || s.IsCorruption()) << s.ToString();
+  ASSERT_NO_FATAL_FAILURE(Restore());
+}
+
+TEST_F(PeaHostile, BadDescriptorsAndStashArray) {
+  for (uint64_t v : {pea::PackDesc(depth_ + 1, 1), pea::PackDesc(depth_ + 1, kSmallPool),
+                     pea::PackDesc(depth_ + 1, uint64_t{1} << 40), pea::PackDesc(depth_, dir_off_),
+                     pea::PackDesc(25, heap_offset_), ~uint64_t{0}}) {
+    ASSERT_NO_FATAL_FAILURE(SetWord(offsetof(PoolHeader, roots) + 8 * (1 - cur_), v));
+    ASSERT_NO_FATAL_FAILURE(ExpectCorruption("other descriptor " + std::to_string(v)));
+  }
+  for (uint64_t v :
+       {uint64_t{0}, uint64_t{1}, heap_offset_ + 8, kSmallPool, dir_off_, ~uint64_t{0}}) {
+    ASSERT_NO_FATAL_FAILURE(SetWord(offsetof(PoolHeader, roots) + 16, v));
+    ASSERT_NO_FATAL_FAILURE(ExpectCorruption("StashSid array at " + std::to_string(v)));
+  }
+  // StashSid entries naming no segment, or a main segment.
+  const uint64_t main_sid = pea::EntrySid(strides_[0].second);
+  for (uint64_t v : {chunk_count_ + 1, ~uint64_t{0}, main_sid + 1}) {
+    ASSERT_NO_FATAL_FAILURE(SetWord(stash_off_, v));
+    ASSERT_NO_FATAL_FAILURE(ExpectCorruption("StashSid[0] = " + std::to_string(v)));
+  }
+}
+
+TEST_F(PeaHostile, TruncatedPool) {
+  for (uint64_t size : {kSmallPool - kChunk, kSmallPool / 2, uint64_t{4096}, uint64_t{100}}) {
+    ASSERT_EQ(truncate(path_.path().c_str(), static_cast<off_t>(size)), 0);
+    Status s = OpenStatus();
+    EXPECT_TRUE(s.IsCorruption()) << size << ": " << s.ToString();
+    ASSERT_NO_FATAL_FAILURE(Restore());
+  }
+}
+
+TEST_F(PeaHostile, GarbageBucketsDoNotCrash) {
+  // Bucket contents are never trusted for structure (no offsets live in buckets): random bytes in
+  // every live segment make wrong answers, never an out-of-bounds access.
+  std::mt19937_64 rng(TestSeed(78));
+  for (const auto& [i, e] : strides_) {
+    const uint64_t off = heap_offset_ + pea::EntrySid(e) * kChunk;
+    std::vector<uint64_t> junk(kChunk / 8);
+    for (auto& w : junk) w = rng();
+    ASSERT_TRUE(PatchFile(path_.path(), off, junk.data(), kChunk));
+  }
+  auto r = Pea::Open(PeaPoolOptions(path_.path(), OpenMode::kOpenExisting));
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  uint64_t n = 0;
+  (*r)->ForEach([&](Key, Value) { n++; });
+  EXPECT_EQ(n, (*r)->Size());
+  Status s = (*r)->CheckInvariants();
+  EXPECT_TRUE(s.IsCorruption()) << s.ToString();
+  for (Key k = 0; k < 2000; k++) {
+    Value v;
+    (void)(*r)->Find(k, &v);
+    Status w = (*r)->Upsert(k, k);
+    ASSERT_TRUE(w.ok() || w.IsOutOfSpace()) << w.ToString();
+    (void)(*r)->Erase(k + 1);
+  }
 }
 
 // ============================================================================================

@@ -1,5 +1,5 @@
-// tests/stress_test.cc — concurrent mixed operations on REH (Dram, Adr, Eadr) with a geometry so
-// small that splits and directory doublings race with every other operation.
+// tests/stress_test.cc — concurrent mixed operations on REH and Pea Hash (Dram, Adr, Eadr) with a
+// geometry so small that splits and directory doublings race with every other operation.
 //
 //   DisjointRanges      each thread owns its keys and checks every result exactly against its
 //                       own oracle; the final index equals the union of the oracles.
@@ -27,6 +27,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "index/pea/pea.h"
 #include "index/reh/reh.h"
 #include "index/turbo/turbo.h"
 #include "pm/persist.h"
@@ -76,6 +77,8 @@ class StressTest : public ::testing::Test {
     o.durability = T::Policy::kDurability;
     o.hash_mode = mode;
     o.reh.initial_depth = 1;
+    o.pea.segment_buckets = 8;  // Pea: transitions and 4-way splits race with everything
+    o.pea.initial_depth = 0;
     o.turbo.shard_bits = 3;  // 8 shards of 2 buckets: concurrent rehashes from the start
     o.turbo.initial_buckets = 2;
     auto r = T::Open(o);
@@ -109,7 +112,8 @@ class StressTest : public ::testing::Test {
 
 using StressTypes =
     ::testing::Types<reh::Reh<pm::Dram>, reh::Reh<pm::Adr>, reh::Reh<pm::Eadr>,
-                     turbo::Turbo<pm::Dram>, turbo::Turbo<pm::Adr>, turbo::TurboKv<pm::Adr>>;
+                     turbo::Turbo<pm::Dram>, turbo::Turbo<pm::Adr>, turbo::TurboKv<pm::Adr>,
+                     pea::Pea<pm::Dram>, pea::Pea<pm::Adr>, pea::Pea<pm::Eadr>>;
 TYPED_TEST_SUITE(StressTest, StressTypes);
 
 TYPED_TEST(StressTest, DisjointRanges) {

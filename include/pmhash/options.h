@@ -38,8 +38,22 @@ struct RehParams {
   bool tear_safe = false;
 };
 
-// Pea Hash geometry and policy (src/index/pea). Owned by the Pea Hash implementation.
+// Pea Hash geometry and policy (src/index/pea, ../shared/papers/pea-hash.txt). Buckets are 256 B
+// with 15 slots (pinned by static_assert); segments, directory and strategy sequence vary.
+enum class PeaStrategies : uint8_t {
+  kAdaptive = 0,         // Pea Hash: single -> 2-choice -> 2-choice + stash -> split (paper)
+  kSingle = 1,           // ablation (Figure 7): pure single hashing
+  kTwoChoice = 2,        // pure 2-choice hashing (balanced insert)
+  kTwoChoiceStash = 3,   // pure 2-choice + stash
+  kSingleTwoChoice = 4,  // single -> 2-choice -> split
+};
 struct PeaParams {
+  uint32_t segment_buckets = 2048;  // buckets per segment: power of two in [4, 65536] (paper 2048)
+  uint32_t initial_depth = 2;       // global depth of a new pool (2^d segments), <= max_depth
+  uint32_t max_depth = 32;          // refuse to grow the directory past 2^max_depth entries
+  PeaStrategies strategies = PeaStrategies::kAdaptive;
+  // LB+-tree entry moving (paper 3.4): not a pool property, may differ between opens.
+  bool entry_moving = true;
 };
 
 // TurboHash geometry and policy (../shared/papers/turbohash.txt, src/index/turbo). Buckets are

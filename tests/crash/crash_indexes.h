@@ -8,6 +8,7 @@
 #include <string_view>
 #include <tuple>
 
+#include "index/pea/pea.h"
 #include "index/reh/reh.h"
 #include "index/turbo/turbo.h"
 #include "pmhash/options.h"
@@ -23,6 +24,21 @@ struct RehTraits {
     o.pool_size = 512 << 10;
     o.reh.initial_depth = 1;  // splits and doublings from the first operations
     o.reh.max_depth = 24;
+    o.hash_mode = mode;
+    return o;
+  }
+};
+
+struct PeaTraits {
+  static constexpr std::string_view kName = "pea";
+  template <class P>
+  using Index = pea::Pea<P>;
+  static Options Small(HashMode mode) {
+    Options o;
+    o.pool_size = 512 << 10;
+    o.pea.segment_buckets = 4;  // 60 slots per segment: transitions, 4-way splits and directory
+    o.pea.initial_depth = 0;    // expansions within the first hundred inserts
+    o.pea.max_depth = 24;
     o.hash_mode = mode;
     return o;
   }
@@ -55,6 +71,6 @@ struct TurboKvTraits {
   static Options Small(HashMode mode) { return TurboTraits::Small(mode); }
 };
 
-using AllIndexes = std::tuple<RehTraits, TurboTraits, TurboKvTraits>;
+using AllIndexes = std::tuple<RehTraits, PeaTraits, TurboTraits, TurboKvTraits>;
 
 }  // namespace pmhash::crashtest

@@ -1,0 +1,412 @@
+// tests/pea_test.cc — Pea Hash specifics (src/index/pea/pea.h) that the typed suites cannot see:
+//
+//   StrategySequence      one segment observed in each strategy in the paper's order (single ->
+//                         2-choice -> 2-choice + stash -> split into four), with every key inserted
+//                         under an earlier strategy still found after each switch (containment,
+//                         paper Definition 3.1), and the stash really used.
+//   AblationModes         the five strategy sequences of Figure 7 each keep to their strategies,
+//                         stay correct, and order as the paper says by maximum load factor.
+//   PersistCost           the one-flush fast path: an insert that changes no structure costs one
+//                         flush + fence (slot in line 0) or two (line 0 full: entry moving);
+//                         most cost one; without entry moving fewer do. Erase and update cost one,
+//                         finds and failed writes none.
+//   DirectoryChoice       recovery takes the directory descriptor with the larger global depth
+//                         (a hand-built doubled directory in the other root is adopted), refuses an
+//                         invalid larger one and two equal depths, ignores an invalid smaller one.
+//   RecoveryRepairsStride a half-done two-step directory update (step 1 only) is undone.
+#include "index/pea/pea.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "common/hash.h"
+#include "pm/pool_format.h"
+#include "test_util.h"
+
+namespace pmhash::testing {
+namespace {
+
+double Detail(const IndexStats& s, const std::string& name) {
+  for (const auto& d : s.details) {
+    if (d.name == name) return d.value;
+  }
+  ADD_FAILURE() << "no detail " << name;
+  return -1;
+}
+
+Options PeaOptions(const std::string& path, Durability d, uint32_t buckets) {
+  Options o;
+  o.path = path;
+  o.pool_size = uint64_t{64} << 20;
+  o.durability = d;
+  o.pea.segment_buckets = buckets;
+  o.pea.initial_depth = 0;
+  o.pea.max_depth = 32;
+  return o;
+}
+
+TEST(PeaStrategy, SequenceAndContainment) {
+  ScopedPath path("pea_sequence");
+  auto r = pea::Pea<pm::Adr>::Open(PeaOptions(path.path(), Durability::kAdr, 4));
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  auto& ix = **r;
+  const Key probe = SplitMix64(0);
+  std::vector<std::pair<uint32_t, uint32_t>> seen;  // (local depth, strategy) of probe's segment
+  std::vector<Key> keys;
+  double max_stash_entries = 0;
+  for (uint64_t i = 0; i < 2000; i++) {
+    const Key k = SplitMix64(i);
+    ASSERT_TRUE(ix.Insert(k, i).ok()) << i;
+    keys.push_back(k);
+    const std::pair<uint32_t, uint32_t> now{ix.LocalDepthOf(probe), ix.StrategyOf(probe)};
+    if (seen.empty() || seen.back() != now) {
+      seen.push_back(now);
+      // Containment: every key inserted so far (under any earlier strategy) is still found.
+      for (uint64_t j = 0; j < keys.size(); j++) {
+        Value v;
+        ASSERT_TRUE(ix.Find(keys[j], &v).ok())
+            << "key " << j << " lost at state change " << seen.size() << " (insert " << i << ")";
+        ASSERT_EQ(v, j);
+      }
+      Status s = ix.CheckInvariants();
+      ASSERT_TRUE(s.ok()) << s.ToString();
+    }
+    max_stash_entries = std::max(max_stash_entries, Detail(ix.Stats(), "pea.stash.entries"));
+  }
+  ASSERT_GE(seen.size(), 4u);
+  EXPECT_EQ(seen[0], (std::pair<uint32_t, uint32_t>{0, pea::kSingleHash}));
+  EXPECT_EQ(seen[1], (std::pair<uint32_t, uint32_t>{0, pea::kTwoChoice}));
+  EXPECT_EQ(seen[2], (std::pair<uint32_t, uint32_t>{0, pea::kStash}));
+  EXPECT_EQ(seen[3].first, 2u) << "a full 2-choice + stash segment splits into four (depth + 2)";
+  // Local depths only grow by splits of 2 (or 4, 6.. if a quarter needed a further split).
+  for (size_t x = 1; x < seen.size(); x++) {
+    EXPECT_TRUE(seen[x].first == seen[x - 1].first ? seen[x].second > seen[x - 1].second
+                                                   : seen[x].first > seen[x - 1].first)
+        << "state " << x;
+    EXPECT_EQ(seen[x].first % 2, 0u);
+  }
+  const IndexStats st = ix.Stats();
+  EXPECT_GT(Detail(st, "pea.transitions.two_choice"), 0);
+  EXPECT_GT(Detail(st, "pea.transitions.stash"), 0);
+  EXPECT_GT(Detail(st, "pea.stash.segments"), 0);
+  EXPECT_GT(max_stash_entries, 0) << "the stash buckets were never used";
+  EXPECT_GT(st.splits, 0u);
+  EXPECT_GT(st.doublings, 0u);
+  EXPECT_EQ(Detail(st, "pea.segments"), Detail(st, "pea.segments.single") +
+                                            Detail(st, "pea.segments.two_choice") +
+                                            Detail(st, "pea.segments.stash"));
+  // Every key, after a crash-recovery too.
+  r.value().reset();
+  Options o = PeaOptions(path.path(), Durability::kAdr, 4);
+  o.mode = OpenMode::kOpenExisting;
+  auto r2 = pea::Pea<pm::Adr>::Open(o);
+  ASSERT_TRUE(r2.ok()) << r2.status().ToString();
+  EXPECT_TRUE((*r2)->Stats().recovered);
+  EXPECT_EQ((*r2)->Size(), keys.size());
+  for (uint64_t j = 0; j < keys.size(); j++) {
+    Value v;
+    ASSERT_TRUE((*r2)->Find(keys[j], &v).ok());
+    ASSERT_EQ(v, j);
+  }
+  Status s = (*r2)->CheckInvariants();
+  EXPECT_TRUE(s.ok()) << s.ToString();
+}
+
+TEST(PeaStrategy, AblationModes) {
+  struct Mode {
+    PeaStrategies m;
+    const char* name;
+    uint32_t lo, hi;
+  };
+  const Mode modes[] = {
+      {PeaStrategies::kSingle, "single", pea::kSingleHash, pea::kSingleHash},
+      {PeaStrategies::kTwoChoice, "2-choice", pea::kTwoChoice, pea::kTwoChoice},
+      {PeaStrategies::kTwoChoiceStash, "2-choice+stash", pea::kStash, pea::kStash},
+      {PeaStrategies::kSingleTwoChoice, "single->2-choice", pea::kSingleHash, pea::kTwoChoice},
+      {PeaStrategies::kAdaptive, "pea", pea::kSingleHash, pea::kStash},
+  };
+  const char* kSeg[] = {"pea.segments.single", "pea.segments.two_choice", "pea.segments.stash"};
+  double max_lf[5] = {};
+  const uint64_t n = Scaled(30000, 4);
+  for (int x = 0; x < 5; x++) {
+    SCOPED_TRACE(modes[x].name);
+    ScopedPath path("pea_ablation");
+    Options o = PeaOptions(path.path(), Durability::kDram, 64);
+    o.pea.strategies = modes[x].m;
+    auto r = pea::Pea<pm::Dram>::Open(o);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    auto& ix = **r;
+    uint64_t splits = 0;
+    double lf_before = 0;
+    for (uint64_t i = 0; i < n; i++) {
+      ASSERT_TRUE(ix.Insert(SplitMix64(i), i).ok());
+      if ((i & 63) == 0 || i + 1 == n) {
+        const IndexStats s = ix.Stats();
+        if (s.splits != splits) max_lf[x] = std::max(max_lf[x], lf_before);
+        splits = s.splits;
+        lf_before = s.load_factor;
+        for (uint32_t st = 0; st < 3; st++) {
+          if (st < modes[x].lo || st > modes[x].hi) {
+            ASSERT_EQ(Detail(s, kSeg[st]), 0) << st;
+          }
+        }
+      }
+    }
+    Status s = ix.CheckInvariants();
+    ASSERT_TRUE(s.ok()) << s.ToString();
+    for (uint64_t i = 0; i < n; i += 7) {
+      Value v;
+      ASSERT_TRUE(ix.Find(SplitMix64(i), &v).ok());
+      ASSERT_EQ(v, i);
+    }
+    std::printf("[ info ] %-18s max load factor (sampled) %.3f, %lu splits\n", modes[x].name,
+                max_lf[x], static_cast<unsigned long>(ix.Stats().splits));
+  }
+  // Figure 7: single has the lowest utilisation; every multi-choice sequence beats it, and Pea's
+  // three-step sequence reaches at least the single -> 2-choice one.
+  EXPECT_GT(max_lf[1], max_lf[0]);
+  EXPECT_GT(max_lf[3], max_lf[0]);
+  EXPECT_GT(max_lf[4], max_lf[0]);
+  EXPECT_GE(max_lf[4] + 0.02, max_lf[3]);
+}
+
+template <class P>
+void CheckPersistCost(bool entry_moving, double* one_flush_fraction) {
+  ScopedPath path("pea_cost");
+  Options o = PeaOptions(path.path(), P::kDurability, 64);
+  o.counters = true;
+  o.pea.entry_moving = entry_moving;
+  auto r = pea::Pea<P>::Open(o);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  auto& ix = **r;
+  pm::TrafficCounters& ctr = ix.pool().counters();
+  const uint64_t lines_per_persist = P::kWritesBack ? 1 : 0;
+  ix.ResetCounters();
+  const uint64_t n = Scaled(6000);
+  uint64_t steady = 0, one = 0, structural = 0;
+  auto shape = [&] {
+    const IndexStats s = ix.Stats();
+    return s.splits + s.doublings + static_cast<uint64_t>(Detail(s, "pea.transitions.two_choice")) +
+           static_cast<uint64_t>(Detail(s, "pea.transitions.stash"));
+  };
+  uint64_t before = shape();
+  for (uint64_t i = 0; i < n; i++) {
+    const TrafficStats t0 = ctr.Snapshot();
+    ASSERT_TRUE(ix.Insert(SplitMix64(i), i).ok());
+    const TrafficStats t1 = ctr.Snapshot();
+    const uint64_t after = shape();
+    const uint64_t persists = t1.persists - t0.persists, fences = t1.fences - t0.fences;
+    if (after == before) {
+      steady++;
+      ASSERT_TRUE(persists == 1 || persists == 2) << "insert #" << i << ": " << persists;
+      ASSERT_EQ(fences, persists) << "insert #" << i;
+      ASSERT_EQ(t1.flushed_lines - t0.flushed_lines, persists * lines_per_persist);
+      ASSERT_EQ(t1.nt_bytes - t0.nt_bytes, 0u);
+      one += persists == 1;
+    } else {
+      structural++;
+    }
+    before = after;
+  }
+  EXPECT_GT(steady, n * 9 / 10);
+  EXPECT_GT(structural, 0u);
+  *one_flush_fraction = static_cast<double>(one) / static_cast<double>(steady);
+  std::printf("[ info ] entry moving %s: %.1f%% of %lu plain inserts took one flush + fence\n",
+              entry_moving ? "on " : "off", 100 * *one_flush_fraction,
+              static_cast<unsigned long>(steady));
+
+  // Update and erase: one persist + one fence each; failed operations and finds: nothing.
+  ix.ResetCounters();
+  for (uint64_t i = 0; i < 100; i++) ASSERT_TRUE(ix.Update(SplitMix64(i), 7).ok());
+  TrafficStats t = ctr.Snapshot();
+  EXPECT_EQ(t.persists, 100u);
+  EXPECT_EQ(t.fences, 100u);
+  EXPECT_EQ(t.flushed_lines, 100u * lines_per_persist);
+  ix.ResetCounters();
+  for (uint64_t i = 0; i < 100; i++) ASSERT_TRUE(ix.Erase(SplitMix64(i)).ok());
+  t = ctr.Snapshot();
+  EXPECT_EQ(t.persists, 100u);
+  EXPECT_EQ(t.fences, 100u);
+  ix.ResetCounters();
+  Value v;
+  for (uint64_t i = 0; i < 200; i++) {
+    (void)ix.Find(SplitMix64(i), &v);
+    EXPECT_TRUE(ix.Erase(SplitMix64(i + n + 1)).IsNotFound());
+    EXPECT_TRUE(ix.Update(SplitMix64(i + n + 1), 1).IsNotFound());
+    EXPECT_TRUE(ix.Insert(SplitMix64(i + 100), 1).IsExists());
+  }
+  t = ctr.Snapshot();
+  EXPECT_EQ(t.persists, 0u);
+  EXPECT_EQ(t.fences, 0u);
+  EXPECT_EQ(t.nt_bytes, 0u);
+}
+
+TEST(PeaPersistCost, AdrOneFlushFastPath) {
+  double with = 0, without = 0;
+  ASSERT_NO_FATAL_FAILURE(CheckPersistCost<pm::Adr>(true, &with));
+  ASSERT_NO_FATAL_FAILURE(CheckPersistCost<pm::Adr>(false, &without));
+  EXPECT_GT(with, 0.6) << "most inserts must take the one-flush path";
+  EXPECT_GT(with, without + 0.1) << "entry moving must create one-flush inserts";
+}
+
+TEST(PeaPersistCost, EadrNoWriteBack) {
+  double with = 0;
+  ASSERT_NO_FATAL_FAILURE(CheckPersistCost<pm::Eadr>(true, &with));
+  EXPECT_GT(with, 0.6);
+}
+
+// ============================================================================================
+// Recovery: which directory, and repair of a half-done directory update
+// ============================================================================================
+
+class PeaRecovery : public ::testing::Test {
+ protected:
+  static constexpr uint64_t kKeys = 3000;
+  void SetUp() override {
+    Options o = PeaOptions(path_.path(), Durability::kAdr, 4);
+    o.pool_size = 8 << 20;
+    auto r = pea::Pea<pm::Adr>::Open(o);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    // Keys whose hash starts with bit 0 only: the upper half of the hash space keeps shallow
+    // segments with strides of many directory entries.
+    const Hasher hash(o.hash_mode, o.hash_seed);
+    for (uint64_t i = 0; keys_.size() < kKeys; i++) {
+      if ((hash(SplitMix64(i)) >> 63) == 0) keys_.push_back(SplitMix64(i));
+    }
+    for (uint64_t i = 0; i < kKeys; i++) ASSERT_TRUE((*r)->Insert(keys_[i], i).ok());
+    root_ = (*r)->DirectoryRoot();
+    depth_ = (*r)->global_depth();
+    ASSERT_GE(depth_, 4u);
+    ASSERT_TRUE((*r)->Close().ok());
+    ASSERT_TRUE(ReadAt(path_.path(), RootAt(root_), &desc_, 8));
+    ASSERT_TRUE(ReadAt(path_.path(), RootAt(1 - root_), &other_, 8));
+    ASSERT_EQ(pea::DescDepth(desc_), depth_);
+    ASSERT_LT(pea::DescDepth(other_), depth_) << "the other root holds an older directory";
+    image_ = ReadFile(path_.path());
+    std::memcpy(&heap_offset_, &image_[offsetof(pm::PoolHeader, heap_offset)], 8);
+  }
+  static uint64_t RootAt(int r) { return offsetof(pm::PoolHeader, roots) + 8 * r; }
+  void SetRoot(int r, uint64_t v) { ASSERT_TRUE(PatchFile(path_.path(), RootAt(r), &v, 8)); }
+  void Restore() { ASSERT_TRUE(WriteFile(path_.path(), image_)); }
+  Result<std::unique_ptr<pea::Pea<pm::Adr>>> Reopen() {
+    Options o = PeaOptions(path_.path(), Durability::kAdr, 4);
+    o.pool_size = 8 << 20;
+    o.mode = OpenMode::kOpenExisting;
+    return pea::Pea<pm::Adr>::Open(o);
+  }
+  void ExpectIntact(pea::Pea<pm::Adr>& ix) {
+    ASSERT_EQ(ix.Size(), kKeys);
+    for (uint64_t i = 0; i < kKeys; i++) {
+      Value v;
+      ASSERT_TRUE(ix.Find(keys_[i], &v).ok()) << i;
+      ASSERT_EQ(v, i);
+    }
+    Status s = ix.CheckInvariants();
+    ASSERT_TRUE(s.ok()) << s.ToString();
+  }
+  // The highest heap chunk that no segment uses (the pool is mostly empty).
+  uint64_t FreeChunkAtEnd(uint64_t chunks) const {
+    return image_.size() / 1024 * 1024 - chunks * 1024;
+  }
+
+  ScopedPath path_{"pea_recovery"};
+  std::vector<Key> keys_;
+  std::vector<uint8_t> image_;
+  int root_ = 0;
+  uint32_t depth_ = 0;
+  uint64_t desc_ = 0, other_ = 0, heap_offset_ = 0;
+};
+
+TEST_F(PeaRecovery, AdoptsTheLargerDirectory) {
+  // Build the doubled directory by hand in free chunks and name it in the other root, as an
+  // expansion that crashed right after its switch would leave it.
+  const uint64_t n = uint64_t{1} << depth_;
+  std::vector<uint64_t> entries(n), doubled(2 * n);
+  std::memcpy(entries.data(), &image_[pea::DescOffset(desc_)], n * 8);
+  for (uint64_t x = 0; x < n; x++) doubled[2 * x] = doubled[2 * x + 1] = entries[x];
+  const uint64_t chunks = (2 * n * 8 + 1023) / 1024;
+  const uint64_t off = FreeChunkAtEnd(chunks);
+  ASSERT_TRUE(PatchFile(path_.path(), off, doubled.data(), 2 * n * 8));
+  ASSERT_NO_FATAL_FAILURE(SetRoot(1 - root_, pea::PackDesc(depth_ + 1, off)));
+  {
+    auto r = Reopen();
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    EXPECT_EQ((*r)->global_depth(), depth_ + 1);
+    EXPECT_EQ((*r)->DirectoryRoot(), 1 - root_);
+    ASSERT_NO_FATAL_FAILURE(ExpectIntact(**r));
+    // It keeps growing from there (the next expansion writes the other root again).
+    for (uint64_t i = 0; i < 2 * kKeys; i++) {
+      ASSERT_TRUE((*r)->Insert(SplitMix64(i) ^ (uint64_t{1} << 62), i).ok());
+    }
+    Status s = (*r)->CheckInvariants();
+    ASSERT_TRUE(s.ok()) << s.ToString();
+  }
+  ASSERT_NO_FATAL_FAILURE(Restore());
+  auto r = Reopen();
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ((*r)->global_depth(), depth_);
+  ASSERT_NO_FATAL_FAILURE(ExpectIntact(**r));
+}
+
+TEST_F(PeaRecovery, BadDescriptors) {
+  // An invalid smaller descriptor is never looked at.
+  for (uint64_t v : {pea::PackDesc(1, 12345), pea::PackDesc(0, ~uint64_t{0})}) {
+    ASSERT_NO_FATAL_FAILURE(SetRoot(1 - root_, v));
+    auto r = Reopen();
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    ASSERT_NO_FATAL_FAILURE(ExpectIntact(**r));
+    r.value().reset();
+    ASSERT_NO_FATAL_FAILURE(Restore());
+  }
+  // A larger one that is invalid, an equal depth, a missing directory: clear errors.
+  const uint64_t bad[] = {
+      pea::PackDesc(depth_ + 1, 12345), pea::PackDesc(depth_ + 1, uint64_t{1} << 50),
+      pea::PackDesc(depth_ + 1, 0),     pea::PackDesc(depth_, pea::DescOffset(desc_)),
+      pea::PackDesc(40, heap_offset_),  pea::PackDesc(200, heap_offset_)};
+  for (uint64_t v : bad) {
+    ASSERT_NO_FATAL_FAILURE(SetRoot(1 - root_, v));
+    auto r = Reopen();
+    ASSERT_FALSE(r.ok()) << "descriptor " << v;
+    EXPECT_TRUE(r.status().IsCorruption()) << r.status().ToString();
+    ASSERT_NO_FATAL_FAILURE(Restore());
+  }
+  ASSERT_NO_FATAL_FAILURE(SetRoot(0, 0));
+  ASSERT_NO_FATAL_FAILURE(SetRoot(1, 0));
+  auto r = Reopen();
+  ASSERT_FALSE(r.ok());
+  EXPECT_TRUE(r.status().IsCorruption()) << r.status().ToString();
+}
+
+TEST_F(PeaRecovery, HalfDoneTwoStepUpdateIsUndone) {
+  // Find a segment with a stride of at least 4 entries, then write step 1 of a fake update
+  // (every entry but the lowest points at another segment) without step 2.
+  const uint64_t n = uint64_t{1} << depth_;
+  std::vector<uint64_t> entries(n);
+  const uint64_t doff = pea::DescOffset(desc_);
+  std::memcpy(entries.data(), &image_[doff], n * 8);
+  uint64_t first = n;
+  for (uint64_t i = 0; i < n;) {
+    const uint64_t stride = uint64_t{1} << (depth_ - pea::EntryDepth(entries[i]));
+    if (stride >= 4) {
+      first = i;
+      break;
+    }
+    i += stride;
+  }
+  ASSERT_LT(first, n) << "no segment with a stride of 4";
+  const uint64_t stride = uint64_t{1} << (depth_ - pea::EntryDepth(entries[first]));
+  const uint64_t other = first == 0 ? entries[n - 1] : entries[0];
+  for (uint64_t x = first + 1; x < first + stride; x++) {
+    ASSERT_TRUE(PatchFile(path_.path(), doff + 8 * x, &other, 8));
+  }
+  auto r = Reopen();
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_NO_FATAL_FAILURE(ExpectIntact(**r));
+}
+
+}  // namespace
+}  // namespace pmhash::testing
