@@ -360,6 +360,23 @@ class Pea {
     return static_cast<uint32_t>(b->hdr[0].load(std::memory_order_relaxed) >> 1) & kOccMask;
   }
 
+  // A writer's view of a key's segment: its candidate buckets locked and the key located.
+  struct Locked {
+    const Directory* d;
+    uint64_t e;         // directory entry the locks were validated against
+    uint32_t st;        // its strategy
+    SegLocks* L;        // lock table line of the segment
+    uint32_t mask;      // bucket-lock bits held
+    PmBucket* cand[4];  // candidate buckets in probe order: b1 [, b2 [, stash 0, stash 1]]
+    int nc;
+    PmBucket* hit;  // bucket holding the key, or nullptr
+    int j;          // its slot
+  };
+  // Retries until the key's candidate buckets are locked under an unchanged directory entry and
+  // segment version, then searches them. REQUIRES: an epoch guard.
+  Locked LockAndLocate(Key k, uint64_t h) PMHASH_NO_THREAD_SAFETY_ANALYSIS;
+  // Releases the bucket locks of `w`, bumping the version of those in `modified`.
+  void Unlock(const Locked& w, uint32_t modified) PMHASH_NO_THREAD_SAFETY_ANALYSIS;
   Status Write(Key k, Value v, WriteMode mode);
   // Slow path of an insert that found no room: transition, split or expansion. OK = retry.
   Status SlowPath(uint64_t h, uint64_t e_seen, const Directory* d_seen);
@@ -825,9 +842,7 @@ Status Pea<P>::Find(Key k, Value* out) const {
 }
 
 template <pm::PersistPolicy P>
-Status Pea<P>::Write(Key k, Value v, WriteMode mode) {
-  EpochManager::Guard guard(epoch_);
-  const uint64_t h = hash_(k);
+typename Pea<P>::Locked Pea<P>::LockAndLocate(Key k, uint64_t h) {
   const uint8_t f = Fp(h);
   const uint32_t b1 = Bucket1(h);
   for (;;) {
@@ -872,6 +887,32 @@ Status Pea<P>::Write(Key k, Value v, WriteMode mode) {
       j = SearchBucket(cand[c], k, f);
       if (j >= 0) hit = cand[c];
     }
+    return Locked{d, e, st, &L, mask, {cand[0], cand[1], cand[2], cand[3]}, nc, hit, j};
+  }
+}
+
+template <pm::PersistPolicy P>
+void Pea<P>::Unlock(const Locked& w, uint32_t modified) {
+  for (uint32_t m = w.mask; m; m &= m - 1) {
+    const int x = std::countr_zero(m);
+    if (modified & (1u << x)) {
+      UnlockWord(w.L->bucket[x]);
+    } else {
+      UnlockWordUnchanged(w.L->bucket[x]);
+    }
+  }
+}
+
+template <pm::PersistPolicy P>
+Status Pea<P>::Write(Key k, Value v, WriteMode mode) {
+  EpochManager::Guard guard(epoch_);
+  const uint64_t h = hash_(k);
+  for (;;) {
+    const Locked w = LockAndLocate(k, h);
+    PmBucket* const hit = w.hit;
+    const int j = w.j;
+    const uint32_t st = w.st;
+    PmBucket* const B1 = w.cand[0];
     uint32_t modified = 0;  // lock bits whose buckets changed
     Status result = Status::OK();
     bool done = true;
@@ -881,7 +922,7 @@ Status Pea<P>::Write(Key k, Value v, WriteMode mode) {
       } else {
         hit->slots[j].value.store(v, std::memory_order_release);  // I4
         persist_.Persist(&hit->slots[j].value, sizeof(Value));
-        modified = mask;
+        modified = w.mask;
       }
     } else if (mode == WriteMode::kUpdate) {
       result = Status::NotFound();
@@ -892,99 +933,42 @@ Status Pea<P>::Write(Key k, Value v, WriteMode mode) {
       if (st == kSingleHash) {
         if (o1 < kSlots) tgt = B1;
       } else {
-        const int o2 = std::popcount(Occupancy(cand[1]));
-        if (o1 < kSlots || o2 < kSlots) tgt = o2 < o1 ? cand[1] : B1;
+        const int o2 = std::popcount(Occupancy(w.cand[1]));
+        if (o1 < kSlots || o2 < kSlots) tgt = o2 < o1 ? w.cand[1] : B1;
         if (!tgt && st == kStash) {
-          const int s0 = std::popcount(Occupancy(cand[2]));
-          const int s1 = std::popcount(Occupancy(cand[3]));
-          if (s0 < kSlots || s1 < kSlots) tgt = s1 < s0 ? cand[3] : cand[2];
+          const int s0 = std::popcount(Occupancy(w.cand[2]));
+          const int s1 = std::popcount(Occupancy(w.cand[3]));
+          if (s0 < kSlots || s1 < kSlots) tgt = s1 < s0 ? w.cand[3] : w.cand[2];
         }
       }
       if (tgt) {
-        InsertIntoBucket(tgt, k, v, f);
-        modified = mask;
+        InsertIntoBucket(tgt, k, v, Fp(h));
+        modified = w.mask;
         size_.Add(1);
       } else {
         done = false;
       }
     }
-    for (uint32_t m = mask; m; m &= m - 1) {
-      const int x = std::countr_zero(m);
-      if (modified & (1u << x)) {
-        UnlockWord(L.bucket[x]);
-      } else {
-        UnlockWordUnchanged(L.bucket[x]);
-      }
-    }
+    Unlock(w, modified);
     if (done) return result;
-    PMHASH_RETURN_IF_ERROR(SlowPath(h, e, d));
+    PMHASH_RETURN_IF_ERROR(SlowPath(h, w.e, w.d));
   }
 }
 
 template <pm::PersistPolicy P>
 Status Pea<P>::Erase(Key k) {
   EpochManager::Guard guard(epoch_);
-  const uint64_t h = hash_(k);
-  const uint8_t f = Fp(h);
-  const uint32_t b1 = Bucket1(h);
-  for (;;) {
-    const Directory* d = dir_.load(std::memory_order_acquire);
-    const uint64_t i = DirIndex(h, d->depth);
-    const uint64_t e = d->entries[i].load(std::memory_order_acquire);
-    const uint64_t sid = EntrySid(e);
-    PmBucket* B1 = BucketAt(sid, b1);
-    const uint32_t st = EntryStrategy(e);
-    const uint32_t b2 = st >= kTwoChoice ? Bucket2(h, b1) : b1;
-    PrefetchBucket(B1);
-    if (st >= kTwoChoice) __builtin_prefetch(BucketAt(sid, b2), 1);
-    SegLocks& L = locks_[sid];
-    const uint32_t sv = L.seg.load(std::memory_order_acquire);
-    if (sv & 1) {
-      CpuRelax();
-      continue;
-    }
-    if (d->entries[i].load(std::memory_order_acquire) != e ||
-        dir_.load(std::memory_order_acquire) != d) {
-      continue;
-    }
-    uint32_t mask = 1u << (b1 & (kBucketLocks - 1));
-    if (st >= kTwoChoice) mask |= 1u << (b2 & (kBucketLocks - 1));
-    if (st == kStash) mask |= 3u;
-    for (uint32_t m = mask; m; m &= m - 1) LockWord(L.bucket[std::countr_zero(m)]);
-    if (L.seg.load(std::memory_order_acquire) != sv) {
-      for (uint32_t m = mask; m; m &= m - 1) UnlockWordUnchanged(L.bucket[std::countr_zero(m)]);
-      continue;
-    }
-    PmBucket* cand[4] = {B1, nullptr, nullptr, nullptr};
-    int nc = 1;
-    if (st >= kTwoChoice) cand[nc++] = BucketAt(sid, b2);
-    if (st == kStash) {
-      cand[nc++] = StashBucket(sid, 0);
-      cand[nc++] = StashBucket(sid, 1);
-    }
-    int j = -1;
-    PmBucket* hit = nullptr;
-    for (int c = 0; c < nc && !hit; c++) {
-      j = SearchBucket(cand[c], k, f);
-      if (j >= 0) hit = cand[c];
-    }
-    if (hit) {
-      // I4: one 8-byte store clears the bit; one flush + fence makes the erase durable.
-      const uint64_t w0 = hit->hdr[0].load(std::memory_order_relaxed);
-      hit->hdr[0].store(w0 & ~(uint64_t{1} << (1 + j)), std::memory_order_release);
-      persist_.Persist(hit, 64);
-      size_.Add(-1);
-    }
-    for (uint32_t m = mask; m; m &= m - 1) {
-      const int x = std::countr_zero(m);
-      if (hit) {
-        UnlockWord(L.bucket[x]);
-      } else {
-        UnlockWordUnchanged(L.bucket[x]);
-      }
-    }
-    return hit ? Status::OK() : Status::NotFound();
+  const Locked w = LockAndLocate(k, hash_(k));
+  PmBucket* const hit = w.hit;
+  if (hit) {
+    // I4: one 8-byte store clears the bit; one flush + fence makes the erase durable.
+    const uint64_t w0 = hit->hdr[0].load(std::memory_order_relaxed);
+    hit->hdr[0].store(w0 & ~(uint64_t{1} << (1 + w.j)), std::memory_order_release);
+    persist_.Persist(hit, 64);
+    size_.Add(-1);
   }
+  Unlock(w, hit ? w.mask : 0);
+  return hit ? Status::OK() : Status::NotFound();
 }
 
 template <pm::PersistPolicy P>
@@ -1554,5 +1538,12 @@ Status Pea<P>::Close() {
   pool_->MarkClean();
   return Status::OK();
 }
+
+// Instantiated once, in the library (pea.cc); users of this header link to those
+// instead of compiling the whole index again in every translation unit.
+extern template class Pea<pm::Dram>;
+extern template class Pea<pm::Adr>;
+extern template class Pea<pm::Eadr>;
+extern template class Pea<pm::Sim>;
 
 }  // namespace pmhash::pea

@@ -769,4 +769,12 @@ Status Reh<P>::Close() {
   return Status::OK();
 }
 
+
+// Instantiated once, in the library (reh.cc); users of this header link to those
+// instead of compiling the whole index again in every translation unit.
+extern template class Reh<pm::Dram>;
+extern template class Reh<pm::Adr>;
+extern template class Reh<pm::Eadr>;
+extern template class Reh<pm::Sim>;
+
 }  // namespace pmhash::reh

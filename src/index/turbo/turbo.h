@@ -1155,4 +1155,16 @@ Status Turbo<P, R>::Close() {
 template <pm::PersistPolicy P>
 using TurboKv = Turbo<P, true>;
 
+
+// Instantiated once, in the library (turbo.cc); users of this header link to those
+// instead of compiling the whole index again in every translation unit.
+extern template class Turbo<pm::Dram, false>;
+extern template class Turbo<pm::Adr, false>;
+extern template class Turbo<pm::Eadr, false>;
+extern template class Turbo<pm::Sim, false>;
+extern template class Turbo<pm::Dram, true>;
+extern template class Turbo<pm::Adr, true>;
+extern template class Turbo<pm::Eadr, true>;
+extern template class Turbo<pm::Sim, true>;
+
 }  // namespace pmhash::turbo
