@@ -220,29 +220,7 @@ void CheckPersistCost(bool entry_moving, double* one_flush_fraction) {
               static_cast<unsigned long>(steady));
 
   // Update and erase: one persist + one fence each; failed operations and finds: nothing.
-  ix.ResetCounters();
-  for (uint64_t i = 0; i < 100; i++) ASSERT_TRUE(ix.Update(SplitMix64(i), 7).ok());
-  TrafficStats t = ctr.Snapshot();
-  EXPECT_EQ(t.persists, 100u);
-  EXPECT_EQ(t.fences, 100u);
-  EXPECT_EQ(t.flushed_lines, 100u * lines_per_persist);
-  ix.ResetCounters();
-  for (uint64_t i = 0; i < 100; i++) ASSERT_TRUE(ix.Erase(SplitMix64(i)).ok());
-  t = ctr.Snapshot();
-  EXPECT_EQ(t.persists, 100u);
-  EXPECT_EQ(t.fences, 100u);
-  ix.ResetCounters();
-  Value v;
-  for (uint64_t i = 0; i < 200; i++) {
-    (void)ix.Find(SplitMix64(i), &v);
-    EXPECT_TRUE(ix.Erase(SplitMix64(i + n + 1)).IsNotFound());
-    EXPECT_TRUE(ix.Update(SplitMix64(i + n + 1), 1).IsNotFound());
-    EXPECT_TRUE(ix.Insert(SplitMix64(i + 100), 1).IsExists());
-  }
-  t = ctr.Snapshot();
-  EXPECT_EQ(t.persists, 0u);
-  EXPECT_EQ(t.fences, 0u);
-  EXPECT_EQ(t.nt_bytes, 0u);
+  ExpectUpdateEraseOnePersistFailuresNone(ix, ctr, n, lines_per_persist);
 }
 
 TEST(PeaPersistCost, AdrOneFlushFastPath) {

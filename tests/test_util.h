@@ -9,6 +9,7 @@
 #pragma once
 
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -18,6 +19,8 @@
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include "pmhash/index.h"
 
 #if defined(__has_feature)
 #if __has_feature(thread_sanitizer)
@@ -180,6 +183,38 @@ inline uint64_t SplitMix64(uint64_t x) {
   x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
   x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
   return x ^ (x >> 31);
+}
+
+// Keys SplitMix64(0..n-1) are present in `ix`, whose pool counts traffic in `ctr`. Asserts that an
+// update and an erase each cost one persist and one fence (`lines_per_persist` lines), and that
+// finds and failed writes (absent erase/update, duplicate insert) persist nothing. Leaves keys
+// 0..99 erased.
+template <class Index, class Counters>
+void ExpectUpdateEraseOnePersistFailuresNone(Index& ix, Counters& ctr, uint64_t n,
+                                             uint64_t lines_per_persist) {
+  ix.ResetCounters();
+  for (uint64_t i = 0; i < 100; i++) EXPECT_TRUE(ix.Update(SplitMix64(i), 7).ok());
+  TrafficStats t = ctr.Snapshot();
+  EXPECT_EQ(t.persists, 100u);
+  EXPECT_EQ(t.fences, 100u);
+  EXPECT_EQ(t.flushed_lines, 100u * lines_per_persist);
+  ix.ResetCounters();
+  for (uint64_t i = 0; i < 100; i++) EXPECT_TRUE(ix.Erase(SplitMix64(i)).ok());
+  t = ctr.Snapshot();
+  EXPECT_EQ(t.persists, 100u);
+  EXPECT_EQ(t.fences, 100u);
+  ix.ResetCounters();
+  Value v;
+  for (uint64_t i = 0; i < 200; i++) {
+    (void)ix.Find(SplitMix64(i), &v);
+    EXPECT_TRUE(ix.Erase(SplitMix64(i + n + 1)).IsNotFound());
+    EXPECT_TRUE(ix.Update(SplitMix64(i + n + 1), 1).IsNotFound());
+    EXPECT_TRUE(ix.Insert(SplitMix64(i + 100), 1).IsExists());
+  }
+  t = ctr.Snapshot();
+  EXPECT_EQ(t.persists, 0u);
+  EXPECT_EQ(t.fences, 0u);
+  EXPECT_EQ(t.nt_bytes, 0u);
 }
 
 }  // namespace pmhash::testing

@@ -68,18 +68,17 @@ concept HashIndex = requires(T& t, const T& ct, Key k, Value v, Value* out,
 //   FindBytes assigns the value to *value (its previous contents are discarded).
 //   Today: "turbo-kv" (TurboHash with records). The facade's defaults serve every other kind.
 template <class T>
-concept BytesIndex =
-    HashIndex<T> && requires(T& t, const T& ct, std::string_view k, std::string_view v,
-                             std::string* out,
-                             const std::function<void(std::string_view, std::string_view)>& fn) {
-      { ct.SupportsBytes() } -> std::same_as<bool>;
-      { t.InsertBytes(k, v) } -> std::same_as<Status>;
-      { t.UpdateBytes(k, v) } -> std::same_as<Status>;
-      { t.UpsertBytes(k, v) } -> std::same_as<Status>;
-      { ct.FindBytes(k, out) } -> std::same_as<Status>;
-      { t.EraseBytes(k) } -> std::same_as<Status>;
-      { ct.ForEachBytes(fn) } -> std::same_as<void>;
-    };
+concept BytesIndex = HashIndex<T> &&
+    requires(T& t, const T& ct, std::string_view k, std::string_view v, std::string* out,
+             const std::function<void(std::string_view, std::string_view)>& fn) {
+  { ct.SupportsBytes() } -> std::same_as<bool>;
+  { t.InsertBytes(k, v) } -> std::same_as<Status>;
+  { t.UpdateBytes(k, v) } -> std::same_as<Status>;
+  { t.UpsertBytes(k, v) } -> std::same_as<Status>;
+  { ct.FindBytes(k, out) } -> std::same_as<Status>;
+  { t.EraseBytes(k) } -> std::same_as<Status>;
+  { ct.ForEachBytes(fn) } -> std::same_as<void>;
+};
 
 // Type-erased facade. Obtain one from pmhash::Open().
 class Index {

@@ -62,9 +62,9 @@ struct PeaParams {
 // 16 B slot (the paper's TURBO16); "turbo-kv" stores a key hash and a record offset (TURBO30:
 // variable-size keys and values in a record heap).
 struct TurboParams {
-  uint32_t shard_bits = 12;             // 2^shard_bits shards (paper: 16); 0 <= bits <= 20
-  uint32_t initial_buckets = 16;        // buckets per shard at creation; a power of two
-  uint32_t probe_scope = 16;            // buckets a key may be placed away from home; 1..1024
+  uint32_t shard_bits = 12;               // 2^shard_bits shards (paper: 16); 0 <= bits <= 20
+  uint32_t initial_buckets = 16;          // buckets per shard at creation; a power of two
+  uint32_t probe_scope = 16;              // buckets a key may be placed away from home; 1..1024
   uint32_t max_shard_buckets = 1u << 22;  // a shard never grows past this (power of two)
   uint32_t max_record_bytes = 1u << 24;   // turbo-kv: key + value + 8 B header, at most
   // Not pool properties (may differ between opens):

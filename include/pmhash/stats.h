@@ -42,8 +42,8 @@ struct IndexStats {
   // at ResizeLog::kCap entries (the count above stays exact). Pea Hash Table 3 is built from it.
   std::vector<uint64_t> resize_ns;
   std::vector<NamedStat> details;  // index-specific figures, stable names, documented per index
-  bool recovered = false;       // the last open found no clean-shutdown mark
-  double recovery_seconds = 0;  // time spent rebuilding DRAM state at open
+  bool recovered = false;          // the last open found no clean-shutdown mark
+  double recovery_seconds = 0;     // time spent rebuilding DRAM state at open
   TrafficStats traffic;
 };
 

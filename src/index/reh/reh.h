@@ -769,7 +769,6 @@ Status Reh<P>::Close() {
   return Status::OK();
 }
 
-
 // Instantiated once, in the library (reh.cc); users of this header link to those
 // instead of compiling the whole index again in every translation unit.
 extern template class Reh<pm::Dram>;

@@ -1155,7 +1155,6 @@ Status Turbo<P, R>::Close() {
 template <pm::PersistPolicy P>
 using TurboKv = Turbo<P, true>;
 
-
 // Instantiated once, in the library (turbo.cc); users of this header link to those
 // instead of compiling the whole index again in every translation unit.
 extern template class Turbo<pm::Dram, false>;
