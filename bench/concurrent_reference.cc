@@ -2,6 +2,8 @@
 
 #include <string>
 
+#include "bench/row.h"
+
 #if PMHASH_HAVE_TBB
 #include <tbb/concurrent_hash_map.h>
 #endif
@@ -53,21 +55,11 @@ RowResult RunConcurrentReferenceRow(std::span<const PhaseSpec> phases, const Run
   row.kind = RowKind::kReference;
   row.threads = ro.threads;
   TbbReference table;
-  for (const PhaseSpec& spec : phases) {
-    if (progress) progress(spec.name);
-    row.phases.push_back(RunPhase(table, spec, ro));
-    if (!row.phases.back().ok()) {
-      row.error = row.phases.back().failure;
-      break;
+  RunReferencePhases(table, phases, ro, progress, &row, [&row](const TbbReference& t) {
+    if (t.Buckets() > 0) {
+      row.load_factor = static_cast<double>(t.Size()) / static_cast<double>(t.Buckets());
     }
-    if (spec.warmup) {
-      row.phases.pop_back();
-      continue;
-    }
-    if (spec.op == Op::kInsert && table.Buckets() > 0) {
-      row.load_factor = static_cast<double>(table.Size()) / static_cast<double>(table.Buckets());
-    }
-  }
+  });
   return row;
 }
 

@@ -50,6 +50,28 @@ inline int64_t SizeDelta(const PhaseResult& p) {
 
 }  // namespace detail
 
+// The phases of a reference table (no pool, no counters) into `row`: one RunPhase per spec,
+// warm-up phases dropped from the results, stop at the first failure; `after_insert(table)` runs
+// after each insert phase (load factor, memory).
+template <class Table, class AfterInsert>
+void RunReferencePhases(Table& table, std::span<const PhaseSpec> phases, const RunnerOptions& ro,
+                        const std::function<void(std::string_view)>& progress, RowResult* row,
+                        AfterInsert&& after_insert) {
+  for (const PhaseSpec& spec : phases) {
+    if (progress) progress(spec.name);
+    row->phases.push_back(RunPhase(table, spec, ro));
+    if (!row->phases.back().ok()) {
+      row->error = row->phases.back().failure;
+      break;
+    }
+    if (spec.warmup) {
+      row->phases.pop_back();
+      continue;
+    }
+    if (spec.op == Op::kInsert) after_insert(table);
+  }
+}
+
 // The counting pass: a fresh pool with Options::counters = true, one thread, insert then erase
 // c.count_keys. Its timing is discarded.
 template <class OpenFn>

@@ -87,22 +87,10 @@ RowResult RunReferenceRow(std::span<const PhaseSpec> phases, const RunnerOptions
   const RunnerOptions one{1, ro.pin, ro.latency_every};
   row.threads = 1;
   AbslReference table;
-  for (const PhaseSpec& spec : phases) {
-    if (progress) progress(spec.name);
-    row.phases.push_back(RunPhase(table, spec, one));
-    if (!row.phases.back().ok()) {
-      row.error = row.phases.back().failure;
-      break;
-    }
-    if (spec.warmup) {
-      row.phases.pop_back();
-      continue;
-    }
-    if (spec.op == Op::kInsert) {
-      row.load_factor = table.LoadFactor();
-      row.dram_bytes = table.DramBytes();
-    }
-  }
+  RunReferencePhases(table, phases, one, progress, &row, [&row](const AbslReference& t) {
+    row.load_factor = t.LoadFactor();
+    row.dram_bytes = t.DramBytes();
+  });
   return row;
 }
 

@@ -329,6 +329,9 @@ class Turbo {
   }
   Result<uint64_t> NewRecord(std::string_view k, std::string_view v);
   void RetireRecord(uint64_t off);
+  // Calls fn(slot) for every live slot of shard s, under the shard's lock.
+  template <class Fn>
+  void ForEachLiveSlot(uint32_t s, Fn&& fn) const;
   bool SlotMatches(const Slot& s, const Probe& p) const;
 
   // REQUIRES: the shard's lock. True if found (*found), else *ins is where an insert goes
@@ -947,35 +950,40 @@ Result<uint64_t> Turbo<P, R>::GarbageCollect() {
 }
 
 template <pm::PersistPolicy P, bool R>
+template <class Fn>
+void Turbo<P, R>::ForEachLiveSlot(uint32_t s, Fn&& fn) const {
+  const ShardRef& r = shards_[s];
+  LockGuard<SpinLock> g(r.lock);
+  const View v = MakeView(r.word.load(std::memory_order_relaxed));
+  for (uint32_t i = 0; i <= v.mask; i++) {
+    const Bucket* b = v.base + i;
+    for (uint32_t c = MetaLive(b->meta.load(std::memory_order_relaxed)); c; c &= c - 1) {
+      fn(b->slots[std::countr_zero(c)]);
+    }
+  }
+}
+
+template <pm::PersistPolicy P, bool R>
 void Turbo<P, R>::ForEach(const std::function<void(Key, Value)>& fn) const {
   std::vector<std::pair<Key, Value>> pairs;
   for (uint32_t s = 0; s < nshards_; s++) {
     pairs.clear();
-    {
-      const ShardRef& r = shards_[s];
-      LockGuard<SpinLock> g(r.lock);
-      const View v = MakeView(r.word.load(std::memory_order_relaxed));
-      for (uint32_t i = 0; i <= v.mask; i++) {
-        const Bucket* b = v.base + i;
-        for (uint32_t c = MetaLive(b->meta.load(std::memory_order_relaxed)); c; c &= c - 1) {
-          const Slot& sl = b->slots[std::countr_zero(c)];
-          if constexpr (R) {
-            const uint64_t ro = sl.value.load(std::memory_order_relaxed);
-            const std::string_view k = RecKey(ro), val = RecValue(ro);
-            if (k.size() != 8 || val.size() != 8) continue;
-            Key kk;
-            Value vv;
-            std::memcpy(&kk, k.data(), 8);
-            std::memcpy(&vv, val.data(), 8);
-            pairs.emplace_back(kk, vv);
-          } else {
-            pairs.emplace_back(sl.key.load(std::memory_order_relaxed),
-                               sl.value.load(std::memory_order_relaxed));
-          }
-        }
+    ForEachLiveSlot(s, [&](const Slot& sl) {
+      if constexpr (R) {
+        const uint64_t ro = sl.value.load(std::memory_order_relaxed);
+        const std::string_view k = RecKey(ro), val = RecValue(ro);
+        if (k.size() != 8 || val.size() != 8) return;
+        Key kk;
+        Value vv;
+        std::memcpy(&kk, k.data(), 8);
+        std::memcpy(&vv, val.data(), 8);
+        pairs.emplace_back(kk, vv);
+      } else {
+        pairs.emplace_back(sl.key.load(std::memory_order_relaxed),
+                           sl.value.load(std::memory_order_relaxed));
       }
-    }
-    for (const auto& [k, v] : pairs) fn(k, v);
+    });
+    for (const auto& [k, v] : pairs) fn(k, v);  // outside the shard lock
   }
 }
 
@@ -986,18 +994,10 @@ void Turbo<P, R>::ForEachBytes(
     std::vector<std::pair<std::string, std::string>> pairs;
     for (uint32_t s = 0; s < nshards_; s++) {
       pairs.clear();
-      {
-        const ShardRef& r = shards_[s];
-        LockGuard<SpinLock> g(r.lock);
-        const View v = MakeView(r.word.load(std::memory_order_relaxed));
-        for (uint32_t i = 0; i <= v.mask; i++) {
-          const Bucket* b = v.base + i;
-          for (uint32_t c = MetaLive(b->meta.load(std::memory_order_relaxed)); c; c &= c - 1) {
-            const uint64_t ro = b->slots[std::countr_zero(c)].value.load(std::memory_order_relaxed);
-            pairs.emplace_back(std::string(RecKey(ro)), std::string(RecValue(ro)));
-          }
-        }
-      }
+      ForEachLiveSlot(s, [this, &pairs](const Slot& sl) {
+        const uint64_t ro = sl.value.load(std::memory_order_relaxed);
+        pairs.emplace_back(std::string(RecKey(ro)), std::string(RecValue(ro)));
+      });
       for (const auto& [k, v] : pairs) fn(k, v);
     }
   } else {
