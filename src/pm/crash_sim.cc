@@ -43,7 +43,8 @@ void CrashSimulator::SnapshotLines(const void* addr, size_t len) {
   for (size_t l = first; l <= last; l++) {
     LineBytes b;
     std::memcpy(b.data(), base_ + l * kLine, kLine);
-    pend[l] = b;
+    std::vector<LineBytes>& snaps = pend[l];
+    if (snaps.empty() || snaps.back() != b) snaps.push_back(b);
   }
 }
 
@@ -62,21 +63,21 @@ void CrashSimulator::OnFence() {
   std::lock_guard<std::mutex> g(mu_);
   auto it = pending_.find(std::this_thread::get_id());
   if (it == pending_.end()) return;
-  for (const auto& [line, bytes] : it->second) {
-    std::memcpy(persisted_.data() + line * kLine, bytes.data(), kLine);
+  for (const auto& [line, snaps] : it->second) {
+    std::memcpy(persisted_.data() + line * kLine, snaps.back().data(), kLine);
   }
   it->second.clear();
 }
 
 void CrashSimulator::CrashPoint() {
-  points_++;
-  if (callback_ && base_) callback_(points_);
+  const uint64_t point = points_.fetch_add(1, std::memory_order_relaxed) + 1;
+  if (callback_ && base_) callback_(point);
 }
 
 CrashSimulator::State CrashSimulator::Capture() const {
   std::lock_guard<std::mutex> g(mu_);
   State s;
-  s.point = points_;
+  s.point = points_.load(std::memory_order_relaxed);
   s.eadr = config_.eadr;
   s.tear_words = config_.tear_words;
   if (config_.eadr) {
@@ -88,7 +89,9 @@ CrashSimulator::State CrashSimulator::Capture() const {
   // Candidates per line: pending snapshots of every thread, then the current bytes.
   std::map<size_t, std::vector<LineBytes>> cand;
   for (const auto& [tid, pend] : pending_) {
-    for (const auto& [line, bytes] : pend) cand[line].push_back(bytes);
+    for (const auto& [line, snaps] : pend) {
+      cand[line].insert(cand[line].end(), snaps.begin(), snaps.end());
+    }
   }
   const size_t lines = size_ / kLine;
   for (size_t l = 0; l < lines; l++) {
@@ -155,7 +158,8 @@ std::string CrashSimulator::DescribeChoice(const State& s, const Choice& c) {
 }
 
 void ForEachCrashChoice(const CrashSimulator::State& s, uint64_t seed, int random, size_t max_pairs,
-                        const std::function<bool(const CrashSimulator::Choice&)>& fn) {
+                        const std::function<bool(const CrashSimulator::Choice&)>& fn,
+                        size_t max_singles) {
   const size_t n = s.lines.size();
   CrashSimulator::Choice c;
   c.line_version.assign(n, 0);
@@ -164,12 +168,22 @@ void ForEachCrashChoice(const CrashSimulator::State& s, uint64_t seed, int rando
   for (size_t i = 0; i < n; i++)
     c.line_version[i] = static_cast<uint8_t>(s.lines[i].versions.size());
   if (!fn(c)) return;               // maximal
-  for (size_t i = 0; i < n; i++) {  // each single line, each version
-    for (size_t v = 1; v <= s.lines[i].versions.size(); v++) {
-      c.line_version.assign(n, 0);
-      c.line_version[i] = static_cast<uint8_t>(v);
-      if (!fn(c)) return;
-    }
+  // Each single line at each of its versions; past max_singles (a state after a large
+  // non-temporal copy has hundreds of equivalent lines), an evenly spread deterministic subset.
+  std::vector<std::pair<size_t, size_t>> singles;
+  for (size_t i = 0; i < n; i++) {
+    for (size_t v = 1; v <= s.lines[i].versions.size(); v++) singles.emplace_back(i, v);
+  }
+  std::mt19937_64 rng(seed);
+  if (singles.size() > max_singles) {
+    std::shuffle(singles.begin(), singles.end(), rng);
+    singles.resize(max_singles);
+    std::sort(singles.begin(), singles.end());
+  }
+  for (const auto& [i, v] : singles) {
+    c.line_version.assign(n, 0);
+    c.line_version[i] = static_cast<uint8_t>(v);
+    if (!fn(c)) return;
   }
   size_t pairs = 0;
   for (size_t i = 0; i < n && pairs < max_pairs; i++) {  // pairs at newest versions
@@ -180,7 +194,6 @@ void ForEachCrashChoice(const CrashSimulator::State& s, uint64_t seed, int rando
       if (!fn(c)) return;
     }
   }
-  std::mt19937_64 rng(seed);
   for (int r = 0; r < random; r++) {
     c.line_version.assign(n, 0);
     c.word_version.clear();

@@ -3,7 +3,9 @@
 // The model (ADR). The simulator keeps a shadow "persisted image" of the pool: what the media is
 // guaranteed to hold. Through the Sim policy it sees every flush, fence and non-temporal copy:
 //
-//   OnFlush(line)   snapshot the line's bytes *now* into the calling thread's pending set
+//   OnFlush(line)   snapshot the line's bytes *now* into the calling thread's pending set (every
+//                   snapshot is kept until the fence: a line flushed twice before one fence
+//                   may reach the media at either version)
 //   OnNtCopy(range) same, for every line of the range (non-temporal stores are flushed at copy)
 //   OnFence()       crash point (if the thread has pending lines), then commit the thread's
 //                   snapshots into the persisted image — the snapshots, not the current bytes:
@@ -25,10 +27,11 @@
 // the workload: no timing, no randomness inside the simulator.
 //
 // Threading: the hook may be called from several threads (pending sets are per thread); the
-// callback runs on the thread that hit the crash point.
+// callback runs on the thread that hit the crash point, without the simulator's lock held.
 #pragma once
 
 #include <array>
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -81,7 +84,7 @@ class CrashSimulator final : public SimHook {
 
   // Explicit crash point (operation boundary).
   void CrashPoint();
-  uint64_t crash_points() const { return points_; }
+  uint64_t crash_points() const { return points_.load(std::memory_order_relaxed); }
   bool mapped() const { return base_ != nullptr; }
   size_t mapped_size() const { return size_; }
 
@@ -100,7 +103,8 @@ class CrashSimulator final : public SimHook {
   void OnNtCopy(void* dst, size_t len) override;
 
  private:
-  using Pending = std::map<size_t, LineBytes>;  // line index -> snapshot (latest wins)
+  // line index -> snapshots in flush order (the last one is what the fence commits)
+  using Pending = std::map<size_t, std::vector<LineBytes>>;
   void SnapshotLines(const void* addr, size_t len);
   Pending& MyPending();
 
@@ -111,14 +115,16 @@ class CrashSimulator final : public SimHook {
   std::vector<char> persisted_;
   mutable std::mutex mu_;  // guards pending_ and persisted_ against concurrent hook calls
   std::map<std::thread::id, Pending> pending_;
-  uint64_t points_ = 0;
+  std::atomic<uint64_t> points_{0};
 };
 
 // Enumerates the images of one crash point in the order the crash suite wants them:
 // minimal (all persisted), maximal (every line at its newest version), every single line at
-// each of its versions, every pair of lines at their newest versions, then `random` random
-// choices (per word when the state allows tearing). Stops early when `fn` returns false.
+// each of its versions (at most `max_singles` of them, a seeded subset beyond that), pairs of
+// lines at their newest versions (at most `max_pairs`), then `random` random choices (per word
+// when the state allows tearing). Stops early when `fn` returns false.
 void ForEachCrashChoice(const CrashSimulator::State& s, uint64_t seed, int random, size_t max_pairs,
-                        const std::function<bool(const CrashSimulator::Choice&)>& fn);
+                        const std::function<bool(const CrashSimulator::Choice&)>& fn,
+                        size_t max_singles = 24);
 
 }  // namespace pmhash::pm

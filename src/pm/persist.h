@@ -39,9 +39,11 @@ enum class FlushInstruction : uint8_t { kClwb, kClflushopt, kClflush };
 FlushInstruction ActiveFlushInstruction();
 const char* FlushInstructionName(FlushInstruction f);
 
-// The crash simulator's hook (issue: crash suite). Installed per thread; Sim-policy indexes call
-// it for every flush, fence and non-temporal copy made by that thread. Without a hook, Sim
-// behaves like Dram. Implementations must be safe to call from the thread that installed them.
+// The crash simulator's hook. A Sim-durability pool takes the hook installed on the thread that
+// opens it (SetThreadSimHook) and keeps it: every Persister bound to that pool reports its
+// flushes, fences and non-temporal copies to it, from whichever thread runs them (index
+// workers, concurrent readers). The bare Sim::Flush/Fence/NtCopy report to the calling thread's
+// hook. Without a hook, Sim behaves like Dram. Implementations must be thread-safe.
 class SimHook {
  public:
   virtual ~SimHook() = default;
@@ -96,8 +98,9 @@ struct Dram {
   static constexpr Durability kDurability = Durability::kDram;
   static constexpr bool kPersistent = false;  // nothing survives the process
   static constexpr bool kWritesBack = false;  // Flush() issues no instruction
-  static void Flush(const void*, size_t) {}
-  static void Fence() {}
+  static constexpr bool kSimulated = false;
+  static void Flush(const void*, size_t) { detail::CompilerBarrier(); }
+  static void Fence() { detail::CompilerBarrier(); }
   static void NtCopy(void* dst, const void* src, size_t n) { std::memcpy(dst, src, n); }
 };
 
@@ -105,6 +108,7 @@ struct Adr {
   static constexpr Durability kDurability = Durability::kAdr;
   static constexpr bool kPersistent = true;
   static constexpr bool kWritesBack = true;
+  static constexpr bool kSimulated = false;
   static void Flush(const void* addr, size_t len) {
     detail::CompilerBarrier();
     static const FlushInstruction how = ActiveFlushInstruction();
@@ -119,6 +123,7 @@ struct Eadr {
   static constexpr Durability kDurability = Durability::kEadr;
   static constexpr bool kPersistent = true;
   static constexpr bool kWritesBack = false;  // the platform drains caches on power failure
+  static constexpr bool kSimulated = false;
   static void Flush(const void*, size_t) { detail::CompilerBarrier(); }
   static void Fence() { asm volatile("sfence" ::: "memory"); }
   static void NtCopy(void* dst, const void* src, size_t n) { std::memcpy(dst, src, n); }
@@ -128,19 +133,25 @@ struct Sim {
   static constexpr Durability kDurability = Durability::kSim;
   static constexpr bool kPersistent = true;
   static constexpr bool kWritesBack = true;
-  static void Flush(const void* addr, size_t len) {
+  static constexpr bool kSimulated = true;  // Persister routes to the pool's hook (FlushTo...)
+  static void FlushTo(SimHook* h, const void* addr, size_t len) {
     detail::CompilerBarrier();
-    if (SimHook* h = detail::tls_sim_hook) h->OnFlush(addr, len);
-    detail::CompilerBarrier();
-  }
-  static void Fence() {
-    detail::CompilerBarrier();
-    if (SimHook* h = detail::tls_sim_hook) h->OnFence();
+    if (h) h->OnFlush(addr, len);
     detail::CompilerBarrier();
   }
-  static void NtCopy(void* dst, const void* src, size_t n) {
+  static void FenceTo(SimHook* h) {
+    detail::CompilerBarrier();
+    if (h) h->OnFence();
+    detail::CompilerBarrier();
+  }
+  static void NtCopyTo(SimHook* h, void* dst, const void* src, size_t n) {
     std::memcpy(dst, src, n);
-    if (SimHook* h = detail::tls_sim_hook) h->OnNtCopy(dst, n);
+    if (h) h->OnNtCopy(dst, n);
+  }
+  static void Flush(const void* addr, size_t len) { FlushTo(detail::tls_sim_hook, addr, len); }
+  static void Fence() { FenceTo(detail::tls_sim_hook); }
+  static void NtCopy(void* dst, const void* src, size_t n) {
+    NtCopyTo(detail::tls_sim_hook, dst, src, n);
   }
 };
 
@@ -148,26 +159,46 @@ template <class P>
 concept PersistPolicy = requires(const void* cp, void* p, size_t n) {
   { P::kDurability } -> std::convertible_to<Durability>;
   { P::kPersistent } -> std::convertible_to<bool>;
+  { P::kSimulated } -> std::convertible_to<bool>;
   P::Flush(cp, n);
   P::Fence();
   P::NtCopy(p, cp, n);
 };
 
-// Binds a policy to a pool's traffic counters. Indexes hold one and call it for every persist.
-// With counters disabled the extra cost is one well-predicted branch; for Dram, none at all.
+// What a Persister binds to: a pool's traffic counters and, for a Sim pool, the simulator hook
+// the pool was opened under (reachable from every thread that persists through the pool).
+struct PersistTarget {
+  TrafficCounters* counters = nullptr;
+  SimHook* sim_hook = nullptr;
+};
+
+// Binds a policy to a pool's traffic counters (and simulator hook). Indexes hold one and call it
+// for every persist. With counters disabled the extra cost is one well-predicted branch; for
+// Dram, none at all.
 template <PersistPolicy P>
 class Persister {
  public:
-  explicit Persister(TrafficCounters* counters) : counters_(counters) {}
+  explicit Persister(PersistTarget target) : counters_(target.counters), hook_(target.sim_hook) {}
+  // Counters only: a Sim persister then reports to the constructing thread's hook.
+  explicit Persister(TrafficCounters* counters)
+      : Persister(PersistTarget{counters, P::kSimulated ? ThreadSimHook() : nullptr}) {}
 
   void Flush(const void* addr, size_t len) const {
-    P::Flush(addr, len);
+    if constexpr (P::kSimulated) {
+      P::FlushTo(hook_, addr, len);
+    } else {
+      P::Flush(addr, len);
+    }
     if constexpr (P::kPersistent) {
       if (counters_->enabled()) counters_->OnFlush(addr, len, P::kWritesBack);
     }
   }
   void Fence() const {
-    P::Fence();
+    if constexpr (P::kSimulated) {
+      P::FenceTo(hook_);
+    } else {
+      P::Fence();
+    }
     if constexpr (P::kPersistent) {
       if (counters_->enabled()) counters_->OnFence();
     }
@@ -178,7 +209,11 @@ class Persister {
     Fence();
   }
   void NtCopy(void* dst, const void* src, size_t n) const {
-    P::NtCopy(dst, src, n);
+    if constexpr (P::kSimulated) {
+      P::NtCopyTo(hook_, dst, src, n);
+    } else {
+      P::NtCopy(dst, src, n);
+    }
     if constexpr (P::kPersistent) {
       if (counters_->enabled()) counters_->OnNtCopy(dst, n);
     }
@@ -187,6 +222,7 @@ class Persister {
 
  private:
   TrafficCounters* counters_;
+  SimHook* hook_;
 };
 
 // Runs `fn(policy)` with a value of the policy type matching `d` (for non-templated callers such

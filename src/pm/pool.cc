@@ -55,7 +55,10 @@ uint64_t HeaderChecksum(const void* header) {
 }
 
 Pool::Pool(const Options& o, uint32_t media_block)
-    : path_(o.path), durability_(o.durability), counters_(media_block) {
+    : path_(o.path),
+      durability_(o.durability),
+      counters_(media_block),
+      sim_hook_(o.durability == Durability::kSim ? ThreadSimHook() : nullptr) {
   counters_.set_enabled(o.counters);
 }
 
@@ -67,9 +70,7 @@ Pool::~Pool() {
 }
 
 void Pool::Unmap() {
-  if (base_ && durability_ == Durability::kSim) {
-    if (SimHook* h = ThreadSimHook()) h->OnUnmap(base_, size_);
-  }
+  if (base_ && sim_hook_) sim_hook_->OnUnmap(base_, size_);
   if (base_) munmap(base_, size_);
   base_ = nullptr;
 }
@@ -220,9 +221,7 @@ Status Pool::MapFile(const Options& o, const PoolSpec& spec) {
   }
   if (p == MAP_FAILED) return Status::IOError(Errno("mmap", path_));
   base_ = static_cast<char*>(p);
-  if (durability_ == Durability::kSim) {
-    if (SimHook* h = ThreadSimHook()) h->OnMap(base_, size_);
-  }
+  if (sim_hook_) sim_hook_->OnMap(base_, size_);
 
   if (!created_) return ValidateHeader(o, spec);
   return Status::OK();
@@ -306,7 +305,7 @@ void Pool::SetRoot(int i, uint64_t offset) {
 
 void Pool::PersistRange(const void* p, size_t len) {
   WithPolicy(durability_,
-             [&](auto policy) { Persister<decltype(policy)>(&counters_).Persist(p, len); });
+             [&](auto policy) { Persister<decltype(policy)>(persist_target()).Persist(p, len); });
 }
 
 }  // namespace pmhash::pm

@@ -22,6 +22,7 @@
 
 #include "pm/chunk_allocator.h"
 #include "pm/counters.h"
+#include "pm/persist.h"
 #include "pm/pool_format.h"
 #include "pmhash/options.h"
 #include "pmhash/status.h"
@@ -77,6 +78,10 @@ class Pool {
   const ChunkAllocator& allocator() const { return *allocator_; }
   TrafficCounters& counters() { return counters_; }
   TrafficCounters* counters_ptr() { return &counters_; }
+  // What an index's Persister binds to (counters, and the simulator hook of a Sim pool: the
+  // hook installed on the opening thread, kept for every thread that uses the pool).
+  PersistTarget persist_target() { return PersistTarget{&counters_, sim_hook_}; }
+  SimHook* sim_hook() const { return sim_hook_; }
 
   // Persist [p, p+len) with this pool's durability (for rare writes outside an index template).
   void PersistRange(const void* p, size_t len);
@@ -102,6 +107,7 @@ class Pool {
   bool committed_ = false;
   std::unique_ptr<ChunkAllocator> allocator_;
   TrafficCounters counters_;
+  SimHook* sim_hook_ = nullptr;  // Sim pools: the opening thread's hook
 };
 
 }  // namespace pmhash::pm

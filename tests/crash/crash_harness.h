@@ -18,7 +18,18 @@
 //      recovered under a second simulator, and every crash point of that recovery is recovered
 //      again (crash during recovery).
 //
-// Determinism: everything derives from Config::seed. A failure names seed, operation, crash
+// Concurrent mode (Config::concurrent_reader): a second thread reads beside the writer. At every
+// crash point inside an operation the writer, before the state is captured, asks that reader
+// to look up the operation's key and waits up to reader_wait_us for the answer. A read that
+// completes has linearized before the crash, so if it saw the operation's effect (the model
+// after it, not before), every image of that crash point must recover to the model after it:
+// a completed read never observes a write that a crash can still undo (durable
+// linearizability). A read that does not complete in time is blocked by the writer's lock
+// (REH, Pea hold their locks across the persist; their runs count such reads) and is ignored.
+// The reader's own flushes and fences (Turbo readers help persist) go to the same simulator:
+// a Sim pool keeps the hook it was opened under, for every thread.
+//
+// Determinism: everything derives from Config::seed (in concurrent mode, also the scheduling). A failure names seed, operation, crash
 // point and the (shrunk) set of line versions, and prints a command that replays exactly that
 // crash point (PMHASH_CRASH_SEED / PMHASH_CRASH_POINT).
 #pragma once
@@ -26,14 +37,19 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdlib>
 #include <functional>
 #include <map>
 #include <memory>
+#include <mutex>
+#include <optional>
 #include <random>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "pm/crash_sim.h"
@@ -54,6 +70,8 @@ struct Config {
   bool eadr = false;
   bool tear_words = false;
   int64_t only_point = -1;  // replay: check this crash point only
+  bool concurrent_reader = false;  // a reader thread probes the in-flight key (see above)
+  int reader_wait_us = 2000;       // how long a crash point waits for the reader's answer
 
   // PMHASH_CRASH_SEED, PMHASH_CRASH_POINT, PMHASH_CRASH_BUDGET (seconds), PMHASH_TEST_SCALE.
   Config WithEnv() const {
@@ -79,11 +97,78 @@ struct Report {
   uint64_t states_checked = 0;
   uint64_t images_checked = 0;
   uint64_t recovery_images_checked = 0;
+  uint64_t reads_in_flight = 0;  // concurrent mode: completed reads that saw the in-flight op
+  uint64_t reads_blocked = 0;    // concurrent mode: reads still waiting when the state was taken
+  uint64_t reads_probed = 0;     // concurrent mode: reads asked for
   bool budget_exhausted = false;
   std::string failure;  // empty: passed
 };
 
 using Model = std::map<Key, Value>;
+
+// What a completed concurrent read returned.
+struct Observation {
+  Key key = 0;
+  bool found = false;
+  Value value = 0;
+};
+
+// The concurrent reader: one thread that looks keys up on request. Probe() waits a bounded
+// time; a read that has not finished by then is left to finish on its own (its answer is
+// dropped) and the reader counts as busy until it does.
+template <class IndexPtr>
+class Prober {
+ public:
+  explicit Prober(IndexPtr index) : index_(index), thread_([this] { Loop(); }) {}
+  ~Prober() {
+    {
+      std::lock_guard<std::mutex> g(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+  }
+
+  // The answer, or nothing if the reader did not finish within `wait_us` (or was still busy).
+  std::optional<Observation> Probe(Key k, int wait_us) {
+    std::unique_lock<std::mutex> g(mu_);
+    if (done_ != asked_) return std::nullopt;  // an earlier read is still blocked
+    asked_++;
+    key_ = k;
+    cv_.notify_all();
+    if (!cv_.wait_for(g, std::chrono::microseconds(wait_us), [&] { return done_ == asked_; })) {
+      return std::nullopt;
+    }
+    return result_;
+  }
+
+ private:
+  void Loop() {
+    std::unique_lock<std::mutex> g(mu_);
+    for (;;) {
+      cv_.wait(g, [&] { return stop_ || asked_ != done_; });
+      if (asked_ == done_) return;  // stop, nothing pending
+      const Key k = key_;
+      g.unlock();
+      Observation o;
+      o.key = k;
+      o.found = index_->Find(k, &o.value).ok();
+      g.lock();
+      result_ = o;
+      done_ = asked_;
+      cv_.notify_all();
+    }
+  }
+
+  IndexPtr index_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  uint64_t asked_ = 0, done_ = 0;
+  Key key_ = 0;
+  Observation result_;
+  bool stop_ = false;
+  std::thread thread_;  // last: starts after the fields above exist
+};
 
 inline std::string TempPoolPath(const std::string& tag) {
   const char* dir = std::getenv("TMPDIR");
@@ -113,10 +198,20 @@ class Harness {
 
     pm::CrashSimulator sim(pm::CrashSimConfig{cfg_.eadr, cfg_.tear_words});
     sim_ = &sim;
+    const std::thread::id writer = std::this_thread::get_id();
     sim.set_crash_point_callback([&](uint64_t point) {
+      // Crash points of the concurrent reader's own fences: the writer's points cover them.
+      if (std::this_thread::get_id() != writer) return;
       if (cfg_.only_point >= 0 && static_cast<int64_t>(point) != cfg_.only_point) return;
       if (Exhausted()) return;
-      captured_.push_back(sim.Capture());
+      Captured c;
+      if (prober_ && in_flight_) {
+        report_.reads_probed++;
+        c.seen = prober_->Probe(*in_flight_, cfg_.reader_wait_us);
+        if (!c.seen) report_.reads_blocked++;
+      }
+      c.state = sim.Capture();  // after the read: what it saw happened before this crash
+      captured_.push_back(std::move(c));
     });
     pm::SimHook* prev = pm::SetThreadSimHook(&sim);
 
@@ -134,6 +229,8 @@ class Harness {
     std::unique_ptr<SimIndex> index = std::move(opened).value();
     op_desc_ = "create";
     VerifyCaptured(Model{}, Model{}, /*creation=*/true);
+    std::optional<Prober<SimIndex*>> prober;
+    if (cfg_.concurrent_reader) prober_ = &prober.emplace(index.get());
 
     // Phase 2: workload.
     std::mt19937_64 rng(cfg_.seed);
@@ -146,6 +243,7 @@ class Harness {
       Status s;
       std::ostringstream d;
       d << "op " << i << ": ";
+      in_flight_ = k;
       if (r < 50) {
         d << "Insert(" << k << ")";
         s = index->Insert(k, v);
@@ -163,6 +261,7 @@ class Harness {
         s = index->Erase(k);
         if (s.ok()) model.erase(k);
       }
+      in_flight_.reset();
       op_desc_ = d.str();
       if (!s.ok() && !s.IsExists() && !s.IsNotFound()) {
         report_.failure = op_desc_ + " returned " + s.ToString();
@@ -171,6 +270,8 @@ class Harness {
       sim.CrashPoint();  // operation boundary
       VerifyCaptured(before, model, false);
     }
+    prober_ = nullptr;
+    prober.reset();  // joins the reader before Close
     if (report_.failure.empty()) {
       op_desc_ = "close";
       (void)index->Close();
@@ -222,8 +323,10 @@ class Harness {
 
   // Recovers the pool at `path` with a fresh index object and checks it against the oracle.
   // Returns "" if fine, else what is wrong.
+  // `after_only`: a completed concurrent read saw the in-flight operation, so `before` is no
+  // longer an acceptable answer.
   std::string CheckRecovered(const std::string& path, const Model& before, const Model& after,
-                             bool creation, bool keep_working) {
+                             bool creation, bool keep_working, bool after_only = false) {
     Options o = base_;
     o.path = path;
     o.durability = Durability::kDram;
@@ -235,6 +338,10 @@ class Harness {
     bool dup = false;
     idx.ForEach([&](Key k, Value v) { dup |= !got.emplace(k, v).second; });
     if (dup) return "duplicate key after recovery";
+    if (after_only && got != after && got == before) {
+      return "a completed concurrent read saw the in-flight operation, but recovery undid it "
+             "(the read returned a write that was not yet durable)";
+    }
     if (got != before && got != after) {
       std::ostringstream m;
       m << "recovered contents match neither side of the in-flight op (got " << got.size()
@@ -316,11 +423,23 @@ class Harness {
   void VerifyCaptured(const Model& before, const Model& after, bool creation) {
     // Verification opens pools: keep the workload's simulator out of it.
     pm::SimHook* prev = pm::SetThreadSimHook(nullptr);
-    std::vector<pm::CrashSimulator::State> states = std::move(captured_);
+    std::vector<Captured> states = std::move(captured_);
     captured_.clear();
-    for (const auto& st : states) {
+    for (const Captured& cap : states) {
       if (!report_.failure.empty()) break;
+      const pm::CrashSimulator::State& st = cap.state;
       report_.states_checked++;
+      bool after_only = false;
+      if (cap.seen) {
+        const bool as_before = Matches(before, *cap.seen), as_after = Matches(after, *cap.seen);
+        if (!as_before && !as_after) {
+          report_.failure = "a concurrent read of key " + std::to_string(cap.seen->key) +
+                            " returned a state that is neither before nor after " + op_desc_;
+          break;
+        }
+        after_only = as_after && !as_before;
+        if (after_only) report_.reads_in_flight++;
+      }
       std::vector<char> img(st.persisted.size());
       pm::ForEachCrashChoice(
           st, cfg_.seed ^ (st.point * 0x9E3779B97F4A7C15ULL), cfg_.random_images, cfg_.max_pairs,
@@ -331,7 +450,8 @@ class Harness {
               return false;
             }
             report_.images_checked++;
-            std::string err = CheckRecovered(image_path_, before, after, creation, true);
+            std::string err =
+                CheckRecovered(image_path_, before, after, creation, true, after_only);
             if (err.empty() && cfg_.recovery_crash_every > 0 &&
                 report_.images_checked % cfg_.recovery_crash_every == 0) {
               if (Status s = WriteImage(img, image_path_); s.ok()) {
@@ -339,11 +459,13 @@ class Harness {
               }
             }
             if (!err.empty()) {
-              const auto shrunk = Shrink(st, c, before, after, creation);
+              const auto shrunk = Shrink(st, c, before, after, creation, after_only);
               std::ostringstream m;
               m << "crash image fails: " << err << "\n  seed " << cfg_.seed << ", " << op_desc_
                 << ", crash point " << st.point << " (" << st.lines.size()
-                << " lines differ from the persisted image)\n  line versions: "
+                << " lines differ from the persisted image)"
+                << (after_only ? ", a concurrent read had seen the op" : "")
+                << "\n  line versions: "
                 << pm::CrashSimulator::DescribeChoice(st, shrunk)
                 << "\n  replay: PMHASH_CRASH_SEED=" << cfg_.seed
                 << " PMHASH_CRASH_POINT=" << st.point << " <this test binary> --gtest_filter='*"
@@ -360,12 +482,12 @@ class Harness {
   // Drops line versions from a failing choice while it keeps failing.
   pm::CrashSimulator::Choice Shrink(const pm::CrashSimulator::State& st,
                                     pm::CrashSimulator::Choice c, const Model& before,
-                                    const Model& after, bool creation) {
+                                    const Model& after, bool creation, bool after_only) {
     std::vector<char> img(st.persisted.size());
     auto fails = [&](const pm::CrashSimulator::Choice& x) {
       pm::CrashSimulator::BuildImage(st, x, img.data());
       if (!WriteImage(img, image_path_).ok()) return false;
-      return !CheckRecovered(image_path_, before, after, creation, true).empty();
+      return !CheckRecovered(image_path_, before, after, creation, true, after_only).empty();
     };
     for (size_t i = 0; i < st.lines.size(); i++) {
       pm::CrashSimulator::Choice t = c;
@@ -381,13 +503,25 @@ class Harness {
     return c;
   }
 
+  // A crash point's state, and what the concurrent reader saw just before it was taken.
+  struct Captured {
+    pm::CrashSimulator::State state;
+    std::optional<Observation> seen;
+  };
+  static bool Matches(const Model& m, const Observation& o) {
+    auto it = m.find(o.key);
+    return o.found ? (it != m.end() && it->second == o.value) : it == m.end();
+  }
+
   const Config cfg_;
   const Options base_;
   const std::string name_;
   std::string path_, image_path_;
   std::chrono::steady_clock::time_point start_;
   pm::CrashSimulator* sim_ = nullptr;
-  std::vector<pm::CrashSimulator::State> captured_;
+  std::vector<Captured> captured_;
+  Prober<SimIndex*>* prober_ = nullptr;
+  std::optional<Key> in_flight_;  // the key of the operation in flight (concurrent mode)
   std::string op_desc_;
   Report report_;
 };

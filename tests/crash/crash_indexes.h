@@ -17,6 +17,7 @@ namespace pmhash::crashtest {
 
 struct RehTraits {
   static constexpr std::string_view kName = "reh";
+  static constexpr bool kLockFreeReads = false;  // readers wait for a locked bucket
   template <class P>
   using Index = reh::Reh<P>;
   static Options Small(HashMode mode) {
@@ -31,6 +32,7 @@ struct RehTraits {
 
 struct PeaTraits {
   static constexpr std::string_view kName = "pea";
+  static constexpr bool kLockFreeReads = false;  // readers wait for a locked bucket
   template <class P>
   using Index = pea::Pea<P>;
   static Options Small(HashMode mode) {
@@ -48,6 +50,7 @@ struct PeaTraits {
 // inserts rehash (doubling), and erases + inserts garbage-collect.
 struct TurboTraits {
   static constexpr std::string_view kName = "turbo";
+  static constexpr bool kLockFreeReads = true;  // sequence-validated reads, no lock
   template <class P>
   using Index = turbo::Turbo<P, false>;
   static Options Small(HashMode mode) {
@@ -66,6 +69,7 @@ struct TurboTraits {
 // record (one 256 B chunk here).
 struct TurboKvTraits {
   static constexpr std::string_view kName = "turbo-kv";
+  static constexpr bool kLockFreeReads = true;
   template <class P>
   using Index = turbo::Turbo<P, true>;
   static Options Small(HashMode mode) { return TurboTraits::Small(mode); }

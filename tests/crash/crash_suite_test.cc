@@ -63,6 +63,36 @@ TYPED_TEST(CrashSuite, Eadr) {
              .Run());
 }
 
+// A reader thread beside the writer: a read that completed before a crash must never have seen
+// a write the crash can undo. Turbo's readers take no lock, so they see in-flight writes (and
+// must help persist them); REH and Pea readers wait on the writer's lock, which is held across
+// the persist — some reads must have been blocked, else the run proved nothing about that.
+TYPED_TEST(CrashSuite, AdrConcurrentReader) {
+  Config c;
+  c.seed = 15;
+  c.ops = 250;
+  c.concurrent_reader = true;
+  // The other configurations cover image breadth and crashes during recovery; this one is
+  // about the reader's observations, checked on every image it takes.
+  c.random_images = 1;
+  c.max_pairs = 4;
+  c.recovery_crash_every = 0;
+  const Report r = Harness<TypeParam::template Index>(c, TypeParam::Small(HashMode::kStrong),
+                                                      std::string(TypeParam::kName) + "Reader")
+                       .Run();
+  Expect(r, /*expect_recovery_images=*/false);
+  std::printf("reads probed %lu, saw the in-flight op %lu, blocked %lu\n",
+              static_cast<unsigned long>(r.reads_probed),
+              static_cast<unsigned long>(r.reads_in_flight),
+              static_cast<unsigned long>(r.reads_blocked));
+  EXPECT_GT(r.reads_probed, 0u);
+  if (TypeParam::kLockFreeReads) {
+    EXPECT_GT(r.reads_in_flight, 0u) << "the reader never saw a write in flight";
+  } else {
+    EXPECT_GT(r.reads_blocked, 0u) << "the reader was never blocked by a writer's lock";
+  }
+}
+
 TEST(CrashSuiteCoverage, CoversEveryRegisteredIndex) {
   std::set<std::string> covered;
   std::apply([&](auto... t) { (covered.insert(std::string(decltype(t)::kName)), ...); },

@@ -455,7 +455,7 @@ Pea<P>::Pea(std::unique_ptr<pm::Pool> pool, const PeaParams& params)
     : pool_(std::move(pool)),
       params_(params),
       hash_(pool_->hash_mode(), pool_->hash_seed()),
-      persist_(pool_->counters_ptr()) {
+      persist_(pool_->persist_target()) {
   heap_offset_ = pool_->allocator().heap_offset();
   heap_ = pool_->base() + heap_offset_;
   seg_bytes_ = pool_->allocator().chunk_size();

@@ -274,7 +274,7 @@ Reh<P>::Reh(std::unique_ptr<pm::Pool> pool, const RehParams& params)
     : pool_(std::move(pool)),
       params_(params),
       hash_(pool_->hash_mode(), pool_->hash_seed()),
-      persist_(pool_->counters_ptr()) {
+      persist_(pool_->persist_target()) {
   // Tombstone keys: the first keys whose hash has top bit 0 and 1 (two or three tries in
   // expectation, in either hash mode).
   bool have[2] = {false, false};

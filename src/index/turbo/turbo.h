@@ -29,6 +29,12 @@
 //   * Find is lock-free: per bucket, read the meta word, SIMD-match the 14 tags, compare the
 //     candidate keys, read the value, then re-read the meta word; retry the bucket if it moved.
 //     Finds touch no PM beyond the buckets of the path (and one record in turbo-kv).
+//   * Durable reads (ADR): a writer stores a meta word with its UNPERSISTED bit set, persists
+//     it, then stores it again with the bit clear (no flush: both values mean the same). A
+//     reader that meets the bit flushes the meta line and fences before it returns anything it
+//     read in that bucket — it helps the write become durable — so no completed read can
+//     return (or deny) an item that a crash would then take back. Under eADR, and for Dram,
+//     the bit is never set (a store the reader can see is already persistent).
 //   * Shard rehash (no slot within the probing scope): build the 2x shard in DRAM, re-placing
 //     every live item with the insert rule, write it with non-temporal stores, persist the
 //     inactive descriptor set, then flip the descriptor's version word (8-byte atomic); then the
@@ -44,7 +50,8 @@
 // ============================================================================================
 //   PM bucket, 256 B, 256-aligned (one XPLine, four cache lines):
 //
-//     line 0:  [ meta: valid:16 | deleted:16 | seq:32 ][ tags[14] + 2 unused ][ reserved:8 ]
+//     line 0:  [ meta: valid:16 | deleted:16 | seq:31 | unpersisted:1 ][ tags[14] + 2 unused ]
+//              [ reserved:8 ]
 //              [ slot0: key | value ][ slot1 ]
 //     line 1:  [ slot2 ] [ slot3 ] [ slot4 ] [ slot5 ]
 //     line 2:  [ slot6 ] ... [ slot9 ]
@@ -66,7 +73,9 @@
 // ============================================================================================
 //   I1  A slot holds a live item iff its valid bit is 1 and its delete bit is 0 in the bucket's
 //       meta word. Meta words change only by single 8-byte stores, each persisted before the
-//       operation returns (Persister::Persist).
+//       operation returns (Persister::Persist). The unpersisted bit (bit 63) means nothing to
+//       recovery, which clears it; while it is set in memory, the word may not be durable yet,
+//       and a reader persists it before trusting it (durable linearizability of reads).
 //   I2  A slot's contents (and, in turbo-kv, its record) are persisted BEFORE the meta store that
 //       makes the slot live. Only slots that are not live (empty, or deleted) are ever written,
 //       so a crash at any instant leaves every live slot intact.
@@ -184,10 +193,14 @@ inline constexpr uint32_t MetaDeleted(uint64_t m) {
 }
 inline constexpr uint32_t MetaLive(uint64_t m) { return MetaValid(m) & ~MetaDeleted(m); }
 inline constexpr uint32_t MetaEmpty(uint64_t m) { return ~MetaValid(m) & kSlotMask; }
+// Bit 63: the word was stored but may not be durable yet (ADR writers; see "Durable reads").
+inline constexpr uint64_t kMetaUnpersisted = uint64_t{1} << 63;
+inline constexpr uint64_t kMetaSeqMask = 0x7FFFFFFF;  // seq: bits 32..62
 inline constexpr uint64_t MakeMeta(uint32_t valid, uint32_t deleted, uint64_t seq) {
-  return uint64_t{valid & 0xFFFF} | (uint64_t{deleted & 0xFFFF} << 16) | (seq << 32);
+  return uint64_t{valid & 0xFFFF} | (uint64_t{deleted & 0xFFFF} << 16) |
+         ((seq & kMetaSeqMask) << 32);
 }
-inline constexpr uint64_t MetaSeq(uint64_t m) { return m >> 32; }
+inline constexpr uint64_t MetaSeq(uint64_t m) { return (m >> 32) & kMetaSeqMask; }
 // At least two empty slots: the end of every search path through this bucket (3.2). (No
 // popcount: without -mpopcnt it is a library call on the hot path.)
 inline constexpr bool PathEnd(uint64_t m) {
@@ -341,6 +354,9 @@ class Turbo {
   Status Write64(Key k, Value v, WriteMode mode);
   Status WriteBytes(std::string_view k, std::string_view v, WriteMode mode);
   Status EraseProbe(const Probe& p);
+  // Stores `m` as b's meta word and persists it; with a write-back policy the word carries the
+  // unpersisted bit until the persist is done ("Durable reads"). REQUIRES: the shard's lock.
+  void PublishMeta(Bucket* b, uint64_t m);
   // Lock-free search; calls fn(slot value) under the sequence check, once validated.
   template <class OnFound>
   bool Search(const Probe& p, OnFound&& on_found) const;
@@ -394,7 +410,7 @@ Turbo<P, R>::Turbo(std::unique_ptr<pm::Pool> pool, const TurboParams& params)
       params_(params),
       nshards_(1u << params.shard_bits),
       hash_(pool_->hash_mode(), pool_->hash_seed()),
-      persist_(pool_->counters_ptr()) {
+      persist_(pool_->persist_target()) {
   chunk_ = pool_->allocator().chunk_size();
 }
 
@@ -519,6 +535,8 @@ Status Turbo<P, R>::Recover() {
     for (uint32_t i = 0; i <= v.mask; i++) {
       Bucket* b = v.base + i;
       const uint64_t m = b->meta.load(std::memory_order_relaxed);
+      // A crash between a writer's persist and its clear leaves the bit: it means nothing now.
+      if (m & kMetaUnpersisted) b->meta.store(m & ~kMetaUnpersisted, std::memory_order_relaxed);
       const uint32_t valid = MetaValid(m), del = MetaDeleted(m);
       if ((valid & ~kSlotMask) || (del & ~valid) || MetaEmpty(m) == 0) {
         return Status::Corruption("turbo: bad meta word in shard " + std::to_string(s) +
@@ -591,6 +609,10 @@ bool Turbo<P, R>::Search(const Probe& p, OnFound&& on_found) const {
     const Bucket* b = v.base + ((home + d) & v.mask);
     for (;;) {
       const uint64_t m = b->meta.load(std::memory_order_acquire);
+      // A write in this bucket may not be durable yet: make it so before relying on it.
+      if constexpr (P::kWritesBack) {
+        if (m & kMetaUnpersisted) persist_.Persist(&b->meta, sizeof(uint64_t));
+      }
       int hit = -1;
       for (uint32_t c = Candidates(b, tag, m); c; c &= c - 1) {
         const int j = std::countr_zero(c);
@@ -602,7 +624,8 @@ bool Turbo<P, R>::Search(const Probe& p, OnFound&& on_found) const {
       bool ok = true;
       if (hit >= 0) ok = on_found(b->slots[hit]);
       std::atomic_thread_fence(std::memory_order_acquire);
-      if (b->meta.load(std::memory_order_relaxed) != m || !ok) {
+      // The writer's clear of the unpersisted bit is not a change of the bucket.
+      if (((b->meta.load(std::memory_order_relaxed) ^ m) & ~kMetaUnpersisted) != 0 || !ok) {
         read_retries_.fetch_add(1, std::memory_order_relaxed);
         continue;  // a writer changed the bucket while we read it
       }
@@ -783,13 +806,24 @@ Status Turbo<P, R>::Write(const Probe& p, std::string_view value_bytes, Value va
     } else if (MetaDeleted(m) & (1u << j)) {
       r.deleted--;
     }
-    b->meta.store(MakeMeta(valid, del, MetaSeq(m) + 1), std::memory_order_release);
-    persist_.Persist(&b->meta, sizeof(uint64_t));
+    PublishMeta(b, MakeMeta(valid, del, MetaSeq(m) + 1));
     if constexpr (R) {
       if (found) RetireRecord(old_record);
     }
     if (!found) size_.Add(1);
     return Status::OK();
+  }
+}
+
+template <pm::PersistPolicy P, bool R>
+void Turbo<P, R>::PublishMeta(Bucket* b, uint64_t m) {
+  if constexpr (P::kWritesBack) {
+    b->meta.store(m | kMetaUnpersisted, std::memory_order_release);
+    persist_.Persist(&b->meta, sizeof(uint64_t));
+    b->meta.store(m, std::memory_order_release);  // durable now; same meaning, no flush needed
+  } else {
+    b->meta.store(m, std::memory_order_release);
+    persist_.Persist(&b->meta, sizeof(uint64_t));
   }
 }
 
@@ -801,9 +835,7 @@ Status Turbo<P, R>::EraseProbe(const Probe& p) {
   Where f, ins;
   if (!Locate(v, p, &f, &ins)) return Status::NotFound();
   const uint64_t m = f.b->meta.load(std::memory_order_relaxed);
-  f.b->meta.store(MakeMeta(MetaValid(m), MetaDeleted(m) | (1u << f.j), MetaSeq(m) + 1),
-                  std::memory_order_release);
-  persist_.Persist(&f.b->meta, sizeof(uint64_t));
+  PublishMeta(f.b, MakeMeta(MetaValid(m), MetaDeleted(m) | (1u << f.j), MetaSeq(m) + 1));
   r.deleted++;
   if constexpr (R) RetireRecord(f.b->slots[f.j].value.load(std::memory_order_relaxed));
   size_.Add(-1);
