@@ -15,6 +15,7 @@ void CrashSimulator::OnMap(void* base, size_t len) {
   size_ = len;
   persisted_.assign(base_, base_ + len);
   pending_.clear();
+  stored_.clear();
 }
 
 void CrashSimulator::OnUnmap(void* base, size_t) {
@@ -24,6 +25,7 @@ void CrashSimulator::OnUnmap(void* base, size_t) {
     size_ = 0;
     persisted_.clear();
     pending_.clear();
+    stored_.clear();
   }
 }
 
@@ -41,14 +43,36 @@ void CrashSimulator::SnapshotLines(const void* addr, size_t len) {
   std::lock_guard<std::mutex> g(mu_);
   Pending& pend = MyPending();
   for (size_t l = first; l <= last; l++) {
-    LineBytes b;
-    std::memcpy(b.data(), base_ + l * kLine, kLine);
-    std::vector<LineBytes>& snaps = pend[l];
-    if (snaps.empty() || snaps.back() != b) snaps.push_back(b);
+    Version v{seq_++, {}};
+    std::memcpy(v.bytes.data(), base_ + l * kLine, kLine);
+    std::vector<Version>& snaps = pend[l];
+    if (snaps.empty() || snaps.back().bytes != v.bytes) snaps.push_back(v);
   }
 }
 
 void CrashSimulator::OnFlush(const void* addr, size_t len) { SnapshotLines(addr, len); }
+
+void CrashSimulator::OnStore(const void* addr, size_t len) {
+  if (config_.eadr) {
+    CrashPoint();  // the image is memory as it is now: a crash right after this store
+    return;
+  }
+  if (!base_ || len == 0) return;
+  const char* p = static_cast<const char*>(addr);
+  if (p < base_ || p >= base_ + size_) return;
+  const size_t first = static_cast<size_t>(p - base_) / kLine;
+  const size_t last =
+      std::min((static_cast<size_t>(p - base_) + len - 1) / kLine, size_ / kLine - 1);
+  std::lock_guard<std::mutex> g(mu_);
+  for (size_t l = first; l <= last; l++) {
+    Version v{seq_++, {}};
+    std::memcpy(v.bytes.data(), base_ + l * kLine, kLine);
+    std::vector<Version>& h = stored_[l];
+    if (!h.empty() && h.back().bytes == v.bytes) continue;
+    if (h.size() >= kMaxHistory) h.erase(h.begin());
+    h.push_back(v);
+  }
+}
 void CrashSimulator::OnNtCopy(void* dst, size_t len) { SnapshotLines(dst, len); }
 
 void CrashSimulator::OnFence() {
@@ -64,7 +88,13 @@ void CrashSimulator::OnFence() {
   auto it = pending_.find(std::this_thread::get_id());
   if (it == pending_.end()) return;
   for (const auto& [line, snaps] : it->second) {
-    std::memcpy(persisted_.data() + line * kLine, snaps.back().data(), kLine);
+    const Version& committed = snaps.back();
+    std::memcpy(persisted_.data() + line * kLine, committed.bytes.data(), kLine);
+    // The media now holds this snapshot or a later version: older stored versions are gone.
+    auto h = stored_.find(line);
+    if (h == stored_.end()) continue;
+    std::erase_if(h->second, [&](const Version& v) { return v.seq < committed.seq; });
+    if (h->second.empty()) stored_.erase(h);
   }
   it->second.clear();
 }
@@ -90,8 +120,11 @@ CrashSimulator::State CrashSimulator::Capture() const {
   std::map<size_t, std::vector<LineBytes>> cand;
   for (const auto& [tid, pend] : pending_) {
     for (const auto& [line, snaps] : pend) {
-      cand[line].insert(cand[line].end(), snaps.begin(), snaps.end());
+      for (const Version& v : snaps) cand[line].push_back(v.bytes);
     }
+  }
+  for (const auto& [line, versions] : stored_) {
+    for (const Version& v : versions) cand[line].push_back(v.bytes);
   }
   const size_t lines = size_ / kLine;
   for (size_t l = 0; l < lines; l++) {

@@ -13,12 +13,16 @@
 //
 // A crash image is the persisted image plus, for every cache line, one of the versions that could
 // have reached the media at that instant: the persisted one, any pending snapshot (any thread),
-// or the current bytes of a dirty line (caches may evict any line, flushed or not). With
-// tear_words, a line may also mix those versions 8 bytes at a time (x86 guarantees only 8-byte
-// failure atomicity).
+// the current bytes of a dirty line (caches may evict any line, flushed or not), and — when a
+// store tracer reports stores (OnStore; tests/crash/store_tracer.h) — every intermediate version
+// the line has had since the last snapshot that a fence committed: an eviction may happen
+// between any two stores, so two stores to one line in the wrong order are caught even when a
+// single flush covers both. With tear_words, a line may also mix those versions 8 bytes at a
+// time (x86 guarantees only 8-byte failure atomicity).
 //
 // eADR model: caches are in the persistence domain, so the only crash image is the current
-// memory at the crash instant; crash points still fall on every fence (ordering checks).
+// memory at the crash instant; crash points fall on every fence (ordering checks) and, with a
+// store tracer, after every store (a crash between two stores).
 //
 // Crash points are numbered in the order they occur: every fence that has pending flushes, and
 // every explicit CrashPoint() call (the harness calls it at operation boundaries). The callback
@@ -101,10 +105,19 @@ class CrashSimulator final : public SimHook {
   void OnFlush(const void* addr, size_t len) override;
   void OnFence() override;
   void OnNtCopy(void* dst, size_t len) override;
+  void OnStore(const void* addr, size_t len) override;
+
+  // Intermediate versions kept per line (the newest; older ones are dropped).
+  static constexpr size_t kMaxHistory = 32;
 
  private:
+  // A line's bytes at one instant; `seq` orders snapshots and stored versions.
+  struct Version {
+    uint64_t seq;
+    LineBytes bytes;
+  };
   // line index -> snapshots in flush order (the last one is what the fence commits)
-  using Pending = std::map<size_t, std::vector<LineBytes>>;
+  using Pending = std::map<size_t, std::vector<Version>>;
   void SnapshotLines(const void* addr, size_t len);
   Pending& MyPending();
 
@@ -115,6 +128,8 @@ class CrashSimulator final : public SimHook {
   std::vector<char> persisted_;
   mutable std::mutex mu_;  // guards pending_ and persisted_ against concurrent hook calls
   std::map<std::thread::id, Pending> pending_;
+  std::map<size_t, std::vector<Version>> stored_;  // OnStore versions not yet superseded
+  uint64_t seq_ = 0;
   std::atomic<uint64_t> points_{0};
 };
 

@@ -51,6 +51,12 @@ class SimHook {
   virtual void OnFence() = 0;
   // Called after the bytes were copied to dst: they count as flushed (pending until OnFence).
   virtual void OnNtCopy(void* dst, size_t len) = 0;
+  // Called just before a non-temporal copy writes [dst, dst+len) (a store tracer lets it through
+  // untraced: non-temporal stores are snapshotted whole by OnNtCopy).
+  virtual void OnNtCopyBegin(void* /*dst*/, size_t /*len*/) {}
+  // A plain store has just changed [addr, addr+len) (reported by a store tracer, if any): the
+  // line's new bytes are one more version a cache may evict to the media at any time.
+  virtual void OnStore(const void* /*addr*/, size_t /*len*/) {}
   // A Sim-durability pool mapped / about to unmap [base, base+len). At OnMap the mapped bytes
   // are, by definition, what the media holds.
   virtual void OnMap(void* /*base*/, size_t /*len*/) {}
@@ -145,6 +151,7 @@ struct Sim {
     detail::CompilerBarrier();
   }
   static void NtCopyTo(SimHook* h, void* dst, const void* src, size_t n) {
+    if (h) h->OnNtCopyBegin(dst, n);
     std::memcpy(dst, src, n);
     if (h) h->OnNtCopy(dst, n);
   }

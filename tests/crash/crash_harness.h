@@ -52,6 +52,7 @@
 #include <thread>
 #include <vector>
 
+#include "crash/store_tracer.h"
 #include "pm/crash_sim.h"
 #include "pm/persist.h"
 #include "pmhash/index.h"
@@ -70,6 +71,7 @@ struct Config {
   bool eadr = false;
   bool tear_words = false;
   int64_t only_point = -1;  // replay: check this crash point only
+  bool track_stores = false;  // every store is a possible eviction (eADR: a crash point)
   bool concurrent_reader = false;  // a reader thread probes the in-flight key (see above)
   int reader_wait_us = 2000;       // how long a crash point waits for the reader's answer
 
@@ -97,6 +99,7 @@ struct Report {
   uint64_t states_checked = 0;
   uint64_t images_checked = 0;
   uint64_t recovery_images_checked = 0;
+  uint64_t stores_traced = 0;    // track_stores: stores reported by the tracer
   uint64_t reads_in_flight = 0;  // concurrent mode: completed reads that saw the in-flight op
   uint64_t reads_blocked = 0;    // concurrent mode: reads still waiting when the state was taken
   uint64_t reads_probed = 0;     // concurrent mode: reads asked for
@@ -213,7 +216,10 @@ class Harness {
       c.state = sim.Capture();  // after the read: what it saw happened before this crash
       captured_.push_back(std::move(c));
     });
-    pm::SimHook* prev = pm::SetThreadSimHook(&sim);
+    // With track_stores the pool reports to the tracer, which forwards everything to `sim`.
+    std::optional<StoreTracer> tracer;
+    if (cfg_.track_stores) tracer.emplace(&sim);
+    pm::SimHook* prev = pm::SetThreadSimHook(tracer ? static_cast<pm::SimHook*>(&*tracer) : &sim);
 
     // Phase 1: creation.
     Options o = base_;
@@ -281,6 +287,7 @@ class Harness {
     index.reset();
     pm::SetThreadSimHook(prev);
     report_.crash_points = sim.crash_points();
+    if (tracer) report_.stores_traced = tracer->stores();
     return Finish();
   }
 

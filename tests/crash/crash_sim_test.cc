@@ -6,8 +6,10 @@
 #include <sys/mman.h>
 
 #include <cstring>
+#include <optional>
 #include <vector>
 
+#include "crash/store_tracer.h"
 #include "pm/persist.h"
 
 namespace pmhash::pm {
@@ -164,6 +166,89 @@ TEST(CrashSimulator, ChoiceEnumerationCoversMinMaxSinglesPairs) {
     return true;
   });
   EXPECT_EQ(n, 1 + 1 + 3 + 3 + 2);  // min, max, singles, pairs, random
+}
+
+// Slots of one line each, [key | value], key != 0 = live; an insert writes value then key and
+// persists the line with one flush. The swapped order (key first) is wrong — a cache may write
+// the line back between the two stores — yet one flush covers both, so only a simulator that
+// sees the stores can tell the two orders apart.
+int CountBadSlotImages(bool key_first, bool trace, CrashSimConfig cfg = {}) {
+  constexpr size_t kBytes = 4 * 4096;
+  void* m = mmap(nullptr, kBytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (m == MAP_FAILED) return -1;
+  auto* mem = static_cast<uint64_t*>(m);
+  CrashSimulator sim(cfg);
+  std::vector<CrashSimulator::State> states;
+  sim.set_crash_point_callback([&](uint64_t) { states.push_back(sim.Capture()); });
+  {
+    std::optional<pmhash::crashtest::StoreTracer> tracer;
+    if (trace) tracer.emplace(&sim);
+    SimHook* hook = trace ? static_cast<SimHook*>(&*tracer) : &sim;
+    SimHook* prev = SetThreadSimHook(hook);
+    hook->OnMap(m, kBytes);
+    for (uint64_t i = 0; i < 16; i++) {
+      volatile uint64_t* slot = mem + 8 * i;  // one line per slot
+      const uint64_t key = i + 1;
+      if (key_first) {
+        slot[0] = key;
+        slot[1] = key * 3;
+      } else {
+        slot[1] = key * 3;
+        slot[0] = key;
+      }
+      Sim::Flush(const_cast<uint64_t*>(slot), 16);
+      Sim::Fence();
+      sim.CrashPoint();
+    }
+    hook->OnUnmap(m, kBytes);
+    SetThreadSimHook(prev);
+  }
+  munmap(m, kBytes);
+  int bad = 0;
+  std::vector<char> img(kBytes);
+  for (const auto& st : states) {
+    ForEachCrashChoice(st, st.point, 8, 64, [&](const CrashSimulator::Choice& c) {
+      CrashSimulator::BuildImage(st, c, img.data());
+      const auto* w = reinterpret_cast<const uint64_t*>(img.data());
+      for (size_t i = 0; i < 16; i++) bad += w[8 * i] != 0 && w[8 * i + 1] != w[8 * i] * 3;
+      return true;
+    });
+  }
+  return bad;
+}
+
+TEST(StoreTracer, SwappedStoresInOneLineAreInvisibleWithoutIt) {
+  EXPECT_EQ(CountBadSlotImages(/*key_first=*/true, /*trace=*/false), 0);
+}
+
+TEST(StoreTracer, CatchesSwappedStoresInOneLine) {
+  EXPECT_GT(CountBadSlotImages(/*key_first=*/true, /*trace=*/true), 0);
+  EXPECT_EQ(CountBadSlotImages(/*key_first=*/false, /*trace=*/true), 0);
+}
+
+TEST(StoreTracer, EadrCrashesBetweenTwoStores) {
+  EXPECT_EQ(CountBadSlotImages(true, false, {.eadr = true}), 0);  // fences only: not seen
+  EXPECT_GT(CountBadSlotImages(true, true, {.eadr = true}), 0);
+  EXPECT_EQ(CountBadSlotImages(false, true, {.eadr = true}), 0);
+}
+
+TEST(StoreTracer, ReportsEveryStoreAndRestoresAccess) {
+  constexpr size_t kBytes = 2 * 4096;
+  void* m = mmap(nullptr, kBytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  ASSERT_NE(m, MAP_FAILED);
+  CrashSimulator sim;
+  {
+    pmhash::crashtest::StoreTracer tracer(&sim);
+    tracer.OnMap(m, kBytes);
+    auto* w = static_cast<volatile uint64_t*>(m);
+    w[0] = 1;
+    w[1] = 2;
+    w[600] = 3;  // second page
+    EXPECT_EQ(tracer.stores(), 3u);
+    tracer.OnUnmap(m, kBytes);
+  }
+  static_cast<volatile uint64_t*>(m)[1] = 5;  // writable again, no handler involved
+  munmap(m, kBytes);
 }
 
 }  // namespace

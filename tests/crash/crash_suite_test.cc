@@ -63,6 +63,36 @@ TYPED_TEST(CrashSuite, Eadr) {
              .Run());
 }
 
+// Every store into the pool is traced (store_tracer.h): in ADR each intermediate version of a
+// line is a possible eviction, in eADR a crash may fall between any two stores. This is what
+// catches two stores to one line in the wrong order.
+TYPED_TEST(CrashSuite, AdrEveryStore) {
+  Config c;
+  c.seed = 16;
+  c.ops = 300;
+  c.track_stores = true;
+  const Report r = Harness<TypeParam::template Index>(c, TypeParam::Small(HashMode::kStrong),
+                                                      std::string(TypeParam::kName) + "Stores")
+                       .Run();
+  Expect(r);
+  EXPECT_GT(r.stores_traced, 0u);
+  std::printf("stores traced %lu\n", static_cast<unsigned long>(r.stores_traced));
+}
+
+TYPED_TEST(CrashSuite, EadrEveryStore) {
+  Config c;
+  c.seed = 17;
+  c.ops = 300;
+  c.eadr = true;
+  c.track_stores = true;
+  const Report r = Harness<TypeParam::template Index>(c, TypeParam::Small(HashMode::kStrong),
+                                                      std::string(TypeParam::kName) + "EadrStores")
+                       .Run();
+  Expect(r);
+  EXPECT_GT(r.stores_traced, 0u);
+  EXPECT_GT(r.crash_points, r.stores_traced / 2) << "each store should be a crash point";
+}
+
 // A reader thread beside the writer: a read that completed before a crash must never have seen
 // a write the crash can undo. Turbo's readers take no lock, so they see in-flight writes (and
 // must help persist them); REH and Pea readers wait on the writer's lock, which is held across
