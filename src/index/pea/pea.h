@@ -714,6 +714,8 @@ void Pea<P>::InsertIntoBucket(PmBucket* b, Key k, Value v, uint8_t f) {
   }
   if (j >= 0 && SlotLine(j) == 0) {
     put(j, k, v);
+    // I2': with torn lines the slot must be durable before the header word names it.
+    if (params_.tear_safe) persist_.Persist(&b->slots[j], sizeof(PmSlot));
     w[0] |= kKvFormat | (uint64_t{1} << (1 + j));
     SetFpByte(w, j, f);
     b->hdr[0].store(w[0], std::memory_order_release);
@@ -753,6 +755,12 @@ void Pea<P>::InsertIntoBucket(PmBucket* b, Key k, Value v, uint8_t f) {
   put(j, k, v);
   if (j < kFpSlots) SetFpByte(w, j, f);
   targets |= 1u << j;
+  if (params_.tear_safe && w[1] != b->hdr[1].load(std::memory_order_relaxed)) {
+    // I2': word 1 only gains fingerprints of slots that are not live yet, so it may be stored
+    // now and made durable by the slot line's fence, before word 0 sets their bits.
+    b->hdr[1].store(w[1], std::memory_order_relaxed);
+    persist_.Flush(b, 64);
+  }
   // The new slots' line is durable before the header that makes them live (I2, I3).
   persist_.Persist(&b->slots[j], 16);
   // (Moved entries share the new entry's line: the flush above covered them.)
