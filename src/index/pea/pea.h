@@ -134,6 +134,7 @@
 #include <mutex>
 #include <new>
 #include <string>
+#include <type_traits>
 #include <unordered_set>
 #include <vector>
 
@@ -224,10 +225,13 @@ inline constexpr uint32_t LastStrategy(PeaStrategies m) {
 
 // Per-segment DRAM lock line: segment lock + b = 8 bucket locks, each [version:31 | locked:1].
 struct alignas(64) SegLocks {
-  std::atomic<uint32_t> seg;
-  std::atomic<uint32_t> bucket[kBucketLocks];
+  std::atomic<uint32_t> seg{0};
+  std::atomic<uint32_t> bucket[kBucketLocks] = {};
 };
 static_assert(sizeof(SegLocks) == 64, "one cache line per segment");
+// The lock table lives in a HugeArray (raw mapped storage): Recover() constructs the lines in
+// place, and the array unmaps them without running destructors.
+static_assert(std::is_trivially_destructible_v<SegLocks>, "HugeArray never destroys elements");
 
 inline bool TryLockWord(std::atomic<uint32_t>& w) {
   uint32_t v = w.load(std::memory_order_relaxed);
@@ -648,6 +652,9 @@ Status Pea<P>::Recover() {
   // DRAM state.
   locks_ = HugeArray<SegLocks>(chunk_count_);
   if (!locks_) return Status::OutOfMemory("pea: lock table");
+  // The mapping is zero-filled, but only a constructor begins an atomic's lifetime (as REH
+  // constructs its directory entries in place).
+  std::uninitialized_default_construct_n(locks_.data(), locks_.size());
   auto dir = std::make_unique<Directory>();
   dir->depth = g;
   dir->root = pick;
