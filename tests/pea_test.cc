@@ -9,7 +9,8 @@
 //   PersistCost           the one-flush fast path: an insert that changes no structure costs one
 //                         flush + fence (slot in line 0) or two (line 0 full: entry moving);
 //                         most cost one; without entry moving fewer do. Erase and update cost one,
-//                         finds and failed writes none.
+//                         finds and failed writes none. With tear_safe: two fences per insert
+//                         (2 or 3 flushes); tear_safe is not a pool property.
 //   DirectoryChoice       recovery takes the directory descriptor with the larger global depth
 //                         (a hand-built doubled directory in the other root is adopted), refuses an
 //                         invalid larger one and two equal depths, ignores an invalid smaller one.
@@ -174,12 +175,23 @@ TEST(PeaStrategy, AblationModes) {
   EXPECT_GE(max_lf[4] + 0.02, max_lf[3]);
 }
 
+// Persists (flush requests), fences and flushed lines of every insert that changes no structure.
+//   default:   1 + 1 (slot in line 0, one flush of the line), or 2 + 2 (slot line, then header)
+//   tear_safe: 2 + 2 (slot, then header word 0), or 2-3 flushes + 2 fences (slot line and, when
+//              the fingerprint word changes, the header line; then header word 0)
+struct PersistCost {
+  double cheapest_fraction = 0;  // inserts at the cheapest cost (default 1 fence, tear_safe 2)
+  double persists_per_insert = 0;
+  double fences_per_insert = 0;
+};
+
 template <class P>
-void CheckPersistCost(bool entry_moving, double* one_flush_fraction) {
+void CheckPersistCost(bool entry_moving, bool tear_safe, PersistCost* cost) {
   ScopedPath path("pea_cost");
   Options o = PeaOptions(path.path(), P::kDurability, 64);
   o.counters = true;
   o.pea.entry_moving = entry_moving;
+  o.pea.tear_safe = tear_safe;
   auto r = pea::Pea<P>::Open(o);
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   auto& ix = **r;
@@ -187,7 +199,7 @@ void CheckPersistCost(bool entry_moving, double* one_flush_fraction) {
   const uint64_t lines_per_persist = P::kWritesBack ? 1 : 0;
   ix.ResetCounters();
   const uint64_t n = Scaled(6000);
-  uint64_t steady = 0, one = 0, structural = 0;
+  uint64_t steady = 0, cheapest = 0, structural = 0, persists_sum = 0, fences_sum = 0;
   auto shape = [&] {
     const IndexStats s = ix.Stats();
     return s.splits + s.doublings + static_cast<uint64_t>(Detail(s, "pea.transitions.two_choice")) +
@@ -202,11 +214,19 @@ void CheckPersistCost(bool entry_moving, double* one_flush_fraction) {
     const uint64_t persists = t1.persists - t0.persists, fences = t1.fences - t0.fences;
     if (after == before) {
       steady++;
-      ASSERT_TRUE(persists == 1 || persists == 2) << "insert #" << i << ": " << persists;
-      ASSERT_EQ(fences, persists) << "insert #" << i;
+      if (tear_safe) {
+        ASSERT_EQ(fences, 2u) << "insert #" << i;
+        ASSERT_TRUE(persists == 2 || persists == 3) << "insert #" << i << ": " << persists;
+        cheapest += persists == 2;
+      } else {
+        ASSERT_TRUE(persists == 1 || persists == 2) << "insert #" << i << ": " << persists;
+        ASSERT_EQ(fences, persists) << "insert #" << i;
+        cheapest += persists == 1;
+      }
       ASSERT_EQ(t1.flushed_lines - t0.flushed_lines, persists * lines_per_persist);
       ASSERT_EQ(t1.nt_bytes - t0.nt_bytes, 0u);
-      one += persists == 1;
+      persists_sum += persists;
+      fences_sum += fences;
     } else {
       structural++;
     }
@@ -214,27 +234,72 @@ void CheckPersistCost(bool entry_moving, double* one_flush_fraction) {
   }
   EXPECT_GT(steady, n * 9 / 10);
   EXPECT_GT(structural, 0u);
-  *one_flush_fraction = static_cast<double>(one) / static_cast<double>(steady);
-  std::printf("[ info ] entry moving %s: %.1f%% of %lu plain inserts took one flush + fence\n",
-              entry_moving ? "on " : "off", 100 * *one_flush_fraction,
-              static_cast<unsigned long>(steady));
+  cost->cheapest_fraction = static_cast<double>(cheapest) / static_cast<double>(steady);
+  cost->persists_per_insert = static_cast<double>(persists_sum) / static_cast<double>(steady);
+  cost->fences_per_insert = static_cast<double>(fences_sum) / static_cast<double>(steady);
+  std::printf(
+      "[ info ] entry moving %s, tear_safe %s: %lu plain inserts, %.1f%% at the cheapest cost, "
+      "%.3f persists + %.3f fences per insert\n",
+      entry_moving ? "on " : "off", tear_safe ? "on " : "off", static_cast<unsigned long>(steady),
+      100 * cost->cheapest_fraction, cost->persists_per_insert, cost->fences_per_insert);
 
-  // Update and erase: one persist + one fence each; failed operations and finds: nothing.
+  // Update and erase: one persist + one fence each (one 8-byte store: nothing to tear);
+  // failed operations and finds: nothing.
   ExpectUpdateEraseOnePersistFailuresNone(ix, ctr, n, lines_per_persist);
 }
 
 TEST(PeaPersistCost, AdrOneFlushFastPath) {
-  double with = 0, without = 0;
-  ASSERT_NO_FATAL_FAILURE(CheckPersistCost<pm::Adr>(true, &with));
-  ASSERT_NO_FATAL_FAILURE(CheckPersistCost<pm::Adr>(false, &without));
-  EXPECT_GT(with, 0.6) << "most inserts must take the one-flush path";
-  EXPECT_GT(with, without + 0.1) << "entry moving must create one-flush inserts";
+  PersistCost with, without;
+  ASSERT_NO_FATAL_FAILURE(CheckPersistCost<pm::Adr>(true, false, &with));
+  ASSERT_NO_FATAL_FAILURE(CheckPersistCost<pm::Adr>(false, false, &without));
+  EXPECT_GT(with.cheapest_fraction, 0.6) << "most inserts must take the one-flush path";
+  EXPECT_GT(with.cheapest_fraction, without.cheapest_fraction + 0.1)
+      << "entry moving must create one-flush inserts";
 }
 
 TEST(PeaPersistCost, EadrNoWriteBack) {
-  double with = 0;
-  ASSERT_NO_FATAL_FAILURE(CheckPersistCost<pm::Eadr>(true, &with));
-  EXPECT_GT(with, 0.6);
+  PersistCost with;
+  ASSERT_NO_FATAL_FAILURE(CheckPersistCost<pm::Eadr>(true, false, &with));
+  EXPECT_GT(with.cheapest_fraction, 0.6);
+}
+
+// I2': two fences per insert, whichever line the slot is in; update and erase unchanged.
+TEST(PeaPersistCost, AdrTearSafeTwoFencesPerInsert) {
+  PersistCost with, without;
+  ASSERT_NO_FATAL_FAILURE(CheckPersistCost<pm::Adr>(true, true, &with));
+  ASSERT_NO_FATAL_FAILURE(CheckPersistCost<pm::Adr>(false, true, &without));
+  EXPECT_DOUBLE_EQ(with.fences_per_insert, 2.0);
+  EXPECT_DOUBLE_EQ(without.fences_per_insert, 2.0);
+  EXPECT_GT(with.cheapest_fraction, 0.6) << "most inserts: slot, then header word 0";
+  EXPECT_LT(with.persists_per_insert, 2.4);
+}
+
+// Like entry_moving, tear_safe changes no byte of the format: a pool written with it opens
+// without it and the other way round.
+TEST(PeaPersistCost, TearSafeIsNotAPoolProperty) {
+  ScopedPath path("pea_tear_safe");
+  Options o = PeaOptions(path.path(), Durability::kAdr, 4);
+  o.pool_size = 8 << 20;
+  const uint64_t n = 2000;
+  for (uint64_t round = 0; round < 3; round++) {
+    o.pea.tear_safe = round % 2 == 1;
+    o.mode = round == 0 ? OpenMode::kCreateExclusive : OpenMode::kOpenExisting;
+    auto r = pea::Pea<pm::Adr>::Open(o);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    auto& ix = **r;
+    ASSERT_EQ(ix.Size(), round * n);
+    for (uint64_t i = round * n; i < (round + 1) * n; i++) {
+      ASSERT_TRUE(ix.Insert(SplitMix64(i), i).ok());
+    }
+    for (uint64_t i = 0; i < (round + 1) * n; i += 7) {
+      Value v;
+      ASSERT_TRUE(ix.Find(SplitMix64(i), &v).ok()) << i;
+      ASSERT_EQ(v, i);
+    }
+    const Status s = ix.CheckInvariants();
+    ASSERT_TRUE(s.ok()) << s.ToString();
+    ASSERT_TRUE(ix.Close().ok());
+  }
 }
 
 // ============================================================================================

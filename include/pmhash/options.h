@@ -52,8 +52,15 @@ struct PeaParams {
   uint32_t initial_depth = 2;       // global depth of a new pool (2^d segments), <= max_depth
   uint32_t max_depth = 32;          // refuse to grow the directory past 2^max_depth entries
   PeaStrategies strategies = PeaStrategies::kAdaptive;
-  // LB+-tree entry moving (paper 3.4): not a pool property, may differ between opens.
+  // Not pool properties (may differ between opens):
+  // LB+-tree entry moving (paper 3.4).
   bool entry_moving = true;
+  // The paper persists an insert into the header's line with one flush (slot and header share
+  // it), and orders the two header words and entry moving within one line, so it relies on a 64 B
+  // line reaching the media whole. Platforms that only guarantee 8-byte failure atomicity should
+  // set tear_safe: every slot, and the fingerprint word, is persisted before the header word that
+  // makes it live (one more flush and fence per insert into line 0).
+  bool tear_safe = false;
 };
 
 // TurboHash geometry and policy (../shared/papers/turbohash.txt, src/index/turbo). Buckets are

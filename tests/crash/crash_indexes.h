@@ -3,10 +3,13 @@
 // Adding an index to the library means adding its traits here (CrashSuite.CoversEveryRegistered
 // Index fails until then). Small() must give a geometry where a few hundred operations drive
 // every growth path (splits, doublings, rehashes) and a pool small enough that images are cheap.
+// TearSafe() adds what the index needs on a platform with only 8-byte failure atomicity (a 64 B
+// line may reach the media torn, 8 bytes at a time): the crash suite runs it under tear_words.
 #pragma once
 
 #include <string_view>
 #include <tuple>
+#include <utility>
 
 #include "index/pea/pea.h"
 #include "index/reh/reh.h"
@@ -28,6 +31,10 @@ struct RehTraits {
     o.hash_mode = mode;
     return o;
   }
+  static Options TearSafe(Options o) {
+    o.reh.tear_safe = true;  // I4' in reh.h
+    return o;
+  }
 };
 
 struct PeaTraits {
@@ -42,6 +49,10 @@ struct PeaTraits {
     o.pea.initial_depth = 0;    // expansions within the first hundred inserts
     o.pea.max_depth = 24;
     o.hash_mode = mode;
+    return o;
+  }
+  static Options TearSafe(Options o) {
+    o.pea.tear_safe = true;  // I2' in pea.h
     return o;
   }
 };
@@ -63,6 +74,9 @@ struct TurboTraits {
     o.hash_mode = mode;
     return o;
   }
+  // Items and records are persisted before the 8-byte meta store that makes them live (I2 in
+  // turbo.h): nothing to add.
+  static Options TearSafe(Options o) { return o; }
 };
 
 // TurboHash with records (turbo-kv): same geometry and pool; every insert/update allocates a
@@ -73,6 +87,7 @@ struct TurboKvTraits {
   template <class P>
   using Index = turbo::Turbo<P, true>;
   static Options Small(HashMode mode) { return TurboTraits::Small(mode); }
+  static Options TearSafe(Options o) { return TurboTraits::TearSafe(std::move(o)); }
 };
 
 using AllIndexes = std::tuple<RehTraits, PeaTraits, TurboTraits, TurboKvTraits>;

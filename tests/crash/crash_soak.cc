@@ -1,7 +1,7 @@
 // crash_soak — long crash-simulator runs for local use:
 //   crash_soak [--minutes N] [--seed S] [--ops N]
-// Cycles through every index x {ADR strong, ADR colliding, eADR, ADR torn+tear-safe where the
-// index offers it} with seeds S, S+1, ... until the time is up; prints per-index totals and stops
+// Cycles through every index x {ADR strong, ADR colliding, eADR, ADR with 8-byte torn lines (with
+// the index's TearSafe() options)} with seeds S, S+1, ... until the time is up; prints per-index totals and stops
 // at the first failure with its replay line. Exit status 0 iff no failure.
 #include <chrono>
 #include <cstdio>
@@ -32,12 +32,8 @@ bool RunOne(int variant, uint64_t seed, int ops, double budget, Totals& t) {
   Options o = T::Small(variant == 1 ? HashMode::kCollide : HashMode::kStrong);
   if (variant == 2) c.eadr = true;
   if (variant == 3) {
-    if constexpr (std::is_same_v<T, RehTraits>) {
-      c.tear_words = true;
-      o.reh.tear_safe = true;
-    } else {
-      return true;
-    }
+    c.tear_words = true;
+    o = T::TearSafe(std::move(o));
   }
   const Report r = Harness<T::template Index>(c, o, std::string(T::kName) + "Soak").Run();
   t.runs++;

@@ -1,5 +1,6 @@
 // The crash suite: every index (crash_indexes.h) through the simulator, in ADR (strong and
-// colliding hashes) and eADR, crashing creation, every operation (growth included) and recovery.
+// colliding hashes), eADR and ADR with 8-byte torn lines, crashing creation, every operation
+// (growth included) and recovery.
 // See crash_harness.h for the oracle; PMHASH_CRASH_BUDGET scales the time budget per run.
 #include <gtest/gtest.h>
 
@@ -60,6 +61,21 @@ TYPED_TEST(CrashSuite, Eadr) {
   c.eadr = true;
   Expect(Harness<TypeParam::template Index>(c, TypeParam::Small(HashMode::kStrong),
                                             std::string(TypeParam::kName) + "Eadr")
+             .Run());
+}
+
+// 8-byte tearing: x86 guarantees failure atomicity for aligned 8-byte stores only, so a 64 B line
+// may reach the media partially. Every index must survive it, with its tear-safe option if it has
+// one (TearSafe() in crash_indexes.h).
+TYPED_TEST(CrashSuite, AdrTornWords) {
+  Config c;
+  c.seed = 14;
+  c.tear_words = true;
+  c.random_images = 6;
+  c.budget_seconds = 5;  // per index; PMHASH_CRASH_BUDGET or crash_soak for longer runs
+  Expect(Harness<TypeParam::template Index>(
+             c, TypeParam::TearSafe(TypeParam::Small(HashMode::kStrong)),
+             std::string(TypeParam::kName) + "AdrTorn")
              .Run());
 }
 
@@ -133,17 +149,8 @@ TEST(CrashSuiteCoverage, CoversEveryRegisteredIndex) {
   }
 }
 
-// REH-specific: the paper's one-flush insert assumes whole-line write-back (I4 in reh.h).
-TEST(RehCrash, TearSafeInsertSurvivesTornLines) {
-  Config c;
-  c.seed = 14;
-  c.tear_words = true;
-  c.random_images = 8;
-  Options o = RehTraits::Small(HashMode::kStrong);
-  o.reh.tear_safe = true;
-  Expect(Harness<reh::Reh>(c, o, "RehTearSafe").Run());
-}
-
+// REH-specific: the paper's one-flush insert assumes whole-line write-back (I4 in reh.h);
+// CrashSuite.AdrTornWords runs it with tear_safe.
 // The simulator must find the torn image that the one-flush insert cannot survive.
 TEST(RehCrash, OneFlushInsertNeedsWholeLineWriteBack) {
   Config c;
@@ -154,6 +161,32 @@ TEST(RehCrash, OneFlushInsertNeedsWholeLineWriteBack) {
   const Report r =
       Harness<reh::Reh>(c, RehTraits::Small(HashMode::kStrong), "RehOneFlushTorn").Run();
   EXPECT_NE(r.failure.find("match neither side"), std::string::npos) << r.failure;
+}
+
+// Pea-specific: the paper's one-flush insert into the header's line (slot and header word share
+// line 0) and its in-line ordering of the header words assume whole-line write-back (I2, I3 in
+// pea.h); CrashSuite.AdrTornWords runs it with tear_safe. The simulator must find a torn image.
+TEST(PeaCrash, OneFlushInsertNeedsWholeLineWriteBack) {
+  Config c;
+  c.seed = 14;
+  c.tear_words = true;
+  c.random_images = 8;
+  c.ops = 60;
+  const Report r =
+      Harness<pea::Pea>(c, PeaTraits::Small(HashMode::kStrong), "PeaOneFlushTorn").Run();
+  EXPECT_NE(r.failure.find("match neither side"), std::string::npos) << r.failure;
+}
+
+// Entry moving and the 2-choice and stash buckets, under tearing: colliding hashes crowd a few
+// buckets, so most inserts land outside line 0 (word 1 fingerprints, moved entries).
+TEST(PeaCrash, TearSafeCollidingHash) {
+  Config c;
+  c.seed = 15;
+  c.tear_words = true;
+  c.random_images = 6;
+  c.budget_seconds = 4;
+  Options o = PeaTraits::TearSafe(PeaTraits::Small(HashMode::kCollide));
+  Expect(Harness<pea::Pea>(c, o, "PeaTornCollide").Run());
 }
 
 }  // namespace

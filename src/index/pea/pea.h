@@ -32,6 +32,8 @@
 //     common insert is one flush + one fence. When line 0 is full the new entry goes to another
 //     line and, in the same persist, up to three line-0 entries are copied next to it (LB+-tree
 //     entry moving): the header update that follows frees line 0 for the next inserts.
+//     PeaParams::tear_safe (no whole-line write-back) persists the slot before the header word
+//     instead: two fences (two or three flushes) per insert (I2').
 //   * Erase clears the slot's bitmap bit: one 8-byte store to the header word, one flush + fence
 //     (the paper leaves durable deletes implicit; this is our choice). Update overwrites the value
 //     word in place: one flush + fence.
@@ -74,10 +76,25 @@
 //   I2  Insert writes the slot (value, then key) before the header word that sets its bit. Slot
 //       in line 0: one flush covers both (whole-line write-back, as REH's I4). Otherwise the slot
 //       line is persisted first, then the header. Fingerprints of slots 6..13 are in header word
-//       1, written before word 0 (bitmap + fp0..5): a slot's fingerprint is only read once its
-//       bit is set.
+//       1, written before word 0 (bitmap + fp0..5) in the same line: a slot's fingerprint is only
+//       read once its bit is set, and a line written back whole never holds the new word 0 with
+//       the old word 1.
+//   I2' With PeaParams::tear_safe (platforms with only 8-byte failure atomicity: a line may reach
+//       the media torn, 8 bytes at a time), nothing relies on two stores in one line arriving
+//       together: a slot in line 0 is persisted (flush + fence) before word 0 is stored; for a
+//       slot in another line, word 1 is stored before the slot line's fence and flushed with it
+//       (it only gains fingerprints of slots that are not live), so both are durable before word
+//       0 is stored. Two fences per insert either way. The only other multi-word line writes are
+//       already ordered by fences (new segments and directory regions: NtCopy + fence before the
+//       8-byte store that links them, I6; a stash bucket's cleared header: word 0 = no live slot
+//       whatever word 1 holds, fenced before the transition, I5); erase, update, directory entries,
+//       descriptors and StashSid words are single 8-byte stores. The crash suite runs the
+//       default under whole-line write-back and tear_safe under the simulator's 8-byte tearing
+//       (which breaks the default: PeaCrash.OneFlushInsertNeedsWholeLineWriteBack).
 //   I3  Entry moving: the copies are persisted in their new (free) slots before the single
-//       8-byte header store that sets the new bits and clears the old ones.
+//       8-byte header store that sets the new bits and clears the old ones. The copies share the
+//       new entry's line, which is never line 0, so this holds under tearing too (with I2' for
+//       the copies' fingerprints in word 1).
 //   I4  Erase: one 8-byte header store clearing the bit, then persist. Update: one 8-byte store
 //       of the value, then persist.
 //   I5  Strategy transitions and splits change the directory in two steps; the lowest entry of a
@@ -134,6 +151,7 @@
 #include <mutex>
 #include <new>
 #include <string>
+#include <type_traits>
 #include <unordered_set>
 #include <vector>
 
@@ -224,10 +242,13 @@ inline constexpr uint32_t LastStrategy(PeaStrategies m) {
 
 // Per-segment DRAM lock line: segment lock + b = 8 bucket locks, each [version:31 | locked:1].
 struct alignas(64) SegLocks {
-  std::atomic<uint32_t> seg;
-  std::atomic<uint32_t> bucket[kBucketLocks];
+  std::atomic<uint32_t> seg{0};
+  std::atomic<uint32_t> bucket[kBucketLocks] = {};
 };
 static_assert(sizeof(SegLocks) == 64, "one cache line per segment");
+// The lock table lives in a HugeArray (raw mapped storage): Recover() constructs the lines in
+// place, and the array unmaps them without running destructors.
+static_assert(std::is_trivially_destructible_v<SegLocks>, "HugeArray never destroys elements");
 
 inline bool TryLockWord(std::atomic<uint32_t>& w) {
   uint32_t v = w.load(std::memory_order_relaxed);
@@ -648,6 +669,9 @@ Status Pea<P>::Recover() {
   // DRAM state.
   locks_ = HugeArray<SegLocks>(chunk_count_);
   if (!locks_) return Status::OutOfMemory("pea: lock table");
+  // The mapping is zero-filled, but only a constructor begins an atomic's lifetime (as REH
+  // constructs its directory entries in place).
+  std::uninitialized_default_construct_n(locks_.data(), locks_.size());
   auto dir = std::make_unique<Directory>();
   dir->depth = g;
   dir->root = pick;
@@ -714,6 +738,8 @@ void Pea<P>::InsertIntoBucket(PmBucket* b, Key k, Value v, uint8_t f) {
   }
   if (j >= 0 && SlotLine(j) == 0) {
     put(j, k, v);
+    // I2': with torn lines the slot must be durable before the header word names it.
+    if (params_.tear_safe) persist_.Persist(&b->slots[j], sizeof(PmSlot));
     w[0] |= kKvFormat | (uint64_t{1} << (1 + j));
     SetFpByte(w, j, f);
     b->hdr[0].store(w[0], std::memory_order_release);
@@ -753,6 +779,12 @@ void Pea<P>::InsertIntoBucket(PmBucket* b, Key k, Value v, uint8_t f) {
   put(j, k, v);
   if (j < kFpSlots) SetFpByte(w, j, f);
   targets |= 1u << j;
+  if (params_.tear_safe && w[1] != b->hdr[1].load(std::memory_order_relaxed)) {
+    // I2': word 1 only gains fingerprints of slots that are not live yet, so it may be stored
+    // now and made durable by the slot line's fence, before word 0 sets their bits.
+    b->hdr[1].store(w[1], std::memory_order_relaxed);
+    persist_.Flush(b, 64);
+  }
   // The new slots' line is durable before the header that makes them live (I2, I3).
   persist_.Persist(&b->slots[j], 16);
   // (Moved entries share the new entry's line: the flush above covered them.)
