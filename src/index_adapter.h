@@ -3,6 +3,7 @@
 
 #include <memory>
 
+#include "pm/pool.h"
 #include "pmhash/index.h"
 
 namespace pmhash {
@@ -20,7 +21,13 @@ class IndexAdapter final : public Index {
   Status Erase(Key k) override { return impl_->Erase(k); }
   uint64_t Size() const override { return impl_->Size(); }
   void ForEach(const std::function<void(Key, Value)>& fn) const override { impl_->ForEach(fn); }
-  IndexStats Stats() const override { return impl_->Stats(); }
+  IndexStats Stats() const override {
+    IndexStats s = impl_->Stats();
+    if constexpr (requires { impl_->pool().mapping(); }) {
+      if (s.mapping.empty()) s.mapping = std::string(pm::MappingName(impl_->pool().mapping()));
+    }
+    return s;
+  }
   Status CheckInvariants() const override { return impl_->CheckInvariants(); }
   void ResetCounters() override { impl_->ResetCounters(); }
   Status Close() override { return impl_->Close(); }

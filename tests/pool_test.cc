@@ -12,13 +12,16 @@
 
 #include <bit>
 #include <cstdint>
+#include <csignal>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <random>
 #include <string>
 #include <unordered_map>
 #include <vector>
 
+#include "common/hash.h"
 #include "index/pea/pea.h"
 #include "index/reh/reh.h"
 #include "index/turbo/turbo.h"
@@ -36,6 +39,7 @@ using pm::PoolHeader;
 using Reh = reh::Reh<pm::Adr>;
 
 constexpr uint64_t kSmallPool = 1 << 20;
+constexpr uint64_t kTestHashSeed = 0x9e3779b97f4a7c15ULL;
 
 Options RehOptions(const std::string& path, OpenMode mode = OpenMode::kOpenOrCreate) {
   Options o;
@@ -43,6 +47,7 @@ Options RehOptions(const std::string& path, OpenMode mode = OpenMode::kOpenOrCre
   o.pool_size = kSmallPool;
   o.mode = mode;
   o.durability = Durability::kAdr;
+  o.hash_seed = kTestHashSeed;  // reproducible chains (the default seed is random)
   o.reh.initial_depth = 1;
   return o;
 }
@@ -182,10 +187,10 @@ TEST(PoolOpen, OtherHashSeedIsIgnoredStoredSeedWins) {
   ScopedPath p("other_seed");
   ASSERT_NO_FATAL_FAILURE(MakeRehPool(p.path(), 500));
   Options o = RehOptions(p.path(), OpenMode::kOpenExisting);
-  o.hash_seed ^= 0x1234567;
+  o.hash_seed = kTestHashSeed ^ 0x1234567;
   auto r = Reh::Open(o);
   ASSERT_TRUE(r.ok()) << r.status().ToString();
-  EXPECT_EQ((*r)->pool().hash_seed(), Options{}.hash_seed);
+  EXPECT_EQ((*r)->pool().hash_seed(), kTestHashSeed);
   EXPECT_EQ((*r)->Size(), 500u);
   for (Key k = 0; k < 500; k++) {
     Value v;
@@ -469,6 +474,236 @@ TEST(PoolCorrupt, CleanFlagAndOpenCount) {
   EXPECT_EQ(h->created_durability, static_cast<uint8_t>(Durability::kAdr));
 }
 
+// Regression test: a new pool's header said "open count: 0" (`pmhash info`): the creating open
+// was never counted, only later ones.
+TEST(PoolOpen, CreatingOpenIsCounted) {
+  ScopedPath p("open_count");
+  ASSERT_NO_FATAL_FAILURE(MakeRehPool(p.path(), 10));
+  EXPECT_EQ(ReadHeader(p.path())->open_count.load(), 1u) << "the creating open counts";
+  {
+    auto r = Reh::Open(RehOptions(p.path(), OpenMode::kOpenExisting));
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    ASSERT_TRUE((*r)->Close().ok());
+  }
+  EXPECT_EQ(ReadHeader(p.path())->open_count.load(), 2u);
+}
+
+// Regression test: pool files were created sparse (ftruncate), so a full tmpfs or file system
+// showed up as SIGBUS at some later store into a hole. Creation must allocate every block and
+// fail with a Status when it cannot.
+TEST(PoolCreate, FileIsFullyAllocatedAtCreation) {
+  ScopedPath p("not_sparse");
+  Options o = RehOptions(p.path());
+  o.pool_size = 8 << 20;
+  auto r = Reh::Open(o);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  struct stat st;
+  ASSERT_EQ(stat(p.path().c_str(), &st), 0);
+  EXPECT_EQ(static_cast<uint64_t>(st.st_size), o.pool_size);
+  EXPECT_GE(static_cast<uint64_t>(st.st_blocks) * 512, o.pool_size)
+      << "the pool file is sparse: a full file system would SIGBUS a later store";
+}
+
+// The file-size limit makes the allocation fail like a full file system would (EFBIG instead of
+// ENOSPC): creation must answer with a Status and leave no file behind.
+TEST(PoolCreate, AllocationFailureIsAStatus) {
+  if (kSanitized) GTEST_SKIP() << "keep rlimits out of sanitizer runs";
+  ScopedPath p("fsize_limit");
+  const std::string path = p.path();
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    signal(SIGXFSZ, SIG_IGN);
+    struct rlimit rl = {1 << 20, 1 << 20};
+    setrlimit(RLIMIT_FSIZE, &rl);
+    Options o = RehOptions(path);
+    o.pool_size = 4 << 20;
+    auto r = Reh::Open(o);
+    _exit(r.ok() ? 100 : static_cast<int>(r.status().code()));
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status)) << "signal " << (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+  const int code = WEXITSTATUS(status);
+  EXPECT_TRUE(code == static_cast<int>(Status::Code::kOutOfSpace) ||
+              code == static_cast<int>(Status::Code::kIOError))
+      << "open returned " << (code == 100 ? "OK" : Status::CodeName(static_cast<Status::Code>(code)));
+  EXPECT_FALSE(FileExists(path));
+}
+
+// Regression test: a character device that is not devdax (/dev/zero) was taken for one, and
+// every write "succeeded" into nothing.
+TEST(PoolOpen, NonDaxCharacterDeviceIsRefused) {
+  for (OpenMode mode : {OpenMode::kOpenOrCreate, OpenMode::kOpenExisting}) {
+    auto r = Reh::Open(RehOptions("/dev/zero", mode));
+    ASSERT_FALSE(r.ok());
+    EXPECT_TRUE(r.status().IsInvalidArgument()) << r.status().ToString();
+    EXPECT_NE(r.status().message().find("devdax"), std::string_view::npos)
+        << r.status().ToString();
+  }
+}
+
+// Regression test: an adr pool opened with `dram` durability silently stopped persisting.
+TEST(PoolOpen, PersistentPoolOpenedAsDramIsRefused) {
+  for (Durability created : {Durability::kAdr, Durability::kEadr}) {
+    ScopedPath p("durability");
+    {
+      Options o = RehOptions(p.path());
+      o.durability = created;
+      auto r = Reh::Open(o);  // the Adr engine; only the pool's persists follow o.durability
+      ASSERT_TRUE(r.ok()) << r.status().ToString();
+      ASSERT_TRUE((*r)->Insert(1, 2).ok());
+      ASSERT_TRUE((*r)->Close().ok());
+    }
+    Options o = RehOptions(p.path(), OpenMode::kOpenExisting);
+    o.durability = Durability::kDram;
+    {
+      auto r = reh::Reh<pm::Dram>::Open(o);
+      ASSERT_FALSE(r.ok()) << DurabilityName(created);
+      EXPECT_TRUE(r.status().IsInvalidArgument()) << r.status().ToString();
+      EXPECT_NE(r.status().message().find("allow_durability_change"), std::string_view::npos)
+          << r.status().ToString();
+    }
+    o.allow_durability_change = true;
+    auto r = reh::Reh<pm::Dram>::Open(o);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    Value v = 0;
+    EXPECT_TRUE((*r)->Find(1, &v).ok());
+    // Between persistent modes (a platform property) and back: allowed.
+    r.value().reset();
+    o.allow_durability_change = false;
+    o.durability = created == Durability::kAdr ? Durability::kEadr : Durability::kAdr;
+    auto e = Reh::Open(o);
+    ASSERT_TRUE(e.ok()) << e.status().ToString();
+  }
+}
+
+// Pools created with `dram` (nothing promised) or `sim` (the crash tests) open with any mode.
+TEST(PoolOpen, DramAndSimPoolsOpenWithAnyDurability) {
+  for (Durability created : {Durability::kDram, Durability::kSim}) {
+    ScopedPath p("durability_any");
+    {
+      Options o = RehOptions(p.path());
+      o.durability = created;
+      auto r = reh::Reh<pm::Dram>::Open(o);
+      ASSERT_TRUE(r.ok()) << r.status().ToString();
+      ASSERT_TRUE((*r)->Close().ok());
+    }
+    for (Durability d : {Durability::kDram, Durability::kAdr, Durability::kEadr}) {
+      Options o = RehOptions(p.path(), OpenMode::kOpenExisting);
+      o.durability = d;
+      auto r = reh::Reh<pm::Dram>::Open(o);
+      ASSERT_TRUE(r.ok()) << DurabilityName(created) << " -> " << DurabilityName(d) << ": "
+                          << r.status().ToString();
+      ASSERT_TRUE((*r)->Close().ok());
+    }
+  }
+}
+
+// Regression test: the default hash seed was a public constant, so anyone could compute keys
+// that collide (16 keys drove REH's directory to depth 23). A pool created without an explicit
+// seed gets a random one; an explicit seed is stored as given.
+TEST(PoolOpen, DefaultHashSeedIsRandomExplicitSeedIsKept) {
+  uint64_t seeds[2];
+  for (uint64_t& seed : seeds) {
+    Options o = RehOptions("");  // anonymous pool
+    o.hash_seed.reset();
+    auto r = Reh::Open(o);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    seed = (*r)->pool().hash_seed();
+    EXPECT_NE(seed, 0x9e3779b97f4a7c15ULL) << "the old public default seed";
+  }
+  EXPECT_NE(seeds[0], seeds[1]) << "two new pools, the same seed";
+  Options o = RehOptions("");
+  o.hash_seed = 12345;
+  auto r = Reh::Open(o);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ((*r)->pool().hash_seed(), 12345u);
+}
+
+// Regression test: a header whose pool_size is 0 (checksum recomputed) reached mmap and came
+// back as IOError ("mmap: Invalid argument"); a pool_size that does not match the file was
+// mapped as given. The geometry is validated from the header read with pread, before mapping.
+TEST(PoolCorrupt, HeaderGeometryIsValidatedBeforeMapping) {
+  ScopedPath p("geometry");
+  ASSERT_NO_FATAL_FAILURE(MakeRehPool(p.path(), 100));
+  const std::vector<uint8_t> image = ReadFile(p.path());
+  ASSERT_EQ(image.size(), kSmallPool);
+  auto patched = [&](auto&& edit) {
+    PoolHeader h;
+    std::memcpy(static_cast<void*>(&h), image.data(), sizeof(h));
+    edit(h);
+    h.checksum = pm::HeaderChecksum(&h);  // a consistent, checksummed, wrong header
+    std::vector<uint8_t> out = image;
+    std::memcpy(out.data(), static_cast<const void*>(&h), sizeof(h));
+    return out;
+  };
+  struct Case {
+    const char* what;
+    std::function<void(PoolHeader&)> edit;
+  };
+  const std::vector<Case> cases = {
+      {"pool_size 0", [](PoolHeader& h) { h.pool_size = 0; }},
+      {"pool_size 1", [](PoolHeader& h) { h.pool_size = 1; }},
+      {"pool_size below the header", [](PoolHeader& h) { h.pool_size = 4095; }},
+      {"pool_size larger than the file", [](PoolHeader& h) { h.pool_size = kSmallPool + 4096; }},
+      {"pool_size 2^63", [](PoolHeader& h) { h.pool_size = uint64_t{1} << 63; }},
+      {"pool_size half the file, chunk count to match",
+       [](PoolHeader& h) {
+         h.pool_size = kSmallPool / 2;
+         h.chunk_count = (h.pool_size - h.heap_offset) / h.chunk_size;
+       }},
+      {"chunk_count past the end", [](PoolHeader& h) { h.chunk_count += 1; }},
+      {"chunk_count 2^60", [](PoolHeader& h) { h.chunk_count = uint64_t{1} << 60; }},
+      {"heap_offset 0", [](PoolHeader& h) { h.heap_offset = 0; }},
+      {"heap_offset past the end", [](PoolHeader& h) { h.heap_offset = kSmallPool + 4096; }},
+      {"chunk_size 0", [](PoolHeader& h) { h.chunk_size = 0; }},
+      {"header_bytes 0", [](PoolHeader& h) { h.header_bytes = 0; }},
+  };
+  for (const Case& c : cases) {
+    ASSERT_TRUE(WriteFile(p.path(), patched(c.edit)));
+    auto r = Reh::Open(RehOptions(p.path(), OpenMode::kOpenExisting));
+    ASSERT_FALSE(r.ok()) << c.what;
+    EXPECT_TRUE(r.status().IsCorruption()) << c.what << ": " << r.status().ToString();
+  }
+  ASSERT_TRUE(WriteFile(p.path(), image));
+  ASSERT_NO_FATAL_FAILURE(ExpectRehPoolIntact(p.path(), 100));
+}
+
+// The MAP_SYNC rule (no DAX file system here, so the decision is tested on its own; the detection
+// through statx(STATX_ATTR_DAX) and the MAP_SYNC mmap is not).
+TEST(PoolOpen, MapSyncRule) {
+  using pm::CheckMapSync;
+  for (Durability d : {Durability::kAdr, Durability::kEadr}) {
+    Status s = CheckMapSync(/*dax_file=*/true, /*map_sync=*/false, d, /*allow=*/false, "f");
+    EXPECT_TRUE(s.IsNotSupported()) << s.ToString();
+    EXPECT_NE(s.message().find("allow_no_map_sync"), std::string_view::npos) << s.ToString();
+    EXPECT_TRUE(CheckMapSync(true, false, d, true, "f").ok());
+    EXPECT_TRUE(CheckMapSync(true, true, d, false, "f").ok());
+    EXPECT_TRUE(CheckMapSync(false, false, d, false, "f").ok()) << "tmpfs, page cache";
+  }
+  EXPECT_TRUE(CheckMapSync(true, false, Durability::kDram, false, "f").ok());
+  EXPECT_TRUE(CheckMapSync(true, false, Durability::kSim, false, "f").ok());
+}
+
+TEST(PoolOpen, StatsSayHowThePoolIsMapped) {
+  auto anon = Reh::Open(RehOptions(""));
+  ASSERT_TRUE(anon.ok()) << anon.status().ToString();
+  EXPECT_EQ((*anon)->pool().mapping(), pm::Mapping::kAnonymous);
+  EXPECT_EQ((*anon)->Stats().mapping, "anonymous");
+  ScopedPath p("mapping");
+  auto r = Reh::Open(RehOptions(p.path()));
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  const pm::Mapping m = (*r)->pool().mapping();
+  EXPECT_TRUE(m == pm::Mapping::kTmpfsFile || m == pm::Mapping::kFile ||
+              m == pm::Mapping::kFileMapSync)
+      << pm::MappingName(m);
+  EXPECT_EQ((*r)->Stats().mapping, pm::MappingName(m));
+  if (p.path().starts_with("/dev/shm/")) {
+    EXPECT_EQ(m, pm::Mapping::kTmpfsFile);
+  }
+}
+
 // ============================================================================================
 // Hostile REH bucket chains
 // ============================================================================================
@@ -663,6 +898,95 @@ TEST_F(HostileChain, HugeLocalDepthIsRefusedBeforeAllocating) {
         << ": Recover sized a 2^32-entry directory for a chain that cannot tile";
     ASSERT_NO_FATAL_FAILURE(Restore());
   }
+}
+
+// Regression test: a pool holding one key in two slots of a bucket (a 16 B slot copied over
+// another) opened, and Erase then removed one copy and left the key findable. Recovery refuses
+// it. Duplicates can only sit in one bucket: a key is live only in the bucket of its hash (I1,
+// I3), so recovery compares the live slots of each bucket (fingerprint first).
+TEST_F(HostileChain, DuplicateKeyInABucketIsRefused) {
+  uint64_t seed;
+  std::memcpy(&seed, &image_[offsetof(PoolHeader, hash_seed)], 8);
+  const Hasher hash(HashMode::kStrong, seed);
+  uint32_t gd = 0;
+  for (const auto& b : chain_) gd = std::max(gd, b.ld);
+  // Find a bucket with two live slots: the first one is copied over the second.
+  uint64_t pos = 0;
+  bool done = false;
+  for (size_t n = 0; n < chain_.size() && !done; n++) {
+    const ChainBucket& b = chain_[n];
+    const uint64_t prefix = pos >> (gd - b.ld);
+    pos += uint64_t{1} << (gd - b.ld);
+    std::vector<int> live;
+    for (int j = 0; j < reh::kSlots; j++) {
+      uint64_t k;
+      std::memcpy(&k, &image_[b.off + 16 * j], 8);
+      if ((hash(k) >> (64 - b.ld)) == prefix) live.push_back(j);
+    }
+    if (live.size() < 2) continue;
+    SCOPED_TRACE("bucket " + std::to_string(n) + ", slot " + std::to_string(live[0]) +
+                 " copied over slot " + std::to_string(live[1]));
+    ASSERT_TRUE(
+        PatchFile(path_.path(), b.off + 16 * live[1], &image_[b.off + 16 * live[0]], 16));
+    Key dup;
+    std::memcpy(&dup, &image_[b.off + 16 * live[0]], 8);
+    auto r = Reh::Open(RehOptions(path_.path(), OpenMode::kOpenExisting));
+    if (r.ok()) {
+      Status e = (*r)->Erase(dup);
+      Value v;
+      ADD_FAILURE() << "a pool with key " << dup << " in two slots opened; after Erase: "
+                    << e.ToString() << ", Find: " << (*r)->Find(dup, &v).ToString();
+    } else {
+      EXPECT_TRUE(r.status().IsCorruption()) << r.status().ToString();
+      EXPECT_NE(r.status().message().find("twice"), std::string_view::npos)
+          << r.status().ToString();
+    }
+    done = true;
+  }
+  ASSERT_TRUE(done) << "no bucket with two live slots";
+  ASSERT_NO_FATAL_FAILURE(Restore());
+  ASSERT_NO_FATAL_FAILURE(ExpectRehPoolIntact(path_.path(), kKeys));
+}
+
+// Regression test: a chain that tiles the hash space but asks for a huge directory (depths 1, 2,
+// ..., 31, 32, 32: 33 buckets, 2^32 entries = 32 GiB) passed the tiling check and Recover
+// allocated it. The directory budget (Options::max_directory_bytes, default max(1 GiB, pool
+// size)) refuses it before allocating. The child runs under RLIMIT_AS = current + 1 GiB.
+TEST_F(HostileChain, TiledChainOverTheDirectoryBudgetIsRefusedBeforeAllocating) {
+  if (kSanitized) GTEST_SKIP() << "RLIMIT_AS and sanitizer shadow memory do not mix";
+  ASSERT_GE(chain_.size(), 33u);
+  for (size_t b = 0; b < 33; b++) {
+    const uint32_t ld = b < 32 ? static_cast<uint32_t>(b + 1) : 32;
+    ASSERT_NO_FATAL_FAILURE(SetHeader(b, ld, b < 32 ? chain_[b].sib : 0));
+  }
+  const std::string path = path_.path();
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    long pages = 0;
+    if (FILE* f = fopen("/proc/self/statm", "r")) {
+      if (fscanf(f, "%ld", &pages) != 1) pages = 0;
+      fclose(f);
+    }
+    const rlim_t limit = static_cast<rlim_t>(pages) * 4096 + (rlim_t{1} << 30);
+    struct rlimit rl = {limit, limit};
+    setrlimit(RLIMIT_AS, &rl);
+    auto r = Reh::Open(RehOptions(path, OpenMode::kOpenExisting));
+    _exit(r.ok() ? 100 : static_cast<int>(r.status().code()));
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status)) << "signal " << (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+  const int code = WEXITSTATUS(status);
+  EXPECT_EQ(code, static_cast<int>(Status::Code::kOutOfSpace))
+      << "open returned "
+      << (code == 100 ? "OK" : Status::CodeName(static_cast<Status::Code>(code)));
+  // In this process (no rlimit): the message names the budget.
+  auto r = Reh::Open(RehOptions(path, OpenMode::kOpenExisting));
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("max_directory_bytes"), std::string_view::npos)
+      << r.status().ToString();
+  ASSERT_NO_FATAL_FAILURE(Restore());
 }
 
 // ============================================================================================
@@ -1348,6 +1672,47 @@ TEST(RehLimits, HeapExhaustionDuringGrowthLeaksNothing) {
   EXPECT_TRUE((*r)->Stats().recovered);
   EXPECT_EQ((*r)->pool().allocator().used_chunks(), 20u);
   Status s = (*r)->CheckInvariants();
+  EXPECT_TRUE(s.ok()) << s.ToString();
+}
+
+// Regression test (hash flooding): with a known seed, 16 keys whose hashes share their top 20
+// bits need a directory of 2^21 entries (16 MiB) before a bucket can separate them, and the
+// directory grew for as long as max_depth (32) allowed. The DRAM budget stops it with
+// kOutOfSpace; the index stays usable.
+TEST(RehLimits, DirectoryBudgetStopsChosenKeys) {
+  Options o = RehOptions("");  // anonymous pool
+  o.hash_seed = 42;            // the attacker knows the seed
+  o.max_directory_bytes = 1 << 20;  // 2^17 entries
+  const Hasher hash(HashMode::kStrong, 42);
+  std::vector<Key> keys = {0};
+  const uint64_t top = hash(0) >> 44;
+  for (Key k = 1; keys.size() < 16; k++) {
+    if ((hash(k) >> 44) == top) keys.push_back(k);
+  }
+  auto r = Reh::Open(o);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  auto& ix = **r;
+  Status last;
+  for (Key k : keys) {
+    last = ix.Insert(k, k + 1);
+    if (!last.ok()) break;
+  }
+  ASSERT_TRUE(last.IsOutOfSpace()) << "chosen keys grew the directory to depth "
+                                   << ix.global_depth() << ": " << last.ToString();
+  EXPECT_NE(last.message().find("max_directory_bytes"), std::string_view::npos)
+      << last.ToString();
+  EXPECT_LE(ix.global_depth(), 17u);
+  EXPECT_LE(ix.Stats().dram_bytes, uint64_t{4} << 20);
+  EXPECT_EQ(ix.Size(), 15u);
+  for (size_t i = 0; i < 15; i++) {
+    Value v;
+    ASSERT_TRUE(ix.Find(keys[i], &v).ok()) << i;
+  }
+  for (Key k = 1000000; k < 1000200; k++) {
+    Status s = ix.Insert(SplitMix64(k), k);
+    ASSERT_TRUE(s.ok() || s.IsOutOfSpace()) << s.ToString();
+  }
+  Status s = ix.CheckInvariants();
   EXPECT_TRUE(s.ok()) << s.ToString();
 }
 

@@ -523,6 +523,7 @@ int RunInfo(const Command& cmd, std::span<char* const> words) {
   line("file", h.char_device
                    ? std::string("character device (devdax)")
                    : std::to_string(h.file_size) + " B (" + HumanBytes(h.file_size) + ")");
+  line("storage", h.storage);
   line("magic",
        h.magic == MS::kFinal ? "PMHASH01 (pool complete)" : "PMHASHc1 (creation did not complete)");
   line("format version",
@@ -628,6 +629,7 @@ int RunCheck(const Command& cmd, std::span<char* const> words) {
   line("load factor", std::string(buf) + " (" + std::to_string(s.capacity_slots) + " slots)");
   line("buckets", std::to_string(s.buckets) + ", global depth " + std::to_string(s.global_depth));
   line("PM", HumanBytes(s.pm_bytes) + " of a " + HumanBytes(s.pool_bytes) + " pool");
+  line("mapping", s.mapping.empty() ? "(not reported)" : s.mapping);
   line("DRAM", HumanBytes(s.dram_bytes));
   const Status inv = idx.CheckInvariants();
   line("invariants", inv.ok() ? "OK" : "FAILED: " + inv.ToString());

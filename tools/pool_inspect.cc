@@ -11,6 +11,7 @@
 #include <cstring>
 
 #include "index/reh/reh.h"
+#include "pm/pool.h"
 
 namespace pmhash::cli {
 
@@ -28,7 +29,10 @@ T Load(const std::vector<uint8_t>& b, size_t offset) {
 Result<PoolHeaderView> ReadPoolHeader(const std::string& path) {
   PoolHeaderView h;
   h.path = path;
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // The file type first, by stat: opening a FIFO would block forever.
+  PMHASH_RETURN_IF_ERROR(pm::CheckPoolFileType(path));
+  // O_NONBLOCK: should the path have become a FIFO since, the open still returns.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
   if (fd < 0) {
     const std::string why = std::strerror(errno);
     if (errno == ENOENT) return Status::NotFound("no such file: " + path);
@@ -47,6 +51,7 @@ Result<PoolHeaderView> ReadPoolHeader(const std::string& path) {
                                    " is not a regular file or character device");
   }
   h.file_size = h.char_device ? 0 : static_cast<uint64_t>(st.st_size);
+  h.storage = std::string(pm::DescribeStorage(fd));
   h.bytes.assign(pm::kHeaderBytes, 0);
   size_t got = 0;
   while (got < h.bytes.size()) {
@@ -112,7 +117,8 @@ Result<PoolHeaderView> ReadPoolHeader(const std::string& path) {
 }
 
 bool IsUnformatted(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (!pm::CheckPoolFileType(path).ok()) return false;
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
   if (fd < 0) return false;
   struct stat st;
   bool result = false;

@@ -20,6 +20,7 @@ struct PoolHeaderView {
   std::string path;
   bool char_device = false;    // devdax
   uint64_t file_size = 0;      // 0 for a character device
+  std::string storage;         // pm::DescribeStorage: devdax, tmpfs file, DAX file, page cache
   std::vector<uint8_t> bytes;  // the header, kHeaderBytes long
 
   enum class MagicState { kFinal, kCreating, kBad };
@@ -49,7 +50,7 @@ struct PoolHeaderView {
 };
 
 // Reads and decodes the header. Errors: the file cannot be opened (kIOError / kNotFound), is not
-// a regular file or character device, is shorter than the header, or does not start with a
+// a regular file or devdax device (checked by stat before opening: a FIFO is refused, not read), is shorter than the header, or does not start with a
 // pmhash magic (kCorruption "not a pmhash pool").
 Result<PoolHeaderView> ReadPoolHeader(const std::string& path);
 

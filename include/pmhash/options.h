@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -91,8 +92,23 @@ struct Options {
 
   // Hashing, recorded in the pool header on create. On open, hash_mode must match the pool's
   // (kInvalidArgument otherwise); hash_seed is ignored and the pool's stored seed is used.
+  // Unset (the default), a new pool gets a random seed (getrandom(2)), so that nobody can choose
+  // keys that collide (hash flooding); set it for reproducible tests and benchmarks.
   HashMode hash_mode = HashMode::kStrong;
-  uint64_t hash_seed = 0x9e3779b97f4a7c15ULL;
+  std::optional<uint64_t> hash_seed;
+
+  // DRAM budget of an index's directory (REH: the live directory, 8 B per entry; retired ones
+  // add at most as much again). Growth past it fails with kOutOfSpace; a pool whose structure
+  // needs more is refused at open. 0: automatic, max(1 GiB, the pool's size).
+  uint64_t max_directory_bytes = 0;
+
+  // A pool created with a persistent durability (adr, eadr) is refused when opened with `dram`,
+  // which would silently drop durability; set this to open it anyway. Pools created with `dram`
+  // or `sim` (tests) may be opened with any durability.
+  bool allow_durability_change = false;
+  // `adr`/`eadr` on a DAX file system that refuses MAP_SYNC is refused (page-fault metadata would
+  // not be durable); set this to map it without MAP_SYNC anyway.
+  bool allow_no_map_sync = false;
 
   // Where to try to map the pool (a hint, never MAP_FIXED). Tests use it to prove that a pool
   // reopens at another address; nullptr lets the kernel choose.

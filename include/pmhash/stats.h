@@ -44,6 +44,9 @@ struct IndexStats {
   std::vector<NamedStat> details;  // index-specific figures, stable names, documented per index
   bool recovered = false;          // the last open found no clean-shutdown mark
   double recovery_seconds = 0;     // time spent rebuilding DRAM state at open
+  // How the pool is mapped: "anonymous", "tmpfs file", "file (page cache)", "fsdax file
+  // (MAP_SYNC)" or "devdax" (pm::MappingName); which failures a persist survives depends on it.
+  std::string mapping;
   TrafficStats traffic;
 };
 

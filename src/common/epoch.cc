@@ -34,9 +34,14 @@ void EpochManager::Enter(uint32_t* slot, uint32_t* parity) {
 }
 
 void EpochManager::Retire(std::function<void()> fn) {
+  // The caller unlinked the object before this call. The fence orders that store before the
+  // epoch read below (store -> load needs seq_cst; it pairs with Enter's seq_cst increment and
+  // re-check): a reader that Enter()s after we read epoch e cannot still find the object, and
+  // one that entered before is counted under e or e-1. Not left to the spin lock's xchg.
+  std::atomic_thread_fence(std::memory_order_seq_cst);
   {
     LockGuard<SpinLock> g(mu_);
-    retired_.push_back({epoch_.load(std::memory_order_acquire), std::move(fn)});
+    retired_.push_back({epoch_.load(std::memory_order_seq_cst), std::move(fn)});
     if (retired_.size() < 64) return;
   }
   Reclaim();

@@ -5,11 +5,14 @@
 // pages almost every probe of a table larger than the STLB reach (~6 MiB) also misses the TLB;
 // 2 MiB pages remove most of those walks. Arrays of at least 2 MiB are mmap'ed 2 MiB-aligned and
 // advised MADV_HUGEPAGE (honoured when THP is in "madvise" or "always" mode); smaller arrays are
-// ordinary zeroed mappings. Memory is zero-filled.
+// ordinary zeroed mappings. Elements are value-initialised in place (an atomic must be constructed
+// before use, not taken from zero bytes), and destroyed with the array.
 #pragma once
 
 #include <cstddef>
+#include <memory>
 #include <new>
+#include <type_traits>
 #include <utility>
 
 namespace pmhash {
@@ -18,16 +21,27 @@ namespace pmhash {
 void* AllocateHugeZeroed(size_t bytes) noexcept;
 void FreeHuge(void* p, size_t bytes) noexcept;
 
-// A fixed-size array of T (T must be valid when zero-filled: atomics, integers, pointers).
+// A fixed-size array of value-initialised T (atomics, integers, pointers, small structs of them).
 template <class T>
 class HugeArray {
+  static_assert(std::is_nothrow_default_constructible_v<T>, "no exceptions in the library");
+
  public:
   HugeArray() = default;
   explicit HugeArray(size_t n) : n_(n) {
     data_ = static_cast<T*>(AllocateHugeZeroed(n * sizeof(T)));
-    if (!data_) n_ = 0;
+    if (!data_) {
+      n_ = 0;
+      return;
+    }
+    // Start every element's lifetime (the mapping is zero already; for atomics and the like this
+    // writes the same zeros, for trivial types it is nothing).
+    std::uninitialized_value_construct_n(data_, n_);
   }
-  ~HugeArray() { FreeHuge(data_, n_ * sizeof(T)); }
+  ~HugeArray() {
+    if (data_) std::destroy_n(data_, n_);
+    FreeHuge(data_, n_ * sizeof(T));
+  }
   HugeArray(HugeArray&& o) noexcept
       : data_(std::exchange(o.data_, nullptr)), n_(std::exchange(o.n_, 0)) {}
   HugeArray& operator=(HugeArray&& o) noexcept {

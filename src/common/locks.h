@@ -78,6 +78,9 @@ class VersionLock {
       uint32_t v = word_.load(std::memory_order_relaxed);
       if ((v & kLocked) == 0 &&
           word_.compare_exchange_weak(v, v | kLocked, std::memory_order_acquire)) {
+        // Seqlock writer: the data stores that follow must not become visible before the locked
+        // word, or a reader could see new data and still validate its old version.
+        std::atomic_thread_fence(std::memory_order_release);
         return;
       }
       CpuRelax();
@@ -85,8 +88,12 @@ class VersionLock {
   }
   bool TryLock() {
     uint32_t v = word_.load(std::memory_order_relaxed);
-    return (v & kLocked) == 0 &&
-           word_.compare_exchange_strong(v, v | kLocked, std::memory_order_acquire);
+    if ((v & kLocked) != 0 ||
+        !word_.compare_exchange_strong(v, v | kLocked, std::memory_order_acquire)) {
+      return false;
+    }
+    std::atomic_thread_fence(std::memory_order_release);  // as in Lock()
+    return true;
   }
   // Releases and bumps the version in one store (readers that overlapped will retry).
   void Unlock() {

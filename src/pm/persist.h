@@ -105,6 +105,8 @@ struct Dram {
   static constexpr bool kPersistent = false;  // nothing survives the process
   static constexpr bool kWritesBack = false;  // Flush() issues no instruction
   static constexpr bool kSimulated = false;
+  // No instruction, but still compiler barriers (the contract above): code written against the
+  // policy may rely on stores not being moved across a Flush or Fence.
   static void Flush(const void*, size_t) { detail::CompilerBarrier(); }
   static void Fence() { detail::CompilerBarrier(); }
   static void NtCopy(void* dst, const void* src, size_t n) { std::memcpy(dst, src, n); }

@@ -1,9 +1,12 @@
 #include "pm/pool.h"
 
 #include <fcntl.h>
+#include <linux/magic.h>
 #include <sys/file.h>
 #include <sys/mman.h>
+#include <sys/random.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
 #include <sys/sysmacros.h>
 #include <unistd.h>
 #include <xxhash.h>
@@ -23,6 +26,9 @@
 #ifndef MAP_SHARED_VALIDATE
 #define MAP_SHARED_VALIDATE 0x03
 #endif
+#ifndef STATX_ATTR_DAX
+#define STATX_ATTR_DAX 0x00200000
+#endif
 
 namespace pmhash::pm {
 
@@ -34,18 +40,153 @@ std::string Errno(std::string_view what, const std::string& path) {
 
 uint64_t AlignUp(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
 
+std::string SysfsCharDir(const struct stat& st) {
+  return "/sys/dev/char/" + std::to_string(major(st.st_rdev)) + ":" +
+         std::to_string(minor(st.st_rdev));
+}
+
 // Size of a devdax device from sysfs; 0 if unknown.
 uint64_t DevdaxSize(const struct stat& st) {
-  std::ifstream f("/sys/dev/char/" + std::to_string(major(st.st_rdev)) + ":" +
-                  std::to_string(minor(st.st_rdev)) + "/size");
+  std::ifstream f(SysfsCharDir(st) + "/size");
   uint64_t size = 0;
   if (f) f >> size;
   return size;
 }
 
+// A character device is devdax iff its sysfs subsystem link ends in "/dax" (/dev/zero: "mem").
+bool IsDevdax(const struct stat& st) {
+  char target[256];
+  const ssize_t n =
+      readlink((SysfsCharDir(st) + "/subsystem").c_str(), target, sizeof(target) - 1);
+  if (n <= 0) return false;
+  const std::string_view t(target, static_cast<size_t>(n));
+  return t == "dax" || t.ends_with("/dax");
+}
+
+// A pool is a regular file or a devdax device; anything else (a FIFO, whose open() blocks; a
+// directory; another character device, where writes go nowhere) is refused before it is opened.
+Status CheckFileType(const struct stat& st, const std::string& path) {
+  if (S_ISREG(st.st_mode)) return Status::OK();
+  if (S_ISCHR(st.st_mode)) {
+    if (IsDevdax(st)) return Status::OK();
+    return Status::InvalidArgument(path + " is a character device but not a devdax device (" +
+                                   SysfsCharDir(st) + "/subsystem is not dax)");
+  }
+  return Status::InvalidArgument("not a regular file or devdax device: " + path);
+}
+
+// True if the file's data lives in persistent memory (statx reports STATX_ATTR_DAX, Linux 5.8+).
+bool IsDaxFile(int fd) {
+  struct statx stx;
+  if (statx(fd, "", AT_EMPTY_PATH, STATX_BASIC_STATS, &stx) != 0) return false;
+  return (stx.stx_attributes_mask & STATX_ATTR_DAX) && (stx.stx_attributes & STATX_ATTR_DAX);
+}
+
+bool IsTmpfs(int fd) {
+  struct statfs sfs;
+  return fstatfs(fd, &sfs) == 0 && static_cast<uint64_t>(sfs.f_type) == TMPFS_MAGIC;
+}
+
+// A seed nobody can predict (hash flooding): getrandom(2); should it fail (no entropy yet with
+// GRND_NONBLOCK, an old kernel), the clock, the pid and a stack address, mixed.
+uint64_t RandomSeed() {
+  uint64_t seed = 0;
+  if (getrandom(&seed, sizeof(seed), GRND_NONBLOCK) == static_cast<ssize_t>(sizeof(seed))) {
+    return seed;
+  }
+  uint64_t x = static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count()) ^
+               (static_cast<uint64_t>(getpid()) << 32) ^ reinterpret_cast<uintptr_t>(&seed);
+  x += 0x9e3779b97f4a7c15ULL;  // splitmix64 finaliser
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
+bool PersistentDurability(uint8_t d) {
+  return d == static_cast<uint8_t>(Durability::kAdr) ||
+         d == static_cast<uint8_t>(Durability::kEadr);
+}
+
+// The geometry of a header read through pread, checked before anything is mapped: a mapping is
+// only ever as large as the file, and the heap lies inside it.
+Status ValidateGeometry(const PoolHeader& h, uint64_t file_size, bool devdax,
+                        const std::string& path) {
+  auto bad = [&](const std::string& what) {
+    return Status::Corruption("pool header geometry is inconsistent (" + what + "): " + path);
+  };
+  if (h.header_bytes != kHeaderBytes) return Status::Corruption("bad header size in " + path);
+  if (h.pool_size < kHeaderBytes) {
+    return bad("pool_size " + std::to_string(h.pool_size) + " B is smaller than the header");
+  }
+  if (h.pool_size > file_size) {
+    return Status::Corruption("truncated pool: " + path + " is " + std::to_string(file_size) +
+                              " B but its header says " + std::to_string(h.pool_size) + " B");
+  }
+  if (!devdax && h.pool_size != file_size) {
+    return bad("pool_size " + std::to_string(h.pool_size) + " B, but the file is " +
+               std::to_string(file_size) + " B");
+  }
+  if (h.chunk_size < 64 || !std::has_single_bit(h.chunk_size)) {
+    return bad("chunk_size " + std::to_string(h.chunk_size));
+  }
+  if (h.heap_offset < kHeaderBytes || h.heap_offset % h.chunk_size != 0 ||
+      h.heap_offset > h.pool_size) {
+    return bad("heap_offset " + std::to_string(h.heap_offset));
+  }
+  if (h.chunk_count > (h.pool_size - h.heap_offset) / h.chunk_size) {
+    return bad("chunk_count " + std::to_string(h.chunk_count) + " does not fit in pool_size " +
+               std::to_string(h.pool_size));
+  }
+  return Status::OK();
+}
+
 std::string KindOf(const PoolHeader& h) { return std::string(h.kind, strnlen(h.kind, kKindBytes)); }
 
 }  // namespace
+
+std::string_view MappingName(Mapping m) {
+  switch (m) {
+    case Mapping::kAnonymous:
+      return "anonymous";
+    case Mapping::kTmpfsFile:
+      return "tmpfs file";
+    case Mapping::kFile:
+      return "file (page cache)";
+    case Mapping::kFileMapSync:
+      return "fsdax file (MAP_SYNC)";
+    case Mapping::kDevdax:
+      return "devdax";
+  }
+  return "unknown";
+}
+
+Status CheckMapSync(bool dax_file, bool map_sync, Durability d, bool allow,
+                    const std::string& path) {
+  if (!dax_file || map_sync || allow) return Status::OK();
+  if (d != Durability::kAdr && d != Durability::kEadr) return Status::OK();
+  return Status::NotSupported(
+      path + " is on a DAX file system that refused MAP_SYNC: without it, the file system "
+             "metadata of a page fault may not survive a crash, so '" +
+      std::string(DurabilityName(d)) +
+      "' cannot keep its promise (set Options::allow_no_map_sync to map it anyway)");
+}
+
+Status CheckPoolFileType(const std::string& path) {
+  struct stat st;
+  if (stat(path.c_str(), &st) != 0) {
+    if (errno == ENOENT) return Status::NotFound("no such file: " + path);
+    return Status::IOError(Errno("stat", path));
+  }
+  return CheckFileType(st, path);
+}
+
+std::string_view DescribeStorage(int fd) {
+  struct stat st;
+  if (fstat(fd, &st) == 0 && S_ISCHR(st.st_mode)) return IsDevdax(st) ? "devdax" : "not devdax";
+  if (IsTmpfs(fd)) return "tmpfs file";
+  if (IsDaxFile(fd)) return "file on a DAX file system";
+  return "file (page cache)";
+}
 
 uint64_t HeaderChecksum(const void* header) {
   unsigned char image[offsetof(PoolHeader, checksum)];
@@ -126,19 +267,25 @@ Status Pool::MapFile(const Options& o, const PoolSpec& spec) {
     return Status::OK();
   }
 
+  // The file type first, without opening: open() of a FIFO blocks, of a terminal may make it
+  // the controlling one.
+  if (struct stat pre; stat(path_.c_str(), &pre) == 0) {
+    PMHASH_RETURN_IF_ERROR(CheckFileType(pre, path_));
+  }
+
   // Open or create the file.
   bool fresh = false;
   if (o.mode == OpenMode::kCreateExclusive) {
-    fd_ = ::open(path_.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    fd_ = ::open(path_.c_str(), O_RDWR | O_CREAT | O_EXCL | O_NOCTTY | O_CLOEXEC, 0644);
     if (fd_ < 0 && errno == EEXIST) {
       return Status::InvalidArgument("pool file already exists (create-exclusive): " + path_);
     }
     fresh = fd_ >= 0;
   } else {
-    fd_ = ::open(path_.c_str(), O_RDWR | O_CLOEXEC);
+    fd_ = ::open(path_.c_str(), O_RDWR | O_NOCTTY | O_CLOEXEC);
     if (fd_ < 0 && errno == ENOENT) {
       if (o.mode == OpenMode::kOpenExisting) return Status::NotFound("no pool file at " + path_);
-      fd_ = ::open(path_.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+      fd_ = ::open(path_.c_str(), O_RDWR | O_CREAT | O_EXCL | O_NOCTTY | O_CLOEXEC, 0644);
       fresh = fd_ >= 0;
     }
   }
@@ -152,10 +299,8 @@ Status Pool::MapFile(const Options& o, const PoolSpec& spec) {
 
   struct stat st;
   if (fstat(fd_, &st) != 0) return Status::IOError(Errno("fstat", path_));
+  PMHASH_RETURN_IF_ERROR(CheckFileType(st, path_));  // again: the path may have changed
   const bool devdax = S_ISCHR(st.st_mode);
-  if (!devdax && !S_ISREG(st.st_mode)) {
-    return Status::InvalidArgument("not a regular file or character device: " + path_);
-  }
   uint64_t file_size = devdax ? DevdaxSize(st) : static_cast<uint64_t>(st.st_size);
   if (devdax && file_size == 0) file_size = o.pool_size;
 
@@ -188,8 +333,15 @@ Status Pool::MapFile(const Options& o, const PoolSpec& spec) {
     const uint64_t size = devdax ? file_size : o.pool_size;
     if (size < min_size) return too_small(size);
     if (!devdax) {
-      if (ftruncate(fd_, 0) != 0 || ftruncate(fd_, static_cast<off_t>(size)) != 0) {
-        return Status::IOError(Errno("ftruncate", path_));
+      // Zero, then allocate every block now: a sparse file would turn a full file system into
+      // SIGBUS at some later store.
+      if (ftruncate(fd_, 0) != 0) return Status::IOError(Errno("ftruncate", path_));
+      if (const int err = posix_fallocate(fd_, 0, static_cast<off_t>(size)); err != 0) {
+        (void)!ftruncate(fd_, 0);  // leave no half-allocated file behind (unlinked if ours)
+        const std::string what = "cannot allocate " + std::to_string(size) + " B for pool " +
+                                 path_ + ": " + std::strerror(err);
+        if (err == ENOSPC || err == EDQUOT) return Status::OutOfSpace(what);
+        return Status::IOError(what);
       }
     }
     size_ = size;
@@ -205,10 +357,7 @@ Status Pool::MapFile(const Options& o, const PoolSpec& spec) {
     if (HeaderChecksum(&disk) != disk.checksum) {
       return Status::Corruption("pool header checksum mismatch: " + path_);
     }
-    if (disk.pool_size > file_size) {
-      return Status::Corruption("truncated pool: " + path_ + " is " + std::to_string(file_size) +
-                                " B but its header says " + std::to_string(disk.pool_size) + " B");
-    }
+    PMHASH_RETURN_IF_ERROR(ValidateGeometry(disk, file_size, devdax, path_));
     size_ = disk.pool_size;
   }
 
@@ -221,6 +370,14 @@ Status Pool::MapFile(const Options& o, const PoolSpec& spec) {
   }
   if (p == MAP_FAILED) return Status::IOError(Errno("mmap", path_));
   base_ = static_cast<char*>(p);
+  mapping_ = devdax       ? Mapping::kDevdax
+             : map_sync_  ? Mapping::kFileMapSync
+             : IsTmpfs(fd_) ? Mapping::kTmpfsFile
+                            : Mapping::kFile;
+  if (!devdax) {
+    PMHASH_RETURN_IF_ERROR(
+        CheckMapSync(IsDaxFile(fd_), map_sync_, durability_, o.allow_no_map_sync, path_));
+  }
   if (sim_hook_) sim_hook_->OnMap(base_, size_);
 
   if (!created_) return ValidateHeader(o, spec);
@@ -234,15 +391,11 @@ Status Pool::ValidateHeader(const Options& o, const PoolSpec& spec) {
       h.pool_size != size_) {
     return Status::Corruption("pool header changed while opening: " + path_);
   }
-  if (h.header_bytes != kHeaderBytes) return Status::Corruption("bad header size in " + path_);
   if ((h.incompat_features & ~kKnownIncompatFeatures) != 0) {
     return Status::NotSupported("pool uses incompatible features unknown to this build: " + path_);
   }
-  if (h.chunk_size < 64 || !std::has_single_bit(h.chunk_size) || h.heap_offset < kHeaderBytes ||
-      h.heap_offset % h.chunk_size != 0 || h.heap_offset > h.pool_size ||
-      h.chunk_count > (h.pool_size - h.heap_offset) / h.chunk_size) {
-    return Status::Corruption("pool heap geometry is inconsistent: " + path_);
-  }
+  // The geometry was checked on the pread copy; the mapped header is that copy (magic,
+  // checksum and size re-checked above), so it holds here too.
   if (KindOf(h) != spec.kind) {
     return Status::InvalidArgument("pool " + path_ + " holds index '" + KindOf(h) + "', not '" +
                                    std::string(spec.kind) + "'");
@@ -254,6 +407,17 @@ Status Pool::ValidateHeader(const Options& o, const PoolSpec& spec) {
   }
   if (h.hash_mode != static_cast<uint8_t>(o.hash_mode)) {
     return Status::InvalidArgument("pool " + path_ + " was created with another hash mode");
+  }
+  // A pool created persistent stays persistent: opening it with `dram` would acknowledge writes
+  // that never reach the media. adr <-> eadr is the platform's business; dram and sim (test)
+  // pools promised nothing.
+  if (PersistentDurability(h.created_durability) && o.durability == Durability::kDram &&
+      !o.allow_durability_change) {
+    return Status::InvalidArgument(
+        "pool " + path_ + " was created with durability '" +
+        std::string(DurabilityName(static_cast<Durability>(h.created_durability))) +
+        "'; opening it with 'dram' would silently stop persisting writes (set "
+        "Options::allow_durability_change to open it anyway)");
   }
   return Status::OK();
 }
@@ -273,10 +437,11 @@ Status Pool::InitHeader(const Options& o, const PoolSpec& spec) {
   h->hash_mode = static_cast<uint8_t>(o.hash_mode);
   h->created_durability = static_cast<uint8_t>(o.durability);
   h->params_bytes = static_cast<uint16_t>(spec.params.size());
-  h->hash_seed = o.hash_seed;
+  h->hash_seed = o.hash_seed ? *o.hash_seed : RandomSeed();
   h->create_time_ns = static_cast<uint64_t>(std::chrono::system_clock::now().time_since_epoch() /
                                             std::chrono::nanoseconds(1));
   if (!spec.params.empty()) std::memcpy(h->params, spec.params.data(), spec.params.size());
+  h->open_count.store(1, std::memory_order_relaxed);  // this, the creating open
   PersistRange(h, sizeof(PoolHeader));
   std::memcpy(h->magic, kPoolMagicCreating, 8);
   PersistRange(h->magic, 8);

@@ -29,6 +29,32 @@
 
 namespace pmhash::pm {
 
+// How the pool's bytes are mapped: decides which failures a persist survives
+// (docs/durability.md, "Where a pool lives").
+enum class Mapping : uint8_t {
+  kAnonymous,    // no path: anonymous DRAM, nothing survives Close
+  kTmpfsFile,    // a file on tmpfs: survives a process crash, not an OS crash or power failure
+  kFile,         // a file mapped without MAP_SYNC (page cache): survives a process crash
+  kFileMapSync,  // a file on a DAX file system mapped MAP_SYNC (fsdax): survives power failure
+  kDevdax,       // a devdax character device: survives power failure
+};
+// "anonymous", "tmpfs file", "file (page cache)", "fsdax file (MAP_SYNC)", "devdax".
+std::string_view MappingName(Mapping m);
+
+// The MAP_SYNC rule: a file whose data lives in PM (DAX) but that could not be mapped MAP_SYNC
+// has page-fault metadata that a crash may lose, so `adr`/`eadr` refuse it (kNotSupported) unless
+// `allow` (Options::allow_no_map_sync). Anything else is OK.
+Status CheckMapSync(bool dax_file, bool map_sync, Durability d, bool allow,
+                    const std::string& path);
+
+// For tools that look at a pool file without opening it as a pool. CheckPoolFileType stats (never
+// opens) `path`: OK for a regular file or a devdax device, kNotFound if there is nothing there,
+// kInvalidArgument for anything else (a FIFO, whose open would block; a directory; /dev/zero).
+Status CheckPoolFileType(const std::string& path);
+// Where the file behind `fd` keeps its bytes: "devdax", "tmpfs file", "file on a DAX file
+// system" or "file (page cache)".
+std::string_view DescribeStorage(int fd);
+
 // What an index asks of the pool it opens.
 struct PoolSpec {
   std::string_view kind;            // stored in / checked against the header
@@ -59,6 +85,7 @@ class Pool {
   const std::string& path() const { return path_; }
   Durability durability() const { return durability_; }
   bool map_sync() const { return map_sync_; }
+  Mapping mapping() const { return mapping_; }
   HashMode hash_mode() const { return static_cast<HashMode>(header()->hash_mode); }
   uint64_t hash_seed() const { return header()->hash_seed; }
 
@@ -102,6 +129,7 @@ class Pool {
   bool created_ = false;
   bool was_clean_ = false;
   bool map_sync_ = false;
+  Mapping mapping_ = Mapping::kAnonymous;
   bool anonymous_ = false;
   bool created_file_ = false;  // this Open created the file (unlinked if never committed)
   bool committed_ = false;

@@ -212,7 +212,9 @@ class Reh {
     size_t size() const { return size_t{1} << depth; }
   };
 
-  Reh(std::unique_ptr<pm::Pool> pool, const RehParams& params);
+  Reh(std::unique_ptr<pm::Pool> pool, const RehParams& params, uint64_t max_directory_bytes);
+  // kOutOfSpace if a directory of 2^depth entries would exceed the DRAM budget.
+  Status CheckDirectoryBudget(uint32_t depth, std::string_view what) const;
 
   PmBucket* Bucket(const Meta* m) const { return pool_->At<PmBucket>(m->bucket_offset()); }
   static size_t DirIndex(uint64_t h, const Directory* d) { return h >> (64 - d->depth); }
@@ -234,11 +236,15 @@ class Reh {
 
   Status Create();
   Status Recover();
+  // A live slot of b (per `bitmap`, fingerprints in m) whose key an earlier live slot holds too,
+  // or -1.
+  static int DuplicateSlot(const PmBucket* b, const Meta* m, uint16_t bitmap);
   Meta* NewMeta();
   void FillTombstones(PmBucket* img, uint64_t prefix, uint32_t depth) const;
 
   std::unique_ptr<pm::Pool> pool_;
   const RehParams params_;
+  const uint64_t max_directory_bytes_;  // Options::max_directory_bytes, resolved
   Hasher hash_;
   pm::Persister<P> persist_;
   uint64_t tombstone_[2] = {0, 0};  // a key whose hash has top bit 0 / 1
@@ -270,9 +276,11 @@ class Reh {
 // ============================================================================================
 
 template <pm::PersistPolicy P>
-Reh<P>::Reh(std::unique_ptr<pm::Pool> pool, const RehParams& params)
+Reh<P>::Reh(std::unique_ptr<pm::Pool> pool, const RehParams& params,
+            uint64_t max_directory_bytes)
     : pool_(std::move(pool)),
       params_(params),
+      max_directory_bytes_(max_directory_bytes),
       hash_(pool_->hash_mode(), pool_->hash_seed()),
       persist_(pool_->persist_target()) {
   // Tombstone keys: the first keys whose hash has top bit 0 and 1 (two or three tries in
@@ -307,11 +315,28 @@ Result<std::unique_ptr<Reh<P>>> Reh<P>::Open(const Options& options) {
   auto pool = pm::Pool::Open(options, spec);
   if (!pool.ok()) return pool.status();
 
-  std::unique_ptr<Reh> r(new (std::nothrow) Reh(std::move(pool).value(), rp));
+  // The directory's DRAM budget: by default max(1 GiB, pool size). A healthy directory stays far
+  // below the pool's size (about 11 entries of 8 B per 256 B bucket at 10^9 keys); chosen keys or
+  // a corrupt chain could otherwise ask for 2^max_depth entries.
+  const uint64_t budget = options.max_directory_bytes
+                              ? options.max_directory_bytes
+                              : std::max<uint64_t>(uint64_t{1} << 30, (*pool)->size());
+  std::unique_ptr<Reh> r(new (std::nothrow) Reh(std::move(pool).value(), rp, budget));
   if (!r) return Status::OutOfMemory("reh: index object");
   if (r->pool_->created()) PMHASH_RETURN_IF_ERROR(r->Create());
   PMHASH_RETURN_IF_ERROR(r->Recover());
   return r;
+}
+
+template <pm::PersistPolicy P>
+Status Reh<P>::CheckDirectoryBudget(uint32_t depth, std::string_view what) const {
+  constexpr uint64_t kEntry = sizeof(std::atomic<Meta*>);
+  if (depth < 64 - 3 && (uint64_t{1} << depth) <= max_directory_bytes_ / kEntry) {
+    return Status::OK();
+  }
+  return Status::OutOfSpace("reh: " + std::string(what) + " needs a directory of 2^" +
+                            std::to_string(depth) + " entries, over Options::max_directory_bytes (" +
+                            std::to_string(max_directory_bytes_) + " B)");
 }
 
 template <pm::PersistPolicy P>
@@ -361,6 +386,24 @@ Meta* Reh<P>::NewMeta() {
   Meta* m = new (&meta_blocks_.back()[meta_block_used_++]) Meta();
   meta_count_.fetch_add(1, std::memory_order_release);
   return m;
+}
+
+template <pm::PersistPolicy P>
+int Reh<P>::DuplicateSlot(const PmBucket* b, const Meta* m, uint16_t bitmap) {
+  // One SIMD fingerprint match per live slot; keys are compared only on a fingerprint collision.
+  const __m128i fps =
+      _mm_set_epi64x(static_cast<long long>(m->fp[1].load(std::memory_order_relaxed)),
+                     static_cast<long long>(m->fp[0].load(std::memory_order_relaxed)));
+  for (uint32_t c = bitmap; c; c &= c - 1) {
+    const int j = std::countr_zero(c);
+    uint32_t same = Match16(fps, m->Fingerprint(j)) & bitmap & ((1u << j) - 1);
+    if (same == 0) [[likely]] continue;
+    const Key k = b->slots[j].key.load(std::memory_order_relaxed);
+    for (; same; same &= same - 1) {
+      if (b->slots[std::countr_zero(same)].key.load(std::memory_order_relaxed) == k) return j;
+    }
+  }
+  return -1;
 }
 
 // Algorithm 1, with every offset validated: two walks of the chain (depths, then contents).
@@ -414,7 +457,11 @@ Status Reh<P>::Recover() {
     }
   }
 
-  // The directory: 2^gd entries.
+  // The directory: 2^gd entries, within the DRAM budget (a chain can tile the hash space and
+  // still ask for 2^32 entries: depths 1, 2, ..., 32, 32).
+  PMHASH_RETURN_IF_ERROR(CheckDirectoryBudget(
+      gd, "the bucket chain (" + std::to_string(buckets) + " buckets; corrupt, or opened with a "
+                                                           "smaller budget than it grew under)"));
   auto dir = std::make_unique<Directory>();
   dir->depth = gd;
   dir->entries = HugeArray<std::atomic<Meta*>>(size_t{1} << gd);
@@ -445,6 +492,14 @@ Status Reh<P>::Recover() {
         m->SetFingerprint(j, static_cast<uint8_t>(kh));
         live++;
       }
+    }
+    // A key is live only in the bucket of its hash (I1, I3), so a duplicate can only be in this
+    // bucket.
+    if (const int dup = DuplicateSlot(b, m, bitmap); dup >= 0) [[unlikely]] {
+      return Status::Corruption("reh: key " +
+                                std::to_string(b->slots[dup].key.load(std::memory_order_relaxed)) +
+                                " is stored twice in the bucket at offset " + std::to_string(off) +
+                                " (slot " + std::to_string(dup) + " and an earlier one)");
     }
     m->bitmap.store(bitmap, std::memory_order_relaxed);
     m->ld_bucket.store(PackHeader(ld, off), std::memory_order_relaxed);
@@ -647,6 +702,8 @@ Status Reh<P>::Double(const Directory* seen) {
     return Status::OutOfSpace("reh: directory at max_depth " + std::to_string(params_.max_depth) +
                               " and a bucket of that depth is full");
   }
+  PMHASH_RETURN_IF_ERROR(CheckDirectoryBudget(d->depth + 1, "a full bucket of depth " +
+                                                                std::to_string(d->depth)));
   auto nd = std::make_unique<Directory>();
   nd->depth = d->depth + 1;
   nd->entries = HugeArray<std::atomic<Meta*>>(nd->size());
@@ -710,6 +767,7 @@ IndexStats Reh<P>::Stats() const {
   s.recovered = recovered_;
   s.recovery_seconds = recovery_seconds_;
   s.traffic = pool_->counters().Snapshot();
+  s.mapping = std::string(pm::MappingName(pool_->mapping()));
   return s;
 }
 
