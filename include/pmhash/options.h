@@ -102,6 +102,11 @@ struct Options {
   // needs more is refused at open. 0: automatic, max(1 GiB, the pool's size).
   uint64_t max_directory_bytes = 0;
 
+  // Space an index frees while lock-free readers may still look at it (segments, shards,
+  // records) is reclaimed through epochs in batches of this many (tests: 1, so freed space is
+  // reused at once).
+  uint32_t reclaim_batch = 64;
+
   // A pool created with a persistent durability (adr, eadr) is refused when opened with `dram`,
   // which would silently drop durability; set this to open it anyway. Pools created with `dram`
   // or `sim` (tests) may be opened with any durability.

@@ -42,7 +42,7 @@ void EpochManager::Retire(std::function<void()> fn) {
   {
     LockGuard<SpinLock> g(mu_);
     retired_.push_back({epoch_.load(std::memory_order_seq_cst), std::move(fn)});
-    if (retired_.size() < 64) return;
+    if (retired_.size() < batch_.load(std::memory_order_relaxed)) return;
   }
   Reclaim();
 }

@@ -57,6 +57,8 @@ Result<uint64_t> ChunkAllocator::Allocate(uint32_t n) {
       // Every chunk in [hint_, i) was found in use and none below hint_ is free, so a single
       // chunk at i moves the hint past it. (A run of n > 1 may have skipped shorter free gaps.)
       if (n == 1 || i == hint_) hint_ = i + n;
+      if (i < high_water_) reused_++;
+      high_water_ = std::max(high_water_, i + n);
       return heap_offset_ + i * chunk_size_;
     }
     i += run;
@@ -79,6 +81,7 @@ void ChunkAllocator::Reset() {
   std::fill(bits_.begin(), bits_.end(), 0);
   used_ = 0;
   hint_ = 0;
+  high_water_ = 0;
 }
 
 bool ChunkAllocator::ValidChunk(uint64_t offset, uint32_t n) const {
@@ -103,6 +106,7 @@ Status ChunkAllocator::MarkReachable(uint64_t offset, uint32_t n) {
     }
   }
   SetLocked(i, n, true);
+  high_water_ = std::max(high_water_, i + n);
   return Status::OK();
 }
 
@@ -115,6 +119,11 @@ bool ChunkAllocator::IsUsed(uint64_t offset) const {
 uint64_t ChunkAllocator::scan_steps() const {
   LockGuard<SpinLock> g(mu_);
   return scan_steps_;
+}
+
+uint64_t ChunkAllocator::reused_allocations() const {
+  LockGuard<SpinLock> g(mu_);
+  return reused_;
 }
 
 uint64_t ChunkAllocator::used_chunks() const {

@@ -42,6 +42,9 @@ class ChunkAllocator {
   uint64_t used_chunks() const PMHASH_EXCLUDES(mu_);
   // Loop steps Allocate() has taken so far (for tests: allocation must stay O(1) amortised).
   uint64_t scan_steps() const PMHASH_EXCLUDES(mu_);
+  // Allocations that started below the highest chunk used since open: space freed earlier
+  // being reused (the crash suite asserts that its workloads reach this case).
+  uint64_t reused_allocations() const PMHASH_EXCLUDES(mu_);
   uint64_t chunk_count() const { return chunk_count_; }
   uint32_t chunk_size() const { return chunk_size_; }
   uint64_t heap_offset() const { return heap_offset_; }
@@ -59,6 +62,8 @@ class ChunkAllocator {
   uint64_t used_ PMHASH_GUARDED_BY(mu_) = 0;
   uint64_t hint_ PMHASH_GUARDED_BY(mu_) = 0;  // no free chunk below this index
   uint64_t scan_steps_ PMHASH_GUARDED_BY(mu_) = 0;
+  uint64_t high_water_ PMHASH_GUARDED_BY(mu_) = 0;  // 1 + highest chunk used since open
+  uint64_t reused_ PMHASH_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace pmhash::pm

@@ -52,6 +52,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/hash.h"
 #include "crash/store_tracer.h"
 #include "pm/crash_sim.h"
 #include "pm/persist.h"
@@ -72,6 +73,10 @@ struct Config {
   bool tear_words = false;
   int64_t only_point = -1;  // replay: check this crash point only
   bool track_stores = false;  // every store is a possible eviction (eADR: a crash point)
+  // Skewed keys: the first two thirds of the operations use keys whose hash has its top three
+  // bits clear (one eighth of the hash space), so extendible directories grow deep there and
+  // the other segments span wide strides (directory updates over several cache lines).
+  bool skewed = false;
   bool concurrent_reader = false;  // a reader thread probes the in-flight key (see above)
   int reader_wait_us = 2000;       // how long a crash point waits for the reader's answer
 
@@ -100,6 +105,7 @@ struct Report {
   uint64_t images_checked = 0;
   uint64_t recovery_images_checked = 0;
   uint64_t stores_traced = 0;    // track_stores: stores reported by the tracer
+  IndexStats stats;              // the workload index's Stats() before Close (coverage)
   uint64_t reads_in_flight = 0;  // concurrent mode: completed reads that saw the in-flight op
   uint64_t reads_blocked = 0;    // concurrent mode: reads still waiting when the state was taken
   uint64_t reads_probed = 0;     // concurrent mode: reads asked for
@@ -240,9 +246,13 @@ class Harness {
 
     // Phase 2: workload.
     std::mt19937_64 rng(cfg_.seed);
+    const Hasher hash(base_.hash_mode, *base_.hash_seed);
     Model model;
     for (int i = 0; i < cfg_.ops && report_.failure.empty(); i++) {
-      const Key k = rng() % cfg_.key_range;
+      Key k = rng() % cfg_.key_range;
+      if (cfg_.skewed && i < cfg_.ops * 2 / 3) {
+        while (hash(k) >> 61) k = rng() % cfg_.key_range;
+      }
       const Value v = rng();
       const int r = static_cast<int>(rng() % 100);
       Model before = model;
@@ -278,6 +288,7 @@ class Harness {
     }
     prober_ = nullptr;
     prober.reset();  // joins the reader before Close
+    report_.stats = index->Stats();
     if (report_.failure.empty()) {
       op_desc_ = "close";
       (void)index->Close();

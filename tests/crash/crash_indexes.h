@@ -9,6 +9,7 @@
 
 #include <string_view>
 #include <tuple>
+#include <vector>
 #include <utility>
 
 #include "index/pea/pea.h"
@@ -17,6 +18,23 @@
 #include "pmhash/options.h"
 
 namespace pmhash::crashtest {
+
+// A path a crash workload must reach: Stats() figure `stat` (a details name, or "splits" /
+// "doublings") at least `min` by the end of the run.
+struct CoverageTarget {
+  std::string_view stat;
+  double min;
+  std::string_view why;
+};
+
+inline double StatValue(const IndexStats& s, std::string_view name) {
+  if (name == "splits") return static_cast<double>(s.splits);
+  if (name == "doublings") return static_cast<double>(s.doublings);
+  for (const NamedStat& d : s.details) {
+    if (d.name == name) return d.value;
+  }
+  return -1;  // not reported: fails any target
+}
 
 struct RehTraits {
   static constexpr std::string_view kName = "reh";
@@ -31,9 +49,18 @@ struct RehTraits {
     o.hash_mode = mode;
     return o;
   }
+  static Options Deep(HashMode mode) {
+    Options o = Small(mode);
+    o.pool_size = 1 << 20;
+    return o;
+  }
   static Options TearSafe(Options o) {
     o.reh.tear_safe = true;  // I4' in reh.h
     return o;
+  }
+  static std::vector<CoverageTarget> Coverage(bool skewed) {
+    if (skewed) return {{"doublings", 4, "a deep directory on one side"}};
+    return {{"splits", 1, "bucket splits"}, {"doublings", 1, "directory doubling"}};
   }
 };
 
@@ -49,11 +76,29 @@ struct PeaTraits {
     o.pea.initial_depth = 0;    // expansions within the first hundred inserts
     o.pea.max_depth = 24;
     o.hash_mode = mode;
+    o.reclaim_batch = 1;  // freed segments are reused at once (stale stash buckets, I5)
+    return o;
+  }
+  static Options Deep(HashMode mode) {
+    Options o = Small(mode);
+    o.pool_size = 1 << 20;
     return o;
   }
   static Options TearSafe(Options o) {
     o.pea.tear_safe = true;  // I2' in pea.h
     return o;
+  }
+  static std::vector<CoverageTarget> Coverage(bool skewed) {
+    if (skewed) {
+      return {{"pea.directory.max_stride", 16, "a two-step directory update over several lines"},
+              {"pea.splits.stash", 1, "a split of a segment in the stash strategy"},
+              {"alloc.reused", 1, "a freed segment chunk reused"}};
+    }
+    return {{"splits", 1, "4-way splits"},
+            {"doublings", 1, "directory expansion"},
+            {"pea.transitions.two_choice", 1, "single -> 2-choice"},
+            {"pea.transitions.stash", 1, "2-choice -> stash"},
+            {"pea.splits.stash", 1, "a split of a segment in the stash strategy"}};
   }
 };
 
@@ -71,12 +116,23 @@ struct TurboTraits {
     o.turbo.initial_buckets = 1;
     o.turbo.probe_scope = 2;
     o.turbo.max_shard_buckets = 1u << 12;
+    o.turbo.gc_deleted_ratio = 0;  // a full shard with a deleted slot is garbage-collected
     o.hash_mode = mode;
+    o.reclaim_batch = 1;  // freed shards and records are reused at once
+    return o;
+  }
+  static Options Deep(HashMode mode) {
+    Options o = Small(mode);
+    o.pool_size = 1 << 20;
+    o.turbo.shard_bits = 2;
     return o;
   }
   // Items and records are persisted before the 8-byte meta store that makes them live (I2 in
   // turbo.h): nothing to add.
   static Options TearSafe(Options o) { return o; }
+  // (Inline items: a doubled shard never fits where the old one was, and this mix of
+  // operations leaves no deleted slot in a full shard, so no GC: turbo-kv reaches both.)
+  static std::vector<CoverageTarget> Coverage(bool) { return {{"doublings", 1, "shard rehash"}}; }
 };
 
 // TurboHash with records (turbo-kv): same geometry and pool; every insert/update allocates a
@@ -87,7 +143,13 @@ struct TurboKvTraits {
   template <class P>
   using Index = turbo::Turbo<P, true>;
   static Options Small(HashMode mode) { return TurboTraits::Small(mode); }
+  static Options Deep(HashMode mode) { return TurboTraits::Deep(mode); }
   static Options TearSafe(Options o) { return TurboTraits::TearSafe(std::move(o)); }
+  static std::vector<CoverageTarget> Coverage(bool) {
+    return {{"doublings", 1, "shard rehash"},
+            {"turbo.gc.count", 1, "garbage collection (same-size rehash)"},
+            {"alloc.reused", 1, "freed record chunks reused"}};
+  }
 };
 
 using AllIndexes = std::tuple<RehTraits, PeaTraits, TurboTraits, TurboKvTraits>;

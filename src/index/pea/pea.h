@@ -460,6 +460,10 @@ class Pea {
   std::atomic<uint64_t> doublings_{0};
   std::atomic<uint64_t> to_two_choice_{0};
   std::atomic<uint64_t> to_stash_{0};
+  // Coverage figures (the crash suite asserts its workloads reach these paths).
+  std::atomic<uint64_t> max_stride_{0};           // widest directory stride written
+  std::atomic<uint64_t> stash_splits_{0};         // splits of a segment in the stash strategy
+  std::atomic<uint64_t> stale_stash_cleared_{0};  // stash buckets of a reused id, cleared (I5)
   std::atomic<uint64_t> stash_segments_{0};
   ResizeLog resize_log_;
   bool recovered_ = false;
@@ -520,6 +524,7 @@ Result<std::unique_ptr<Pea<P>>> Pea<P>::Open(const Options& options) {
   if (!pool.ok()) return pool.status();
 
   std::unique_ptr<Pea> r(new (std::nothrow) Pea(std::move(pool).value(), pp));
+  if (r) r->epoch_.set_reclaim_batch(options.reclaim_batch);
   if (!r) return Status::OutOfMemory("pea: index object");
   if (r->pool_->created()) PMHASH_RETURN_IF_ERROR(r->Create());
   PMHASH_RETURN_IF_ERROR(r->Recover());
@@ -1057,6 +1062,9 @@ Status Pea<P>::SlowPath(uint64_t h, uint64_t e_seen,
 template <pm::PersistPolicy P>
 void Pea<P>::WriteStride(Directory* d, uint64_t first, uint64_t n,
                          const std::function<uint64_t(uint64_t)>& entry_of) {
+  if (n > max_stride_.load(std::memory_order_relaxed)) {
+    max_stride_.store(n, std::memory_order_relaxed);  // statistics only: races are harmless
+  }
   for (uint64_t x = first + 1; x < first + n; x++) {
     d->entries[x].store(entry_of(x), std::memory_order_release);
   }
@@ -1090,6 +1098,10 @@ Status Pea<P>::Transition(Directory* d, uint64_t i, uint64_t e, uint32_t to) {
     PMHASH_RETURN_IF_ERROR(EnsureStash(sid));
     for (int s = 0; s < 2; s++) {
       PmBucket* sb = StashBucket(sid, s);
+      const uint64_t h0 = sb->hdr[0].load(std::memory_order_relaxed);
+      if ((h0 != 0 && h0 != kKvFormat) || sb->hdr[1].load(std::memory_order_relaxed) != 0) {
+        stale_stash_cleared_.fetch_add(1, std::memory_order_relaxed);
+      }
       sb->hdr[1].store(0, std::memory_order_relaxed);
       sb->hdr[0].store(kKvFormat, std::memory_order_release);
       persist_.Flush(sb, 64);
@@ -1272,6 +1284,7 @@ Status Pea<P>::Split(Directory* d, uint64_t i, uint64_t e, uint32_t* need_depth)
     limbo_chunks_.fetch_sub(1, std::memory_order_relaxed);
   });
   splits_.fetch_add(1, std::memory_order_relaxed);
+  if (st == kStash) stash_splits_.fetch_add(1, std::memory_order_relaxed);
   resize_log_.Record(started);
   return Status::OK();
 }
@@ -1464,6 +1477,10 @@ IndexStats Pea<P>::Stats() const {
   add("pea.stash.segments", static_cast<double>(stash_segments_.load()));
   add("pea.stash.entries", static_cast<double>(stash_entries));
   add("pea.segment_buckets", static_cast<double>(params_.segment_buckets));
+  add("pea.directory.max_stride", static_cast<double>(max_stride_.load()));
+  add("pea.splits.stash", static_cast<double>(stash_splits_.load()));
+  add("pea.stash.stale_cleared", static_cast<double>(stale_stash_cleared_.load()));
+  add("alloc.reused", static_cast<double>(pool_->allocator().reused_allocations()));
   return s;
 }
 

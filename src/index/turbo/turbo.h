@@ -29,12 +29,13 @@
 //   * Find is lock-free: per bucket, read the meta word, SIMD-match the 14 tags, compare the
 //     candidate keys, read the value, then re-read the meta word; retry the bucket if it moved.
 //     Finds touch no PM beyond the buckets of the path (and one record in turbo-kv).
-//   * Durable reads (ADR): a writer stores a meta word with its UNPERSISTED bit set, persists
-//     it, then stores it again with the bit clear (no flush: both values mean the same). A
-//     reader that meets the bit flushes the meta line and fences before it returns anything it
-//     read in that bucket — it helps the write become durable — so no completed read can
-//     return (or deny) an item that a crash would then take back. Under eADR, and for Dram,
-//     the bit is never set (a store the reader can see is already persistent).
+//   * Durable reads (ADR): before its meta store a writer names the bucket in the shard's DRAM
+//     line (ShardRef::unpersisted, the line readers already read for the shard's address) and
+//     clears the name once the meta word is persisted. A reader that finds its bucket named
+//     there after loading the meta word flushes the meta line and fences before it returns
+//     anything it read in that bucket — it helps the write become durable — so no completed
+//     read can return (or deny) an item that a crash would then take back. Nothing is added
+//     to PM, and nothing under eADR or for Dram (a store a reader can see is persistent).
 //   * Shard rehash (no slot within the probing scope): build the 2x shard in DRAM, re-placing
 //     every live item with the insert rule, write it with non-temporal stores, persist the
 //     inactive descriptor set, then flip the descriptor's version word (8-byte atomic); then the
@@ -50,8 +51,7 @@
 // ============================================================================================
 //   PM bucket, 256 B, 256-aligned (one XPLine, four cache lines):
 //
-//     line 0:  [ meta: valid:16 | deleted:16 | seq:31 | unpersisted:1 ][ tags[14] + 2 unused ]
-//              [ reserved:8 ]
+//     line 0:  [ meta: valid:16 | deleted:16 | seq:32 ][ tags[14] + 2 unused ][ reserved:8 ]
 //              [ slot0: key | value ][ slot1 ]
 //     line 1:  [ slot2 ] [ slot3 ] [ slot4 ] [ slot5 ]
 //     line 2:  [ slot6 ] ... [ slot9 ]
@@ -73,9 +73,9 @@
 // ============================================================================================
 //   I1  A slot holds a live item iff its valid bit is 1 and its delete bit is 0 in the bucket's
 //       meta word. Meta words change only by single 8-byte stores, each persisted before the
-//       operation returns (Persister::Persist). The unpersisted bit (bit 63) means nothing to
-//       recovery, which clears it; while it is set in memory, the word may not be durable yet,
-//       and a reader persists it before trusting it (durable linearizability of reads).
+//       operation returns (Persister::Persist). While a bucket is named in its shard's
+//       `unpersisted` word, its meta word may not be durable yet, and a reader persists it
+//       before trusting it (durable linearizability of reads).
 //   I2  A slot's contents (and, in turbo-kv, its record) are persisted BEFORE the meta store that
 //       makes the slot live. Only slots that are not live (empty, or deleted) are ever written,
 //       so a crash at any instant leaves every live slot intact.
@@ -193,14 +193,10 @@ inline constexpr uint32_t MetaDeleted(uint64_t m) {
 }
 inline constexpr uint32_t MetaLive(uint64_t m) { return MetaValid(m) & ~MetaDeleted(m); }
 inline constexpr uint32_t MetaEmpty(uint64_t m) { return ~MetaValid(m) & kSlotMask; }
-// Bit 63: the word was stored but may not be durable yet (ADR writers; see "Durable reads").
-inline constexpr uint64_t kMetaUnpersisted = uint64_t{1} << 63;
-inline constexpr uint64_t kMetaSeqMask = 0x7FFFFFFF;  // seq: bits 32..62
 inline constexpr uint64_t MakeMeta(uint32_t valid, uint32_t deleted, uint64_t seq) {
-  return uint64_t{valid & 0xFFFF} | (uint64_t{deleted & 0xFFFF} << 16) |
-         ((seq & kMetaSeqMask) << 32);
+  return uint64_t{valid & 0xFFFF} | (uint64_t{deleted & 0xFFFF} << 16) | (seq << 32);
 }
-inline constexpr uint64_t MetaSeq(uint64_t m) { return (m >> 32) & kMetaSeqMask; }
+inline constexpr uint64_t MetaSeq(uint64_t m) { return m >> 32; }
 // At least two empty slots: the end of every search path through this bucket (3.2). (No
 // popcount: without -mpopcnt it is a library call on the hot path.)
 inline constexpr bool PathEnd(uint64_t m) {
@@ -281,6 +277,9 @@ class Turbo {
     std::atomic<uint64_t> word{0};  // offset:48 | log2 buckets:8
     mutable SpinLock lock;
     uint32_t deleted PMHASH_GUARDED_BY(lock) = 0;  // slots with valid 1, delete 1
+    // The bucket whose meta store may not be durable yet (write-back policies; "Durable
+    // reads"); written under `lock`, read by lock-free readers.
+    std::atomic<const Bucket*> unpersisted{nullptr};
   };
 
   struct View {
@@ -354,9 +353,9 @@ class Turbo {
   Status Write64(Key k, Value v, WriteMode mode);
   Status WriteBytes(std::string_view k, std::string_view v, WriteMode mode);
   Status EraseProbe(const Probe& p);
-  // Stores `m` as b's meta word and persists it; with a write-back policy the word carries the
-  // unpersisted bit until the persist is done ("Durable reads"). REQUIRES: the shard's lock.
-  void PublishMeta(Bucket* b, uint64_t m);
+  // Stores `m` as b's meta word and persists it; with a write-back policy b is named in
+  // r.unpersisted until the persist is done ("Durable reads").
+  void PublishMeta(ShardRef& r, Bucket* b, uint64_t m) PMHASH_REQUIRES(r.lock);
   // Lock-free search; calls fn(slot value) under the sequence check, once validated.
   template <class OnFound>
   bool Search(const Probe& p, OnFound&& on_found) const;
@@ -451,6 +450,7 @@ Result<std::unique_ptr<Turbo<P, R>>> Turbo<P, R>::Open(const Options& options) {
     return Status::Corruption("turbo: pool chunk size is not 256");
   }
   std::unique_ptr<Turbo> t(new (std::nothrow) Turbo(std::move(pool).value(), tp));
+  if (t) t->epoch_.set_reclaim_batch(options.reclaim_batch);
   if (!t) return Status::OutOfMemory("turbo: index object");
   t->shards_.reset(new (std::nothrow) ShardRef[nshards]);
   if (!t->shards_) return Status::OutOfMemory("turbo: shard directory");
@@ -535,8 +535,6 @@ Status Turbo<P, R>::Recover() {
     for (uint32_t i = 0; i <= v.mask; i++) {
       Bucket* b = v.base + i;
       const uint64_t m = b->meta.load(std::memory_order_relaxed);
-      // A crash between a writer's persist and its clear leaves the bit: it means nothing now.
-      if (m & kMetaUnpersisted) b->meta.store(m & ~kMetaUnpersisted, std::memory_order_relaxed);
       const uint32_t valid = MetaValid(m), del = MetaDeleted(m);
       if ((valid & ~kSlotMask) || (del & ~valid) || MetaEmpty(m) == 0) {
         return Status::Corruption("turbo: bad meta word in shard " + std::to_string(s) +
@@ -597,7 +595,8 @@ template <class OnFound>
 bool Turbo<P, R>::Search(const Probe& p, OnFound&& on_found) const {
   EpochManager::Guard guard(epoch_);
   const uint8_t tag = static_cast<uint8_t>(p.h);
-  const View v = MakeView(shards_[ShardOf(p.h)].word.load(std::memory_order_acquire));
+  const ShardRef& r = shards_[ShardOf(p.h)];
+  const View v = MakeView(r.word.load(std::memory_order_acquire));
   const uint32_t home = Home(p.h, v.log2n);
   {
     // The home bucket is one 256 B block: ask for all of it now, so the slot line's miss
@@ -611,7 +610,9 @@ bool Turbo<P, R>::Search(const Probe& p, OnFound&& on_found) const {
       const uint64_t m = b->meta.load(std::memory_order_acquire);
       // A write in this bucket may not be durable yet: make it so before relying on it.
       if constexpr (P::kWritesBack) {
-        if (m & kMetaUnpersisted) persist_.Persist(&b->meta, sizeof(uint64_t));
+        if (r.unpersisted.load(std::memory_order_acquire) == b) {
+          persist_.Persist(&b->meta, sizeof(uint64_t));
+        }
       }
       int hit = -1;
       for (uint32_t c = Candidates(b, tag, m); c; c &= c - 1) {
@@ -624,8 +625,7 @@ bool Turbo<P, R>::Search(const Probe& p, OnFound&& on_found) const {
       bool ok = true;
       if (hit >= 0) ok = on_found(b->slots[hit]);
       std::atomic_thread_fence(std::memory_order_acquire);
-      // The writer's clear of the unpersisted bit is not a change of the bucket.
-      if (((b->meta.load(std::memory_order_relaxed) ^ m) & ~kMetaUnpersisted) != 0 || !ok) {
+      if (b->meta.load(std::memory_order_relaxed) != m || !ok) {
         read_retries_.fetch_add(1, std::memory_order_relaxed);
         continue;  // a writer changed the bucket while we read it
       }
@@ -806,7 +806,7 @@ Status Turbo<P, R>::Write(const Probe& p, std::string_view value_bytes, Value va
     } else if (MetaDeleted(m) & (1u << j)) {
       r.deleted--;
     }
-    PublishMeta(b, MakeMeta(valid, del, MetaSeq(m) + 1));
+    PublishMeta(r, b, MakeMeta(valid, del, MetaSeq(m) + 1));
     if constexpr (R) {
       if (found) RetireRecord(old_record);
     }
@@ -816,11 +816,12 @@ Status Turbo<P, R>::Write(const Probe& p, std::string_view value_bytes, Value va
 }
 
 template <pm::PersistPolicy P, bool R>
-void Turbo<P, R>::PublishMeta(Bucket* b, uint64_t m) {
+void Turbo<P, R>::PublishMeta(ShardRef& r, Bucket* b, uint64_t m) {
   if constexpr (P::kWritesBack) {
-    b->meta.store(m | kMetaUnpersisted, std::memory_order_release);
+    r.unpersisted.store(b, std::memory_order_relaxed);  // ordered before the meta by release
+    b->meta.store(m, std::memory_order_release);
     persist_.Persist(&b->meta, sizeof(uint64_t));
-    b->meta.store(m, std::memory_order_release);  // durable now; same meaning, no flush needed
+    r.unpersisted.store(nullptr, std::memory_order_release);
   } else {
     b->meta.store(m, std::memory_order_release);
     persist_.Persist(&b->meta, sizeof(uint64_t));
@@ -835,7 +836,7 @@ Status Turbo<P, R>::EraseProbe(const Probe& p) {
   Where f, ins;
   if (!Locate(v, p, &f, &ins)) return Status::NotFound();
   const uint64_t m = f.b->meta.load(std::memory_order_relaxed);
-  PublishMeta(f.b, MakeMeta(MetaValid(m), MetaDeleted(m) | (1u << f.j), MetaSeq(m) + 1));
+  PublishMeta(r, f.b, MakeMeta(MetaValid(m), MetaDeleted(m) | (1u << f.j), MetaSeq(m) + 1));
   r.deleted++;
   if constexpr (R) RetireRecord(f.b->slots[f.j].value.load(std::memory_order_relaxed));
   size_.Add(-1);
@@ -1095,6 +1096,7 @@ IndexStats Turbo<P, R>::Stats() const {
   add("turbo.probe.neg_max", static_cast<double>(neg_max));
   add("turbo.rehash.doublings", static_cast<double>(doublings_.load(std::memory_order_relaxed)));
   add("turbo.gc.count", static_cast<double>(gcs_.load(std::memory_order_relaxed)));
+  add("alloc.reused", static_cast<double>(pool_->allocator().reused_allocations()));
   add("turbo.gc.probe_before",
       gci ? static_cast<double>(gc_dist_before_.load(std::memory_order_relaxed)) / gci : 0);
   add("turbo.gc.probe_after",
