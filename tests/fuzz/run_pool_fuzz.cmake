@@ -1,0 +1,32 @@
+# ctest's pool_fuzz (tests/fuzz/CMakeLists.txt): cmake -DFUZZER= -DDIR= -DREGRESSIONS= -DSECONDS=
+#   -P run_pool_fuzz.cmake
+# Writes the seed corpus to DIR/seeds, then fuzzes each index kind for SECONDS / kinds, new
+# inputs going to a fresh DIR/work; fails on the first crash, sanitizer report, leak or timeout.
+file(REMOVE_RECURSE ${DIR}/seeds ${DIR}/work)
+file(MAKE_DIRECTORY ${DIR}/work)
+execute_process(COMMAND ${FUZZER} --generate-corpus=${DIR}/seeds RESULT_VARIABLE rc)
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "pool_fuzz: generating the seed corpus failed (${rc})")
+endif()
+execute_process(COMMAND ${FUZZER} --list-kinds OUTPUT_VARIABLE kinds RESULT_VARIABLE rc)
+string(STRIP "${kinds}" kinds)
+string(REPLACE "\n" ";" kinds "${kinds}")
+list(LENGTH kinds n)
+if(NOT rc EQUAL 0 OR n EQUAL 0)
+  message(FATAL_ERROR "pool_fuzz: --list-kinds failed (${rc})")
+endif()
+math(EXPR each "${SECONDS} / ${n}")
+if(each LESS 1)
+  set(each 1)
+endif()
+foreach(kind IN LISTS kinds)
+  message(STATUS "pool_fuzz: ${kind}, ${each} s")
+  execute_process(
+    COMMAND ${CMAKE_COMMAND} -E env PMHASH_FUZZ_KIND=${kind}
+      ${FUZZER} -max_total_time=${each} -timeout=20 -rss_limit_mb=2048 -print_final_stats=1
+      -artifact_prefix=${DIR}/ ${DIR}/work ${DIR}/seeds ${REGRESSIONS}
+    RESULT_VARIABLE rc)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "pool_fuzz: ${kind}: the fuzzer failed (${rc}); its input is in ${DIR}")
+  endif()
+endforeach()
