@@ -23,7 +23,7 @@
 //   2  a word near a non-zero one: the where-th non-zero word, plus (int8)(value >> 56) words;
 //   3  like 0.
 // and its operation (op >> 2, modulo 8):
-//   0  set to value             1  xor value              2  add (int8)value
+//   0  set to value             1  flip bit value & 63    2  add (int8)value
 //   3  low 48 bits := the offset of the value-th non-zero word, high 16 bits kept (a link to
 //      another structure, keeping a depth or count packed above it)
 //   4  copy the value-th non-zero word (duplicates: two owners of one chunk, one key twice)
@@ -36,8 +36,9 @@
 // reopened and checked once more.
 //
 // `pool_fuzz --list-kinds` prints the kinds, one a line. Seed corpus:
-// `pool_fuzz --generate-corpus=DIR` writes, for every kind and hash mode, the empty
-// patch list and a few single-patch inputs on each region of the seed image; then exits.
+// `pool_fuzz --generate-corpus=DIR` writes DIR/<kind>/: for each hash mode, the empty patch list,
+// single patches spread over the seed image, and structure-breaking patches on its structure
+// words (GenerateCorpus); then exits.
 // PMHASH_FUZZ_KIND=<name> pins every input to one kind (the selector's kind bits are ignored).
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -236,7 +237,7 @@ void ApplyPatch(const Seed& seed, std::vector<uint8_t>& img, const uint8_t* p) {
   const uint64_t other = words[value % words.size()];
   switch ((op >> 2) & 7) {
     case 0: w = value; break;
-    case 1: w ^= value; break;
+    case 1: w ^= uint64_t{1} << (value & 63); break;
     case 2: w += static_cast<uint64_t>(static_cast<int64_t>(static_cast<int8_t>(value))); break;
     case 3: w = (w & ~((uint64_t{1} << 48) - 1)) | other; break;
     case 4: w = Load64(&seed.image[other]); break;
@@ -327,35 +328,66 @@ void RunOne(const uint8_t* data, size_t size) {
   }
 }
 
-// The seed corpus: for each kind and hash mode, no patch, and single patches of each target and
-// operation on words spread over the image.
+// Structure words of a seed image: links (a pool offset, 64 B-aligned, past the header) and
+// packed words (a small offset or id in the low 48 bits under a depth, count or strategy in the
+// high 16: REH bucket headers, Pea directory entries and descriptors, Turbo shard words).
+bool IsStructureWord(uint64_t w) {
+  const uint64_t low = w & ((uint64_t{1} << 48) - 1);
+  if ((w >> 48) == 0) return low >= pm::kHeaderBytes && low < kPoolSize && low % 64 == 0;
+  return low < kPoolSize;
+}
+
+// The seed corpus, one directory per kind: for each hash mode, no patch; single patches of each
+// target and operation on words spread over the image; and, on up to 48 structure words, the
+// mutations that break structure (a depth or strategy byte changed, a link moved to another
+// structure word, an offset nudged).
 void GenerateCorpus(const std::string& dir) {
   ::mkdir(dir.c_str(), 0755);
   const size_t kinds = Kinds().size();
   int files = 0;
-  auto emit = [&](const std::vector<uint8_t>& in, const std::string& name) {
-    const std::string path = dir + "/" + name;
-    if (!WriteImage(path, in.data(), in.size())) Die("cannot write " + path);
-    files++;
-  };
   for (size_t kind = 0; kind < kinds; kind++) {
+    const std::string kdir = dir + "/" + std::string(Kinds()[kind].name);
+    ::mkdir(kdir.c_str(), 0755);
     for (int m = 0; m < 2; m++) {
       const uint8_t sel = static_cast<uint8_t>(kind + kinds * static_cast<size_t>(m));
-      const std::string base = std::string(Kinds()[kind].name) + (m ? "-collide" : "-strong");
-      emit({sel, 0}, base + "-intact");
-      const Seed& seed = SeedFor(kind, m ? HashMode::kCollide : HashMode::kStrong);
-      const size_t nw = seed.words.size();
-      for (int i = 0; i < 24; i++) {
-        // Non-zero words spread over the image; the ops cycle (set, xor, add, link, copy, ...).
-        const uint32_t where = static_cast<uint32_t>((nw * static_cast<size_t>(i)) / 24);
-        const uint8_t op = static_cast<uint8_t>(((i % 8) << 2) | (i % 3 == 2 ? 2 : 0));
-        const uint64_t value = (i % 8 == 1) ? uint64_t{1} << (i % 64)
-                               : (i % 8 == 2) ? static_cast<uint64_t>(i % 2 ? 1 : -1)
-                                              : static_cast<uint64_t>(i) * 0x0101010101010101ULL;
+      const std::string base = kdir + (m ? "/collide" : "/strong");
+      auto emit = [&](uint8_t op, uint32_t where, uint64_t value, const std::string& name) {
         std::vector<uint8_t> in = {sel, 0, op, static_cast<uint8_t>(where),
                                    static_cast<uint8_t>(where >> 8)};
         for (int b = 0; b < 8; b++) in.push_back(static_cast<uint8_t>(value >> (8 * b)));
-        emit(in, base + "-patch" + std::to_string(i));
+        const std::string path = base + "-" + name;
+        if (!WriteImage(path, in.data(), in.size())) Die("cannot write " + path);
+        files++;
+      };
+      const uint8_t intact[2] = {sel, 0};
+      if (!WriteImage(base + "-intact", intact, 2)) Die("cannot write " + base + "-intact");
+      files++;
+      const Seed& seed = SeedFor(kind, m ? HashMode::kCollide : HashMode::kStrong);
+      const size_t nw = seed.words.size();
+      for (int i = 0; i < 24; i++) {
+        // Non-zero words spread over the image; the ops cycle (set, flip, add, link, copy, ...).
+        const uint32_t where = static_cast<uint32_t>((nw * static_cast<size_t>(i)) / 24);
+        const uint8_t op = static_cast<uint8_t>(((i % 8) << 2) | (i % 3 == 2 ? 2 : 0));
+        const uint64_t value = static_cast<uint64_t>(i) * 0x0101010101010101ULL;
+        emit(op, where, value, "spread" + std::to_string(i));
+      }
+      std::vector<uint32_t> structure;  // indexes into seed.words
+      for (uint32_t i = 0; i < nw; i++) {
+        if (IsStructureWord(Load64(&seed.image[seed.words[i]]))) structure.push_back(i);
+      }
+      const size_t ns = std::min<size_t>(structure.size(), 48);
+      for (size_t j = 0; j < ns; j++) {
+        const uint32_t where = structure[j * structure.size() / ns];
+        const uint64_t w = Load64(&seed.image[seed.words[where]]);
+        const uint32_t other = structure[(j * structure.size() / ns + 1) % structure.size()];
+        const std::string n = "w" + std::to_string(where);
+        emit(3 << 2, where, other, n + "-link");  // low 48 bits := another structure word
+        emit(2 << 2, where, static_cast<uint64_t>(-64), n + "-back");  // add -64
+        if ((w >> 48) != 0) {
+          const uint64_t b6 = (w >> 48) & 0xFF, b7 = w >> 56;
+          emit(6 << 2, where, 6 | ((b6 + 1) & 0xFF) << 8, n + "-depth");  // byte 6 += 1
+          emit(6 << 2, where, 7 | ((b7 ^ 2) & 0xFF) << 8, n + "-top");    // byte 7 ^= 2
+        }
       }
     }
   }
