@@ -415,7 +415,9 @@ extern "C" int LLVMFuzzerInitialize(int* argc, char*** argv) {
   for (int i = 1; i < *argc; i++) {
     const std::string_view arg = (*argv)[i];
     if (arg == "--list-kinds") {
-      for (const Kind& k : Kinds()) std::printf("%.*s\n", static_cast<int>(k.name.size()), k.name.data());
+      for (const Kind& k : Kinds()) {
+        std::printf("%.*s\n", static_cast<int>(k.name.size()), k.name.data());
+      }
       std::exit(0);
     }
     if (arg.starts_with(kGenerate)) {

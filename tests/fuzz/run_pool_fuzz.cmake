@@ -30,7 +30,7 @@ foreach(kind IN LISTS kinds)
   endif()
   execute_process(
     COMMAND ${CMAKE_COMMAND} -E env PMHASH_FUZZ_KIND=${kind}
-      ${FUZZER} -max_total_time=${each} -max_len=200 -timeout=20 -rss_limit_mb=2048
+      ${FUZZER} -max_total_time=${each} -max_len=200 -len_control=0 -timeout=20 -rss_limit_mb=2048
       -print_final_stats=1 -artifact_prefix=${DIR}/${kind}- ${corpora}
     RESULT_VARIABLE rc)
   if(NOT rc EQUAL 0)
