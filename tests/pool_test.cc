@@ -27,6 +27,7 @@
 #include "index/turbo/turbo.h"
 #include "pm/chunk_allocator.h"
 #include "pm/counters.h"
+#include "pm/crash_sim.h"
 #include "pm/persist.h"
 #include "pm/pool_format.h"
 #include "pmhash/pmhash.h"
@@ -472,6 +473,36 @@ TEST(PoolCorrupt, CleanFlagAndOpenCount) {
   h = ReadHeader(p.path());
   EXPECT_EQ(std::string_view(h->kind), "reh");
   EXPECT_EQ(h->created_durability, static_cast<uint8_t>(Durability::kAdr));
+}
+
+// The open's cleared clean_shutdown word is durable before Open returns: a power failure later
+// in that session must not leave a pool that looks cleanly closed (scripts/mutate:
+// pool-open-clean-persist). The persisted image is taken under the crash simulator.
+TEST(PoolCorrupt, CleanFlagClearIsDurableAtOpen) {
+  ScopedPath p("clean_flag_sim");
+  ASSERT_NO_FATAL_FAILURE(MakeRehPool(p.path(), 10));  // closed cleanly
+  pm::CrashSimulator sim;
+  ASSERT_EQ(pm::SetThreadSimHook(&sim), nullptr);
+  std::vector<char> image;
+  {
+    Options o = RehOptions(p.path(), OpenMode::kOpenExisting);
+    o.durability = Durability::kSim;
+    auto r = reh::Reh<pm::Sim>::Open(o);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    EXPECT_TRUE((*r)->pool().was_clean());
+    image = sim.Capture().persisted;  // a power failure right after the open returned
+  }
+  pm::SetThreadSimHook(nullptr);
+  {
+    const int fd = ::open(p.path().c_str(), O_WRONLY);
+    ASSERT_GE(fd, 0);
+    ASSERT_EQ(::pwrite(fd, image.data(), image.size(), 0), static_cast<ssize_t>(image.size()));
+    ::close(fd);
+  }
+  auto r = Reh::Open(RehOptions(p.path(), OpenMode::kOpenExisting));
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_FALSE((*r)->pool().was_clean()) << "the crashed session's pool looks cleanly closed";
+  EXPECT_TRUE((*r)->Stats().recovered);
 }
 
 // Regression test: a new pool's header said "open count: 0" (`pmhash info`): the creating open
