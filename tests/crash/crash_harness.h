@@ -38,7 +38,9 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <algorithm>
 #include <chrono>
+#include <cstring>
 #include <condition_variable>
 #include <cstdlib>
 #include <functional>
@@ -77,6 +79,11 @@ struct Config {
   // bits clear (one eighth of the hash space), so extendible directories grow deep there and
   // the other segments span wide strides (directory updates over several cache lines).
   bool skewed = false;
+  // What the media holds when the pool is created (a devdax device is not zeroed): zeros, random
+  // bytes, or an old pool of the same kind and size full of keys. Its first 8 bytes (the
+  // magic) are zero in both, so the open formats it; the index must trust nothing else there.
+  enum class Media { kZero, kRandom, kOldPool };
+  Media dirty_media = Media::kZero;
   bool concurrent_reader = false;  // a reader thread probes the in-flight key (see above)
   int reader_wait_us = 2000;       // how long a crash point waits for the reader's answer
 
@@ -120,6 +127,31 @@ struct Observation {
   Key key = 0;
   bool found = false;
   Value value = 0;
+};
+
+// Fills a new pool's mapping with `media` before the simulator (and the index) see it, then
+// forwards every call: the simulator takes those bytes as what the media holds.
+class DirtyMediaHook final : public pm::SimHook {
+ public:
+  DirtyMediaHook(pm::SimHook* next, std::vector<char> media)
+      : next_(next), media_(std::move(media)) {}
+  void OnMap(void* base, size_t len) override {
+    if (!media_.empty()) {  // the first mapping only: the pool being created
+      std::memcpy(base, media_.data(), std::min(len, media_.size()));
+      media_.clear();
+    }
+    next_->OnMap(base, len);
+  }
+  void OnUnmap(void* base, size_t len) override { next_->OnUnmap(base, len); }
+  void OnFlush(const void* addr, size_t len) override { next_->OnFlush(addr, len); }
+  void OnFence() override { next_->OnFence(); }
+  void OnNtCopyBegin(void* dst, size_t len) override { next_->OnNtCopyBegin(dst, len); }
+  void OnNtCopy(void* dst, size_t len) override { next_->OnNtCopy(dst, len); }
+  void OnStore(const void* addr, size_t len) override { next_->OnStore(addr, len); }
+
+ private:
+  pm::SimHook* next_;
+  std::vector<char> media_;
 };
 
 // The concurrent reader: one thread that looks keys up on request. Probe() waits a bounded
@@ -225,7 +257,17 @@ class Harness {
     // With track_stores the pool reports to the tracer, which forwards everything to `sim`.
     std::optional<StoreTracer> tracer;
     if (cfg_.track_stores) tracer.emplace(&sim);
-    pm::SimHook* prev = pm::SetThreadSimHook(tracer ? static_cast<pm::SimHook*>(&*tracer) : &sim);
+    pm::SimHook* hook = tracer ? static_cast<pm::SimHook*>(&*tracer) : &sim;
+    std::optional<DirtyMediaHook> dirty;
+    if (cfg_.dirty_media != Config::Media::kZero) {
+      std::vector<char> media = DirtyMedia();
+      if (media.empty()) {
+        report_.failure = "could not build the dirty media image";
+        return Finish();
+      }
+      hook = &dirty.emplace(hook, std::move(media));
+    }
+    pm::SimHook* prev = pm::SetThreadSimHook(hook);
 
     // Phase 1: creation.
     Options o = base_;
@@ -307,6 +349,47 @@ class Harness {
   static Options WithSeed(Options o, uint64_t seed) {
     o.hash_seed = seed * 0x9E3779B97F4A7C15ULL + 0x632BE59BD9B4E019ULL;
     return o;
+  }
+
+  // The bytes a new pool's media holds (Config::dirty_media), magic zeroed; empty on failure.
+  std::vector<char> DirtyMedia() {
+    std::vector<char> media(base_.pool_size);
+    if (cfg_.dirty_media == Config::Media::kRandom) {
+      std::mt19937_64 rng(cfg_.seed ^ 0xD1127ULL);
+      for (size_t i = 0; i + 8 <= media.size(); i += 8) {
+        const uint64_t w = rng();
+        std::memcpy(media.data() + i, &w, 8);
+      }
+    } else {
+      // An old pool: same kind and geometry, another seed, filled and closed.
+      const std::string old = TempPoolPath(name_ + "-old");
+      unlink(old.c_str());
+      Options o = base_;
+      o.path = old;
+      o.durability = Durability::kDram;
+      o.mode = OpenMode::kCreateExclusive;
+      o.hash_seed = *base_.hash_seed ^ 0x5EEDULL;
+      auto r = CheckIndex::Open(o);
+      if (!r.ok()) return {};
+      std::mt19937_64 rng(cfg_.seed ^ 0x01DULL);
+      for (uint64_t i = 0; i < cfg_.key_range; i++) {
+        const Key k = rng() % (4 * cfg_.key_range);
+        if (rng() % 4 == 0) {
+          (void)r.value()->Erase(k);
+        } else {
+          (void)r.value()->Upsert(k, rng());
+        }
+      }
+      (void)r.value()->Close();
+      r.value().reset();
+      const int fd = ::open(old.c_str(), O_RDONLY);
+      const ssize_t got = fd < 0 ? -1 : pread(fd, media.data(), media.size(), 0);
+      if (fd >= 0) close(fd);
+      unlink(old.c_str());
+      if (got != static_cast<ssize_t>(media.size())) return {};
+    }
+    std::memset(media.data(), 0, 8);  // the magic: unformatted
+    return media;
   }
 
   bool Exhausted() {

@@ -142,6 +142,26 @@ TYPED_TEST(CrashSuite, EadrEveryStore) {
   EXPECT_GT(r.crash_points, r.stores_traced / 2) << "each store should be a crash point";
 }
 
+// Dirty media at creation (a devdax device is not zeroed): the pool is created over random bytes
+// and over an old pool of the same kind; creation, every crash image and recovery must trust
+// nothing they did not write.
+TYPED_TEST(CrashSuite, AdrDirtyMedia) {
+  for (const Config::Media media : {Config::Media::kRandom, Config::Media::kOldPool}) {
+    Config c;
+    c.seed = 19;
+    c.ops = 200;
+    c.random_images = 2;
+    c.budget_seconds = 8;
+    c.dirty_media = media;
+    const std::string tag = media == Config::Media::kRandom ? "DirtyRandom" : "DirtyOldPool";
+    const Report r = Harness<TypeParam::template Index>(c, TypeParam::Small(HashMode::kStrong),
+                                                        std::string(TypeParam::kName) + tag)
+                         .Run();
+    SCOPED_TRACE(tag);
+    Expect(r);
+  }
+}
+
 // A reader thread beside the writer: a read that completed before a crash must never have seen
 // a write the crash can undo. Turbo's readers take no lock, so they see in-flight writes (and
 // must help persist them); REH and Pea readers wait on the writer's lock, which is held across
