@@ -890,6 +890,36 @@ TEST_F(HostileChain, GarbageSlotsDoNotCrash) {
   EXPECT_TRUE(s.ok()) << s.ToString();
 }
 
+// Opens the REH pool at `path` in a child process limited to RLIMIT_AS = its current size +
+// 1 GiB, so that a recovery that allocates far too much fails the same way on every machine.
+// Returns the child's exit code: 100 if the open succeeded, else the Status code; a child that
+// dies of a signal fails the calling test.
+int OpenRehUnderAddressLimit(const std::string& path) {
+  const pid_t pid = fork();
+  EXPECT_GE(pid, 0);
+  if (pid == 0) {
+    // Child: no gtest from here on.
+    long pages = 0;
+    if (FILE* f = fopen("/proc/self/statm", "r")) {
+      if (fscanf(f, "%ld", &pages) != 1) pages = 0;
+      fclose(f);
+    }
+    const rlim_t limit = static_cast<rlim_t>(pages) * 4096 + (rlim_t{1} << 30);
+    struct rlimit rl = {limit, limit};
+    setrlimit(RLIMIT_AS, &rl);
+    auto r = Reh::Open(RehOptions(path, OpenMode::kOpenExisting));
+    _exit(r.ok() ? 100 : static_cast<int>(r.status().code()));
+  }
+  int status = 0;
+  EXPECT_EQ(waitpid(pid, &status, 0), pid);
+  if (!WIFEXITED(status)) {
+    ADD_FAILURE() << "open of a hostile pool crashed (signal "
+                  << (WIFSIGNALED(status) ? WTERMSIG(status) : 0) << ")";
+    return -1;
+  }
+  return WEXITSTATUS(status);
+}
+
 // Regression test (found by this suite, fixed in e7a8f78): Reh<P>::Recover used to bound each
 // local depth by max_depth only, map a 2^gd-entry directory (2^32 * 8 B = 32 GiB for one hostile
 // header with depth 32) and fill 2^(gd - ld) entries per bucket before noticing that the chain
@@ -903,26 +933,7 @@ TEST_F(HostileChain, HugeLocalDepthIsRefusedBeforeAllocating) {
     SCOPED_TRACE("local depth 32 (== max_depth) on bucket " + std::to_string(b) + " of " +
                  std::to_string(chain_.size()));
     ASSERT_NO_FATAL_FAILURE(SetHeader(b, 32, chain_[b].sib));  // passes walk 1
-    const pid_t pid = fork();
-    ASSERT_GE(pid, 0);
-    if (pid == 0) {
-      // Child: no gtest from here on.
-      long pages = 0;
-      if (FILE* f = fopen("/proc/self/statm", "r")) {
-        if (fscanf(f, "%ld", &pages) != 1) pages = 0;
-        fclose(f);
-      }
-      const rlim_t limit = static_cast<rlim_t>(pages) * 4096 + (rlim_t{1} << 30);
-      struct rlimit rl = {limit, limit};
-      setrlimit(RLIMIT_AS, &rl);
-      auto r = Reh::Open(RehOptions(path, OpenMode::kOpenExisting));
-      _exit(r.ok() ? 100 : static_cast<int>(r.status().code()));
-    }
-    int status = 0;
-    ASSERT_EQ(waitpid(pid, &status, 0), pid);
-    ASSERT_TRUE(WIFEXITED(status)) << "open of a hostile pool crashed (signal "
-                                   << (WIFSIGNALED(status) ? WTERMSIG(status) : 0) << ")";
-    const int code = WEXITSTATUS(status);
+    const int code = OpenRehUnderAddressLimit(path);
     EXPECT_EQ(code, static_cast<int>(Status::Code::kCorruption))
         << "open returned "
         << (code == 100 ? "OK" : Status::CodeName(static_cast<Status::Code>(code)))
@@ -991,24 +1002,7 @@ TEST_F(HostileChain, TiledChainOverTheDirectoryBudgetIsRefusedBeforeAllocating) 
     ASSERT_NO_FATAL_FAILURE(SetHeader(b, ld, b < 32 ? chain_[b].sib : 0));
   }
   const std::string path = path_.path();
-  const pid_t pid = fork();
-  ASSERT_GE(pid, 0);
-  if (pid == 0) {
-    long pages = 0;
-    if (FILE* f = fopen("/proc/self/statm", "r")) {
-      if (fscanf(f, "%ld", &pages) != 1) pages = 0;
-      fclose(f);
-    }
-    const rlim_t limit = static_cast<rlim_t>(pages) * 4096 + (rlim_t{1} << 30);
-    struct rlimit rl = {limit, limit};
-    setrlimit(RLIMIT_AS, &rl);
-    auto r = Reh::Open(RehOptions(path, OpenMode::kOpenExisting));
-    _exit(r.ok() ? 100 : static_cast<int>(r.status().code()));
-  }
-  int status = 0;
-  ASSERT_EQ(waitpid(pid, &status, 0), pid);
-  ASSERT_TRUE(WIFEXITED(status)) << "signal " << (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
-  const int code = WEXITSTATUS(status);
+  const int code = OpenRehUnderAddressLimit(path);
   EXPECT_EQ(code, static_cast<int>(Status::Code::kOutOfSpace))
       << "open returned "
       << (code == 100 ? "OK" : Status::CodeName(static_cast<Status::Code>(code)));
