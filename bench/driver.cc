@@ -289,6 +289,9 @@ Status RunBench(const BenchConfig& config, BenchListener* listener, BenchReport*
           rc.options.path = main_file->path();
           rc.options.mode = OpenMode::kOpenOrCreate;  // the file is empty: a new pool
           rc.options.pool_size = c.pool_size ? c.pool_size : EstimatePoolBytes(index, c.keys);
+          // Pools get a random hash seed by default; a benchmark derives it from its own seed,
+          // so a run (and its printed seed) is reproducible.
+          rc.options.hash_seed = c.seed * 0x9E3779B97F4A7C15ULL + 1;
           rc.runner = ro;
           rc.phases = phases;
           rc.check = c.check;
