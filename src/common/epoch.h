@@ -49,10 +49,10 @@ class EpochManager {
 
   // Defers fn() until no reader that entered before this call remains. Thread-safe.
   void Retire(std::function<void()> fn) PMHASH_EXCLUDES(mu_);
-  // Advances the epoch if possible and runs deleters that became safe. Returns how many ran.
   // Retire() tries to reclaim once this many objects wait (default 64; tests use 1 so that
   // freed space is reused at once and the paths that reuse it are exercised).
   void set_reclaim_batch(size_t n) { batch_.store(n == 0 ? 1 : n, std::memory_order_relaxed); }
+  // Advances the epoch if possible and runs deleters that became safe. Returns how many ran.
   // Called by Retire() opportunistically; may be called by anyone.
   size_t Reclaim() PMHASH_EXCLUDES(mu_);
   // Blocks until everything retired so far has been freed (readers must eventually leave).

@@ -524,8 +524,8 @@ Result<std::unique_ptr<Pea<P>>> Pea<P>::Open(const Options& options) {
   if (!pool.ok()) return pool.status();
 
   std::unique_ptr<Pea> r(new (std::nothrow) Pea(std::move(pool).value(), pp));
-  if (r) r->epoch_.set_reclaim_batch(options.reclaim_batch);
   if (!r) return Status::OutOfMemory("pea: index object");
+  r->epoch_.set_reclaim_batch(options.reclaim_batch);
   if (r->pool_->created()) PMHASH_RETURN_IF_ERROR(r->Create());
   PMHASH_RETURN_IF_ERROR(r->Recover());
   return r;

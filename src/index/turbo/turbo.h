@@ -450,8 +450,8 @@ Result<std::unique_ptr<Turbo<P, R>>> Turbo<P, R>::Open(const Options& options) {
     return Status::Corruption("turbo: pool chunk size is not 256");
   }
   std::unique_ptr<Turbo> t(new (std::nothrow) Turbo(std::move(pool).value(), tp));
-  if (t) t->epoch_.set_reclaim_batch(options.reclaim_batch);
   if (!t) return Status::OutOfMemory("turbo: index object");
+  t->epoch_.set_reclaim_batch(options.reclaim_batch);
   t->shards_.reset(new (std::nothrow) ShardRef[nshards]);
   if (!t->shards_) return Status::OutOfMemory("turbo: shard directory");
   if (t->pool_->created()) PMHASH_RETURN_IF_ERROR(t->Create());
@@ -817,15 +817,11 @@ Status Turbo<P, R>::Write(const Probe& p, std::string_view value_bytes, Value va
 
 template <pm::PersistPolicy P, bool R>
 void Turbo<P, R>::PublishMeta(ShardRef& r, Bucket* b, uint64_t m) {
-  if constexpr (P::kWritesBack) {
-    r.unpersisted.store(b, std::memory_order_relaxed);  // ordered before the meta by release
-    b->meta.store(m, std::memory_order_release);
-    persist_.Persist(&b->meta, sizeof(uint64_t));
-    r.unpersisted.store(nullptr, std::memory_order_release);
-  } else {
-    b->meta.store(m, std::memory_order_release);
-    persist_.Persist(&b->meta, sizeof(uint64_t));
-  }
+  // Ordered before the meta store by its release.
+  if constexpr (P::kWritesBack) r.unpersisted.store(b, std::memory_order_relaxed);
+  b->meta.store(m, std::memory_order_release);
+  persist_.Persist(&b->meta, sizeof(uint64_t));
+  if constexpr (P::kWritesBack) r.unpersisted.store(nullptr, std::memory_order_release);
 }
 
 template <pm::PersistPolicy P, bool R>
