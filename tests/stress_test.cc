@@ -27,6 +27,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "engine_types.h"
 #include "index/pea/pea.h"
 #include "index/reh/reh.h"
 #include "index/turbo/turbo.h"
@@ -110,10 +111,9 @@ class StressTest : public ::testing::Test {
   std::unique_ptr<T> idx_;
 };
 
-using StressTypes =
-    ::testing::Types<reh::Reh<pm::Dram>, reh::Reh<pm::Adr>, reh::Reh<pm::Eadr>,
-                     turbo::Turbo<pm::Dram>, turbo::Turbo<pm::Adr>, turbo::TurboKv<pm::Adr>,
-                     pea::Pea<pm::Dram>, pea::Pea<pm::Adr>, pea::Pea<pm::Eadr>>;
+// Every kind of src/index/kinds.h, volatile and persistent (eADR runs the adr code without
+// flushes: the conformance and crash suites cover it).
+using StressTypes = GtestTypes<AllEngines<pm::Dram, pm::Adr>>::type;
 TYPED_TEST_SUITE(StressTest, StressTypes);
 
 TYPED_TEST(StressTest, DisjointRanges) {

@@ -133,13 +133,13 @@ constexpr FlagSpec kBenchFlags[] = {
 
 constexpr FlagSpec kCheckFlags[] = {
     {"index", "NAME", "expected index kind (default: the kind recorded in the pool)"},
-    {"durability", "MODE", "adr | eadr | dram (default: adr)"},
+    {"durability", "MODE", "adr | eadr | dram (default: the one the pool was created with)"},
     kHelpFlag,
 };
 
 constexpr FlagSpec kKvFlags[] = {
     {"index", "NAME", "index kind of a new pool (put; default reh) or the expected kind"},
-    {"durability", "MODE", "adr | eadr | dram (default: adr)"},
+    {"durability", "MODE", "adr | eadr | dram (default: the pool's; adr for a new pool)"},
     {"pool-size", "BYTES", "size of a pool created by put (default 64M)"},
     kHelpFlag,
 };
@@ -232,12 +232,14 @@ int ParseCommandArgs(const Command& cmd, std::span<char* const> words, ParsedArg
   return -1;
 }
 
-Status ParseDurabilityFlag(const ParsedArgs& args, Durability* d) {
+Status ParseDurabilityFlag(const ParsedArgs& args, std::optional<Durability>* d) {
   const auto v = args.Value("durability");
   if (!v) return Status::OK();
-  if (*v == "sim" || !ParseDurability(*v, d)) {
+  Durability parsed;
+  if (*v == "sim" || !ParseDurability(*v, &parsed)) {
     return Status::InvalidArgument("invalid durability '" + *v + "': expected adr, eadr or dram");
   }
+  *d = parsed;
   return Status::OK();
 }
 
@@ -572,39 +574,38 @@ int RunInfo(const Command& cmd, std::span<char* const> words) {
 
 // Opens an existing pool with the parameters recorded in its header, or (may_create) creates a
 // missing one. `want_kind`: the kind the caller expects, if any.
+// An existing pool is opened as it describes itself (kind, durability, parameters: all from its
+// header); a missing, empty or unformatted file is created when `may_create` (put).
 Result<std::unique_ptr<Index>> OpenPool(const std::string& path,
                                         const std::optional<std::string>& want_kind,
-                                        Durability durability, bool may_create,
+                                        std::optional<Durability> durability, bool may_create,
                                         uint64_t create_size) {
   Options o;
   o.path = path;
   o.durability = durability;
-  std::string kind;
   auto header = ReadPoolHeader(path);
   if (header.ok()) {
-    kind = header.value().kind;
-    if (want_kind && *want_kind != kind) {
-      return Status::InvalidArgument("pool " + path + " holds index '" + kind + "', not '" +
-                                     *want_kind + "'");
+    if (want_kind && *want_kind != header.value().kind) {
+      return Status::InvalidArgument("pool " + path + " holds index '" + header.value().kind +
+                                     "', not '" + *want_kind + "'");
     }
-    PMHASH_RETURN_IF_ERROR(ApplyStoredParams(header.value(), &o));
     o.mode = OpenMode::kOpenExisting;
-  } else if (may_create && (header.status().IsNotFound() || IsUnformatted(path))) {
+    return pmhash::Open(o);
+  }
+  if (may_create && (header.status().IsNotFound() || IsUnformatted(path))) {
     // A missing file is created; an empty file or a zero-magic file/device is formatted.
-    kind = want_kind ? *want_kind : "reh";
     o.mode = header.status().IsNotFound() ? OpenMode::kCreateExclusive : OpenMode::kOpenOrCreate;
     o.pool_size = create_size;
-  } else {
-    return header.status();
+    return pmhash::Open(want_kind ? *want_kind : "reh", o);
   }
-  return pmhash::Open(kind, o);
+  return header.status();
 }
 
 int RunCheck(const Command& cmd, std::span<char* const> words) {
   ParsedArgs args;
   if (int rc = ParseCommandArgs(cmd, words, &args); rc >= 0) return rc;
   if (Status s = CheckPositionals(args, 1, cmd); !s.ok()) return Usage(s);
-  Durability durability = Durability::kAdr;
+  std::optional<Durability> durability;
   if (Status s = ParseDurabilityFlag(args, &durability); !s.ok()) return Usage(s);
   auto opened = OpenPool(args.positional[0], args.Value("index"), durability, false, 0);
   if (!opened.ok()) return Fail(opened.status());
@@ -656,7 +657,7 @@ int RunKv(const Command& cmd, std::span<char* const> words) {
     if (!put) return Usage(Status::InvalidArgument("--pool-size applies to put only"));
     if (Status s = ParseSize(*v, "--pool-size", &pool_size); !s.ok()) return Usage(s);
   }
-  Durability durability = Durability::kAdr;
+  std::optional<Durability> durability;
   if (Status s = ParseDurabilityFlag(args, &durability); !s.ok()) return Usage(s);
   auto opened = OpenPool(args.positional[0], args.Value("index"), durability, put, pool_size);
   if (!opened.ok()) return Fail(opened.status());

@@ -124,7 +124,13 @@ struct IndexInfo {
 const std::vector<IndexInfo>& RegisteredIndexes();
 
 // Opens (or creates, per options.mode) a pool holding an index of `kind`, instantiated for
-// options.durability. kInvalidArgument for an unknown kind.
+// options.durability (unset: the durability an existing pool was created with, else kAdr).
+// kInvalidArgument for an unknown kind, or for a pool that holds another kind. Per-index pool
+// properties left unset in options are the pool's (see options.h).
 Result<std::unique_ptr<Index>> Open(std::string_view kind, const Options& options);
+
+// Opens the existing pool at options.path, whatever kind it holds (read from its header).
+// kNotFound if there is no pool there; a pool is only created by naming its kind.
+Result<std::unique_ptr<Index>> Open(const Options& options);
 
 }  // namespace pmhash
