@@ -463,7 +463,8 @@ TEST(PoolCorrupt, CleanFlagAndOpenCount) {
     h = ReadHeader(p.path());
     EXPECT_EQ(h->clean_shutdown.load(), 0u) << "an open pool must not look clean";
     EXPECT_EQ(h->open_count.load(), opens + 1);
-  }  // destroyed without Close
+    (*r)->Abandon();
+  }  // destroyed as by a crash
   h = ReadHeader(p.path());
   EXPECT_EQ(h->clean_shutdown.load(), 0u);
   auto r = Reh::Open(RehOptions(p.path(), OpenMode::kOpenExisting));
@@ -778,6 +779,47 @@ TEST(PoolCorrupt, ParameterBlockIsValidated) {
   }
   ASSERT_TRUE(WriteFile(p.path(), image));
   ASSERT_NO_FATAL_FAILURE(ExpectRehPoolIntact(p.path(), 100));
+}
+
+// The destructor closes cleanly unless the index was abandoned; writes after Close return a
+// Status (the facade refuses reads too).
+TEST(PoolOpen, DestructorClosesAndAbandonDoesNot) {
+  ScopedPath p("lifecycle");
+  {
+    auto r = Reh::Open(RehOptions(p.path()));
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    ASSERT_TRUE((*r)->Insert(1, 2).ok());
+  }  // destroyed without Close: closes
+  EXPECT_EQ(ReadHeader(p.path())->clean_shutdown.load(), 1u);
+  {
+    auto r = Reh::Open(RehOptions(p.path(), OpenMode::kOpenExisting));
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    EXPECT_FALSE((*r)->Stats().recovered);
+    ASSERT_TRUE((*r)->Close().ok());
+    ASSERT_TRUE((*r)->Close().ok()) << "Close is idempotent";
+    for (Status s : {(*r)->Insert(3, 4), (*r)->Upsert(1, 5), (*r)->Update(1, 6), (*r)->Erase(1)}) {
+      EXPECT_TRUE(s.IsInvalidArgument()) << s.ToString();
+      EXPECT_NE(s.message().find("closed"), std::string_view::npos) << s.ToString();
+    }
+  }
+  {
+    auto r = pmhash::Open("reh", RehOptions(p.path(), OpenMode::kOpenExisting));
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    Value v = 0;
+    ASSERT_TRUE((*r)->Find(1, &v).ok());
+    EXPECT_EQ(v, 2u) << "a write after Close changed the pool";
+    (*r)->Abandon();
+  }  // destroyed as by a crash
+  EXPECT_EQ(ReadHeader(p.path())->clean_shutdown.load(), 0u);
+  auto r = pmhash::Open("reh", RehOptions(p.path(), OpenMode::kOpenExisting));
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_TRUE((*r)->Stats().recovered);
+  ASSERT_TRUE((*r)->Close().ok());
+  Value v = 0;
+  EXPECT_TRUE((*r)->Find(1, &v).IsInvalidArgument());
+  EXPECT_TRUE((*r)->Insert(9, 9).IsInvalidArgument());
+  EXPECT_EQ((*r)->Size(), 0u);
+  EXPECT_TRUE((*r)->CheckInvariants().IsInvalidArgument());
 }
 
 // The MAP_SYNC rule (no DAX file system here, so the decision is tested on its own; the detection
@@ -1879,6 +1921,7 @@ TEST(RehLimits, HeapExhaustionDuringGrowthLeaksNothing) {
     EXPECT_EQ((*r)->pool().allocator().used_chunks(), 20u);
     Status s = (*r)->CheckInvariants();
     ASSERT_TRUE(s.ok()) << s.ToString();
+    (*r)->Abandon();
   }  // crash
   o.mode = OpenMode::kOpenExisting;
   auto r = Reh::Open(o);
