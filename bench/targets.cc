@@ -8,6 +8,7 @@
 #include "index/reh/reh.h"
 #include "index/turbo/turbo.h"
 #include "pm/persist.h"
+#include "pm/record_heap.h"
 #include "pmhash/index.h"
 
 namespace pmhash::bench {
@@ -62,10 +63,14 @@ uint64_t EstimatePoolBytes(std::string_view index, uint64_t keys) {
   }
   if (index == "turbo" || index == "turbo-kv") {
     // 256 B bucket per 14 slots; a shard is at ~0.4 load right after doubling (plan 0.3), and
-    // the old shard stays allocated until its readers leave. turbo-kv adds one 256 B record
-    // chunk per key (8 B key + 8 B value + 8 B header).
+    // the old shard stays allocated until its readers leave. turbo-kv adds one 24 B record per
+    // key (8 B header + 8 B key + 8 B value) in a 32 B slot of a 4 KiB record-heap slab of 126
+    // slots (src/pm/record_heap.h); plan for slabs 80% full (erases, one open slab per stripe).
     bytes_per_key = sizeof(turbo::Bucket) / static_cast<double>(turbo::kSlots) / 0.3;
-    if (index == "turbo-kv") bytes_per_key += 256 * 1.1;
+    if (index == "turbo-kv") {
+      const double slots_per_slab = (pm::kSlabTargetBytes - pm::kSlabHeaderBytes) / 32;
+      bytes_per_key += pm::kSlabTargetBytes / slots_per_slab / 0.8;
+    }
   }
   const auto bytes = static_cast<uint64_t>(static_cast<double>(keys) * bytes_per_key);
   return 64 * kMiB + (bytes + kMiB - 1) / kMiB * kMiB;

@@ -30,6 +30,7 @@
 #include "pm/crash_sim.h"
 #include "pm/persist.h"
 #include "pm/pool_format.h"
+#include "pm/record_heap.h"
 #include "pmhash/pmhash.h"
 #include "test_util.h"
 
@@ -1919,6 +1920,28 @@ TEST(TurboHostile, BadRecords) {
       {"record length past the pool",
        [](const std::string& p, uint64_t, uint64_t rec) {
          WriteU64(p, rec, (uint64_t{0xFFFFFF00} << 32) | 8);
+       }},
+      {"record offset into a free slab position (no slab header)",
+       [](const std::string& p, uint64_t sv, uint64_t) {
+         const uint64_t heap = ReadU64(p, 40), chunks = ReadU64(p, 56);
+         const uint64_t last_slab = heap + (chunks / 16 - 1) * 4096;
+         WriteU64(p, sv, last_slab + pm::kSlabHeaderBytes);
+       }},
+      {"record offset between two 32 B slots of its slab",
+       [](const std::string& p, uint64_t sv, uint64_t rec) { WriteU64(p, sv, rec + 16); }},
+      {"record offset on its slab's header",
+       [](const std::string& p, uint64_t sv, uint64_t rec) {
+         const uint64_t heap = ReadU64(p, 40);
+         WriteU64(p, sv, rec - (rec - heap) % 4096);
+       }},
+      {"slab header naming another size class",
+       [](const std::string& p, uint64_t, uint64_t rec) {
+         const uint64_t heap = ReadU64(p, 40);
+         WriteU64(p, rec - (rec - heap) % 4096, pm::kSlabMagic | (uint64_t{48} << 32));
+       }},
+      {"record length larger than its slot (reads would run into the next slots)",
+       [](const std::string& p, uint64_t, uint64_t rec) {
+         WriteU64(p, rec, (uint64_t{100} << 32) | 8);
        }},
       {"record key does not match the slot hash",
        [](const std::string& p, uint64_t, uint64_t rec) {
