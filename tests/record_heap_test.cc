@@ -117,6 +117,10 @@ TEST(RecordHeap, GeometryOf256ByteChunks) {
   EXPECT_EQ(r.SpaceFor(24), 32u);
   EXPECT_EQ(r.SpaceFor(225), 256u);
   EXPECT_EQ(r.SpaceFor(1000), 1024u);
+  EXPECT_FALSE(r.PlausibleRecord(kHeapOffset - 16, 8)) << "before the heap";
+  EXPECT_FALSE(r.PlausibleRecord(h.bytes - 8, 16)) << "runs past the heap";
+  EXPECT_FALSE(r.PlausibleRecord(~uint64_t{0} - 15, 8)) << "no overflow";
+  EXPECT_TRUE(r.PlausibleRecord(h.bytes - 16, 16));
 }
 
 TEST(RecordHeap, GeometryOfOtherChunkSizes) {
@@ -164,6 +168,8 @@ TEST(RecordHeap, EveryClassAtBothBoundaries) {
       EXPECT_EQ((slab - kHeapOffset) % r.slab_bytes(), 0u);
       EXPECT_EQ((off - slab - kSlabHeaderBytes) % r.class_bytes(c), 0u) << "slot boundary";
       EXPECT_EQ(off % 16, 0u);
+      EXPECT_TRUE(r.PlausibleRecord(off, n));
+      EXPECT_FALSE(r.PlausibleRecord(off + 3, n)) << "misaligned";
       EXPECT_EQ(h.Header(slab)->slot_bytes, r.class_bytes(c));
       EXPECT_EQ(h.Header(slab)->magic, pm::kSlabMagic);
       EXPECT_TRUE(r.IsAllocated(off, n));

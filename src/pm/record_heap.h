@@ -68,7 +68,8 @@
 //       reachable any more (H3), and a new owner's header or contents are persisted before they
 //       are published.
 //   H5  Every record offset read from PM is validated at recovery (MarkReachable) before the index
-//       reads past its first 8 bytes: inside the heap; for a slab record, inside a slab position,
+//       reads past its first 8 bytes (which it may read once PlausibleRecord says they are
+//       inside the heap and aligned): inside the heap; for a slab record, inside a slab position,
 //       the slab header valid (magic, class == ClassOf(bytes), slot count, slab size, self
 //       offset, reserved zero), on a slot boundary, not reachable twice, and the slab's chunks
 //       not shared with anything else the index marked; for a large record, chunk-aligned and
@@ -113,6 +114,9 @@ inline constexpr uint32_t kSlabMagic = 0x424C5352;  // "RSLB" in little-endian b
 inline constexpr uint32_t kSlabHeaderBytes = 64;
 inline constexpr uint32_t kSlabTargetBytes = 4096;
 inline constexpr uint32_t kMinSlotsPerSlab = 8;
+// Every record starts on this boundary (slots are multiples of 16 B after a 64 B header; large
+// records start on a chunk), so an index may read a record's fixed header in place.
+inline constexpr uint64_t kRecordAlign = 16;
 inline constexpr std::array<uint32_t, 24> kClassBytes = {
     16,  32,  48,  64,  80,  96,  112,  128,  160,  192,  224,  256,
     320, 384, 448, 512, 640, 768, 896, 1024, 1280, 1536, 1792, 2048};
@@ -129,7 +133,9 @@ static_assert(sizeof(SlabHeader) == kSlabHeaderBytes, "a slab header is one cach
 static_assert(offsetof(SlabHeader, self) == 16, "self follows the four 32-bit fields");
 static_assert(kClassBytes[0] == 16 && kClassBytes[0] % 16 == 0,
               "slots are 16-aligned: a record's 8-byte header is never split");
-static_assert(kSlabHeaderBytes % 16 == 0, "slot 0 is 16-aligned");
+static_assert(kSlabHeaderBytes % kRecordAlign == 0, "slot 0 is aligned");
+static_assert(kRecordAlign == 16 && kClassBytes[1] % kRecordAlign == 0,
+              "every class is a multiple of 16 B, so every slot is aligned");
 
 // What Stats() reports about the heap.
 struct RecordHeapStats {
@@ -173,9 +179,13 @@ class RecordHeap {
   void Reset();
   Status MarkReachable(uint64_t offset, uint64_t bytes);
 
-  // True if [offset, offset + len) lies inside the heap (a cheap bound before reading a record's
-  // length from PM).
+  // True if [offset, offset + len) lies inside the heap.
   bool Contains(uint64_t offset, uint64_t len) const;
+  // True if [offset, offset + len) lies inside the heap and offset is kRecordAlign-aligned: what
+  // an index checks before it reads a record's length from PM (to pass it to MarkReachable).
+  bool PlausibleRecord(uint64_t offset, uint64_t len) const {
+    return offset % kRecordAlign == 0 && Contains(offset, len);
+  }
   // REQUIRES quiescence. True if a record of `bytes` at `offset` is allocated (its slot's bit, or
   // its chunks).
   bool IsAllocated(uint64_t offset, uint64_t bytes) const;

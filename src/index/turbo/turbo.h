@@ -99,7 +99,8 @@
 //       again after a crash, and so is a slab none of whose records is reachable. A slab's
 //       header is persisted before any record in it is published (H1 in record_heap.h).
 //   I7  Recovery validates every offset (directory, shards: in the heap, chunk-aligned, no
-//       chunk shared; records: the 8-byte header inside the heap before it is read, lengths
+//       chunk shared; records: the 8-byte header inside the heap and 16-aligned before it is
+//       read, lengths
 //       bounded by max_record_bytes, then the record heap's checks — valid slab header of the
 //       record's size class, slot boundary, no slot or chunk shared — and the stored hash equal
 //       to the key's), every meta word (delete subset of valid, I3) and the descriptor version;
@@ -196,6 +197,7 @@ struct RecordHeader {
   uint32_t value_len;
 };
 static_assert(sizeof(RecordHeader) == kRecordHeader);
+static_assert(pm::kRecordAlign % alignof(RecordHeader) == 0, "read in place at any record start");
 
 inline constexpr uint32_t MetaValid(uint64_t m) { return static_cast<uint32_t>(m & 0xFFFF); }
 inline constexpr uint32_t MetaDeleted(uint64_t m) {
@@ -571,9 +573,9 @@ Status Turbo<P, R>::Recover() {
         const Slot& sl = b->slots[j];
         if constexpr (R) {
           const uint64_t ro = sl.value.load(std::memory_order_relaxed);
-          if (!heap_->Contains(ro, kRecordHeader)) {
+          if (!heap_->PlausibleRecord(ro, kRecordHeader)) {
             return Status::Corruption("turbo: record offset " + std::to_string(ro) +
-                                      " is outside the heap");
+                                      " is outside the heap or misaligned");
           }
           const uint64_t bytes = RecBytes(ro);
           if (bytes > params_.max_record_bytes) {
