@@ -4,33 +4,39 @@
 
 #include "bench/reference.h"
 #include "bench/row.h"
-#include "index/pea/pea.h"
-#include "index/reh/reh.h"
-#include "index/turbo/turbo.h"
+#include "index/kinds.h"
 #include "pm/persist.h"
-#include "pm/record_heap.h"
 #include "pmhash/index.h"
 
 namespace pmhash::bench {
 
 namespace {
 
-// (index, durability) -> the row instantiated for the concrete type. Sim is left out: without
-// a crash-simulator hook it behaves like Dram and measures nothing new.
-constexpr std::array kTargets = {
-    Target{"reh", Durability::kAdr, &RunTemplateRow<reh::Reh<pm::Adr>>},
-    Target{"reh", Durability::kEadr, &RunTemplateRow<reh::Reh<pm::Eadr>>},
-    Target{"reh", Durability::kDram, &RunTemplateRow<reh::Reh<pm::Dram>>},
-    Target{"pea", Durability::kAdr, &RunTemplateRow<pea::Pea<pm::Adr>>},
-    Target{"pea", Durability::kEadr, &RunTemplateRow<pea::Pea<pm::Eadr>>},
-    Target{"pea", Durability::kDram, &RunTemplateRow<pea::Pea<pm::Dram>>},
-    Target{"turbo", Durability::kAdr, &RunTemplateRow<turbo::Turbo<pm::Adr>>},
-    Target{"turbo", Durability::kEadr, &RunTemplateRow<turbo::Turbo<pm::Eadr>>},
-    Target{"turbo", Durability::kDram, &RunTemplateRow<turbo::Turbo<pm::Dram>>},
-    Target{"turbo-kv", Durability::kAdr, &RunTemplateRow<turbo::TurboKv<pm::Adr>>},
-    Target{"turbo-kv", Durability::kEadr, &RunTemplateRow<turbo::TurboKv<pm::Eadr>>},
-    Target{"turbo-kv", Durability::kDram, &RunTemplateRow<turbo::TurboKv<pm::Dram>>},
+// (kind, durability) -> the row instantiated for the concrete type, for every kind of
+// src/index/kinds.h. Sim is left out: without a crash-simulator hook it behaves like Dram and
+// measures nothing new.
+template <index::Descriptor D>
+constexpr std::array<Target, 3> TargetsOf() {
+  return {{
+      {D::kName, Durability::kAdr, &RunTemplateRow<index::EngineOf<D, pm::Adr>>},
+      {D::kName, Durability::kEadr, &RunTemplateRow<index::EngineOf<D, pm::Eadr>>},
+      {D::kName, Durability::kDram, &RunTemplateRow<index::EngineOf<D, pm::Dram>>},
+  }};
+}
+
+template <class... Ds>
+struct TargetTable {
+  static constexpr auto Make() {
+    std::array<Target, 3 * sizeof...(Ds)> all{};
+    size_t i = 0;
+    for (const auto& per_kind : {TargetsOf<Ds>()...}) {
+      for (const Target& t : per_kind) all[i++] = t;
+    }
+    return all;
+  }
 };
+
+constexpr auto kTargets = index::IndexKinds::Apply<TargetTable>::Make();
 
 constexpr uint64_t kMiB = uint64_t{1} << 20;
 
@@ -46,33 +52,14 @@ const Target* FindTemplateTarget(std::string_view index, Durability d) {
 }
 
 uint64_t EstimatePoolBytes(std::string_view index, uint64_t keys) {
-  // PM bytes per key at the lowest load factor the index can be left at, with margin.
-  // Unknown index: generous (the file is sparse: untouched space costs nothing); the driver
-  // also retries a row with a 4x larger pool when an estimate proves too small (kOutOfSpace).
-  double bytes_per_key = 512;
-  if (index == "reh") {
-    // 256 B bucket per 15 slots; extendible hashing averages ~0.69 load and can dip towards
-    // 0.5 right after a wave of splits. Plan for 0.35.
-    bytes_per_key = sizeof(reh::PmBucket) / static_cast<double>(reh::kSlots) / 0.35;
-  }
-  if (index == "pea") {
-    // 256 B bucket per 15 slots; a 4-way split leaves segments near 0.22 load and uniform keys
-    // fill them in waves, so the whole table can dip that low. Plan for 0.2 (the directory,
-    // retired directories and stash segments are well under 1% on top).
-    bytes_per_key = sizeof(pea::PmBucket) / static_cast<double>(pea::kSlots) / 0.2;
-  }
-  if (index == "turbo" || index == "turbo-kv") {
-    // 256 B bucket per 14 slots; a shard is at ~0.4 load right after doubling (plan 0.3), and
-    // the old shard stays allocated until its readers leave. turbo-kv adds one 24 B record per
-    // key (8 B header + 8 B key + 8 B value) in a 32 B slot of a 4 KiB record-heap slab of 126
-    // slots (src/pm/record_heap.h); plan for slabs 80% full (erases, one open slab per stripe).
-    bytes_per_key = sizeof(turbo::Bucket) / static_cast<double>(turbo::kSlots) / 0.3;
-    if (index == "turbo-kv") {
-      const double slots_per_slab = (pm::kSlabTargetBytes - pm::kSlabHeaderBytes) / 32;
-      bytes_per_key += pm::kSlabTargetBytes / slots_per_slab / 0.8;
-    }
-  }
-  const auto bytes = static_cast<uint64_t>(static_cast<double>(keys) * bytes_per_key);
+  // PM bytes per key at the lowest load factor the index can be left at, with margin (each
+  // descriptor's EstimatePoolBytes). Unknown index: generous (the file is sparse: untouched
+  // space costs nothing); the driver also retries a row with a 4x larger pool when an estimate
+  // proves too small (kOutOfSpace).
+  uint64_t bytes = keys * 512;
+  index::IndexKinds::ForEach([&]<class D>() {
+    if (D::kName == index) bytes = D::EstimatePoolBytes(keys);
+  });
   return 64 * kMiB + (bytes + kMiB - 1) / kMiB * kMiB;
 }
 

@@ -5,8 +5,8 @@
 // index type, e.g. ("reh", kAdr) -> RunTemplateRow<reh::Reh<pm::Adr>>: the phase runner then
 // calls Reh<Adr>::Find directly (HashIndex concept, inlined, no virtual call). An index that is
 // registered (pmhash::RegisteredIndexes()) but has no entry here still runs, through the
-// pmhash::Open facade, and its row is marked "facade". Adding an index = one line per policy in
-// targets.cc, plus its pool size estimate.
+// pmhash::Open facade, and its row is marked "facade". The table is derived from the list of
+// kinds (src/index/kinds.h), and pool sizes from each kind's descriptor.
 //
 // Every row runs the same generic code (RunRowWith below), whatever the table type.
 #pragma once

@@ -1,57 +1,73 @@
-// The registry: index kinds by name, each instantiated for the four durability policies.
-// Immutable after static initialisation (a constant table, no registration side effects).
+// The registry: index kinds by name (src/index/kinds.h), each instantiated for the four
+// durability policies. Immutable after static initialisation (no registration side effects).
 #include <array>
+#include <string>
 
-#include "index/pea/pea.h"
-#include "index/reh/reh.h"
-#include "index/turbo/turbo.h"
+#include "index/kinds.h"
 #include "index_adapter.h"
 #include "pm/persist.h"
+#include "pm/pool.h"
 #include "pmhash/index.h"
+#include "registry.h"
 
 namespace pmhash {
 
 namespace {
 
 using OpenFn = Result<std::unique_ptr<Index>> (*)(const Options&);
+using DescribeFn = std::string (*)(std::span<const uint8_t>);
 
-template <template <class> class I>
+template <index::Descriptor D>
 Result<std::unique_ptr<Index>> OpenAnyPolicy(const Options& o) {
-  switch (o.durability) {
+  switch (o.durability.value_or(Durability::kAdr)) {
     case Durability::kDram:
-      return OpenWrapped<I<pm::Dram>>(o);
+      return OpenWrapped<index::EngineOf<D, pm::Dram>>(o);
     case Durability::kAdr:
-      return OpenWrapped<I<pm::Adr>>(o);
+      return OpenWrapped<index::EngineOf<D, pm::Adr>>(o);
     case Durability::kEadr:
-      return OpenWrapped<I<pm::Eadr>>(o);
+      return OpenWrapped<index::EngineOf<D, pm::Eadr>>(o);
     case Durability::kSim:
-      return OpenWrapped<I<pm::Sim>>(o);
+      return OpenWrapped<index::EngineOf<D, pm::Sim>>(o);
   }
   return Status::InvalidArgument("unknown durability");
 }
 
-template <class P>
-using TurboInline = turbo::Turbo<P, false>;
+template <index::Descriptor D>
+std::string Describe(std::span<const uint8_t> bytes) {
+  auto s = index::DecodeParams<D>(bytes);
+  return s.ok() ? index::DescribeParams<D>(s.value()) : s.status().ToString();
+}
 
 struct Entry {
   IndexInfo info;
   OpenFn open;
+  DescribeFn describe;
 };
 
-const std::array<Entry, 4> kEntries = {{
-    {{"reh", "Li, Tan, Chen: REH: Redesigning Extendible Hashing for Commercial NVM",
-      "extendible hashing, 256 B PM buckets, DRAM directory + fingerprints, 1 flush/insert"},
-     &OpenAnyPolicy<reh::Reh>},
-    {{"pea", "Liu, Chen: Pea Hash: A Performant Extendible Adaptive Hashing Index (SIGMOD 2023)",
-      "extendible hashing, 512 KB segments, adaptive single/2-choice/stash strategy, 4-way split"},
-     &OpenAnyPolicy<pea::Pea>},
-    {{"turbo", "Zhao, Zhong, Jiang: TurboHash: A Hash Table for Key-value Store on PM (SYSTOR'23)",
-      "sharded linear probing, 256 B buckets, near-place update, lock-free reads, 8 B items"},
-     &OpenAnyPolicy<TurboInline>},
-    {{"turbo-kv", "Zhao, Zhong, Jiang: TurboHash (SYSTOR'23), records (TURBO30)",
-      "TurboHash with variable-size keys/values: hash + record offset per slot, record heap"},
-     &OpenAnyPolicy<turbo::TurboKv>},
-}};
+using Entries = std::array<Entry, index::IndexKinds::kSize>;
+
+const Entries kEntries = [] {
+  Entries e{};
+  size_t i = 0;
+  index::IndexKinds::ForEach([&]<class D>() {
+    e[i++] = Entry{{D::kName, D::kPaper, D::kSummary}, &OpenAnyPolicy<D>, &Describe<D>};
+  });
+  return e;
+}();
+
+const Entry* FindEntry(std::string_view kind) {
+  for (const auto& e : kEntries) {
+    if (e.info.name == kind) return &e;
+  }
+  return nullptr;
+}
+
+Status UnknownKind(std::string_view kind) {
+  std::string known;
+  for (const auto& e : kEntries) known += (known.empty() ? "" : ", ") + std::string(e.info.name);
+  return Status::InvalidArgument("unknown index kind '" + std::string(kind) + "' (known: " + known +
+                                 ")");
+}
 
 }  // namespace
 
@@ -65,13 +81,42 @@ const std::vector<IndexInfo>& RegisteredIndexes() {
 }
 
 Result<std::unique_ptr<Index>> Open(std::string_view kind, const Options& options) {
-  for (const auto& e : kEntries) {
-    if (e.info.name == kind) return e.open(options);
+  const Entry* e = FindEntry(kind);
+  if (!e) return UnknownKind(kind);
+  Options o = options;
+  if (!o.durability && !o.path.empty()) {
+    // The durability the pool was made for; a pool that is not there (or not readable) is
+    // created, or refused, by the open itself.
+    if (auto h = pm::ReadPoolIdentity(o.path);
+        h.ok() && h.value().kind == kind &&
+        h.value().created_durability <= static_cast<uint8_t>(Durability::kSim)) {
+      o.durability = static_cast<Durability>(h.value().created_durability);
+    }
   }
-  std::string known;
-  for (const auto& e : kEntries) known += (known.empty() ? "" : ", ") + std::string(e.info.name);
-  return Status::InvalidArgument("unknown index kind '" + std::string(kind) + "' (known: " + known +
-                                 ")");
+  return e->open(o);
+}
+
+Result<std::unique_ptr<Index>> Open(const Options& options) {
+  if (options.path.empty()) {
+    return Status::InvalidArgument("an anonymous pool has nothing to open: name the index kind");
+  }
+  auto h = pm::ReadPoolIdentity(options.path);
+  if (!h.ok()) {
+    if (h.status().IsNotFound()) {
+      return Status::NotFound("no pool at " + options.path +
+                              " (to create one, name the index kind)");
+    }
+    return h.status();
+  }
+  const std::string kind = h.value().kind;
+  if (!FindEntry(kind)) return UnknownKind(kind);
+  return Open(kind, options);
+}
+
+Result<std::string> DescribePoolParams(std::string_view kind, std::span<const uint8_t> params) {
+  const Entry* e = FindEntry(kind);
+  if (!e) return UnknownKind(kind);
+  return e->describe(params);
 }
 
 }  // namespace pmhash

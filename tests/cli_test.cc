@@ -7,8 +7,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <string>
+#include <vector>
 
 #include "test_util.h"
 
@@ -69,6 +71,84 @@ TEST(Cli, InfoCountsTheCreatingOpen) {
   ASSERT_EQ(RunCli("check " + p.path(), &out), 0) << out;
   EXPECT_NE(Field(out, "mapping"), "") << out;
   EXPECT_NE(Field(out, "mapping"), "(not reported)") << out;
+}
+
+// The kinds `pmhash list` prints (one name per unindented line): every registered kind.
+std::vector<std::string> ListedKinds() {
+  std::string out;
+  EXPECT_EQ(RunCli("list", &out), 0) << out;
+  std::vector<std::string> kinds;
+  for (size_t at = 0; at < out.size();) {
+    const size_t end = std::min(out.find('\n', at), out.size());
+    if (end > at && out[at] != ' ') kinds.push_back(out.substr(at, end - at));
+    at = end + 1;
+  }
+  return kinds;
+}
+
+// Every registered kind works from the tool: a fresh pool through put, get, del, check, info,
+// then reopened by every command with no per-index option (the pool describes itself: kind,
+// durability, parameters). Regression test: pea, turbo and turbo-kv pools were created by
+// `put --index KIND` and then refused by every later command ("cannot decode the parameters").
+TEST(Cli, EveryKindReopensWithoutOptions) {
+  const std::vector<std::string> kinds = ListedKinds();
+  ASSERT_GE(kinds.size(), 4u) << "pmhash list printed too few kinds";
+  for (const std::string& kind : kinds) {
+    for (const char* durability : {"adr", "eadr"}) {
+      SCOPED_TRACE(kind + " / " + durability);
+      ScopedPath p("cli_" + kind);
+      const std::string pool = p.path();
+      std::string out;
+      ASSERT_EQ(RunCli("put " + pool + " 7 70 --pool-size 64M --index " + kind +
+                           " --durability " + durability,
+                       &out),
+                0)
+          << out;
+      ASSERT_EQ(RunCli("put " + pool + " 8 80", &out), 0) << out;
+      ASSERT_EQ(RunCli("put " + pool + " 7 71", &out), 0) << out;  // overwrite
+      ASSERT_EQ(RunCli("get " + pool + " 7", &out), 0) << out;
+      EXPECT_EQ(out, "71\n");
+      ASSERT_EQ(RunCli("del " + pool + " 8", &out), 0) << out;
+      EXPECT_EQ(RunCli("get " + pool + " 8", &out), 1) << out;
+      EXPECT_NE(out.find("not found"), std::string::npos) << out;
+      ASSERT_EQ(RunCli("check " + pool, &out), 0) << out;
+      EXPECT_EQ(Field(out, "index"), kind + " (" + durability + ")") << out;
+      EXPECT_EQ(Field(out, "size"), "1 keys") << out;
+      EXPECT_EQ(Field(out, "invariants"), "OK") << out;
+      ASSERT_EQ(RunCli("info " + pool, &out), 0) << out;
+      EXPECT_EQ(Field(out, "index kind"), kind) << out;
+      EXPECT_NE(Field(out, "params").find("layout_version="), std::string::npos) << out;
+      EXPECT_NE(Field(out, "created").find(durability), std::string::npos) << out;
+      // String keys and values on kinds that offer them; a clear refusal elsewhere.
+      const bool offers_bytes = kind == "turbo-kv";
+      const int put_rc = RunCli("put " + pool + " user:17 'hello world'", &out);
+      if (offers_bytes) {
+        ASSERT_EQ(put_rc, 0) << out;
+        ASSERT_EQ(RunCli("get " + pool + " user:17", &out), 0) << out;
+        EXPECT_EQ(out, "hello world\n");
+        ASSERT_EQ(RunCli("put " + pool + " 7 seven --bytes", &out), 0) << out;
+        ASSERT_EQ(RunCli("get " + pool + " 7 --bytes", &out), 0) << out;
+        EXPECT_EQ(out, "seven\n");
+        ASSERT_EQ(RunCli("get " + pool + " 7", &out), 0) << out;  // the uint64 key 7: another key
+        EXPECT_EQ(out, "71\n");
+        ASSERT_EQ(RunCli("del " + pool + " user:17", &out), 0) << out;
+        ASSERT_EQ(RunCli("del " + pool + " 7 --bytes", &out), 0) << out;
+        EXPECT_EQ(RunCli("get " + pool + " user:17", &out), 1) << out;
+      } else {
+        EXPECT_EQ(put_rc, 2) << out;
+        EXPECT_NE(out.find("KEY"), std::string::npos) << out;
+        EXPECT_EQ(RunCli("get " + pool + " 7 --bytes", &out), 2) << out;
+        EXPECT_NE(out.find("no variable-size keys"), std::string::npos) << out;
+      }
+      ASSERT_EQ(RunCli("check " + pool, &out), 0) << out;
+      EXPECT_EQ(Field(out, "size"), "1 keys") << out;
+      // A wrong --index is refused, the right one accepted.
+      EXPECT_EQ(RunCli("get " + pool + " 7 --index " + (kind == "reh" ? "pea" : "reh"), &out), 1)
+          << out;
+      ASSERT_EQ(RunCli("get " + pool + " 7 --index " + kind, &out), 0) << out;
+      EXPECT_EQ(out, "71\n");
+    }
+  }
 }
 
 TEST(Cli, NonDaxCharacterDeviceIsRefused) {

@@ -19,6 +19,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "engine_types.h"
 #include "index/pea/pea.h"
 #include "index/reh/reh.h"
 #include "index/turbo/turbo.h"
@@ -157,6 +158,8 @@ class ConformanceTest : public ::testing::Test {
     if (clean) {
       Status s = idx_->Close();
       ASSERT_TRUE(s.ok()) << s.ToString();
+    } else {
+      idx_->Abandon();  // the destructor would close
     }
     idx_.reset();
     o.mode = OpenMode::kOpenExisting;
@@ -847,14 +850,11 @@ REGISTER_TYPED_TEST_SUITE_P(ConformanceTest, BasicSemantics, SpecialKeysAndValue
                             ReopenAtDifferentAddress, DestroyWithoutCloseRecovers, FacadeOpen,
                             OutOfSpace);
 
-// One line per index type. (Default numeric type names: CTest's test discovery turns them into
-// "All.<Test><pmhash::reh::Reh<pmhash::pm::Adr>>", so `ctest -R 'Reh<.*Adr'` selects one.)
+// Every kind of src/index/kinds.h under every policy, and the oracle itself. (Default numeric
+// type names: CTest's test discovery turns them into "All.<Test><pmhash::reh::Reh<pmhash::pm::
+// Adr>>", so `ctest -R 'Reh<.*Adr'` selects one.)
 using IndexTypes =
-    ::testing::Types<OracleIndex, reh::Reh<pm::Dram>, reh::Reh<pm::Adr>, reh::Reh<pm::Eadr>,
-                     reh::Reh<pm::Sim>, turbo::Turbo<pm::Dram>, turbo::Turbo<pm::Adr>,
-                     turbo::Turbo<pm::Eadr>, turbo::Turbo<pm::Sim>, turbo::TurboKv<pm::Dram>,
-                     turbo::TurboKv<pm::Adr>, turbo::TurboKv<pm::Eadr>, turbo::TurboKv<pm::Sim>,
-                     pea::Pea<pm::Dram>, pea::Pea<pm::Adr>, pea::Pea<pm::Eadr>, pea::Pea<pm::Sim>>;
+    GtestTypes<AllEngines<pm::Dram, pm::Adr, pm::Eadr, pm::Sim>, OracleIndex>::type;
 
 INSTANTIATE_TYPED_TEST_SUITE_P(All, ConformanceTest, IndexTypes);
 
@@ -896,6 +896,91 @@ TEST(Registry, RehIsRegisteredAndOpensForEveryDurability) {
   Value v;
   ASSERT_TRUE((*r)->Find(1, &v).ok());
   EXPECT_EQ(v, 2u);
+}
+
+// A pool describes itself: every kind reopens with nothing but its path (kind, durability and
+// every pool property from the header), and a property the caller does give is checked against
+// the pool's, one by one (src/index/descriptor.h).
+TEST(Registry, EveryKindIsSelfDescribing) {
+  size_t kinds = 0;
+  index::IndexKinds::ForEach([&]<class D>() {
+    kinds++;
+    SCOPED_TRACE(std::string(D::kName));
+    ScopedPath path("self_describing");
+    {
+      Options o;
+      o.path = path.path();
+      o.pool_size = 64 << 20;
+      o.durability = Durability::kEadr;
+      auto r = pmhash::Open(D::kName, o);
+      ASSERT_TRUE(r.ok()) << r.status().ToString();
+      for (Key k = 1; k <= 100; k++) ASSERT_TRUE((*r)->Insert(k, k + 1).ok());
+      ASSERT_TRUE((*r)->Close().ok());
+    }
+    Options bare;
+    bare.path = path.path();
+    bare.mode = OpenMode::kOpenExisting;
+    typename D::Stored stored{};
+    {
+      auto r = pmhash::Open(bare);
+      ASSERT_TRUE(r.ok()) << r.status().ToString();
+      EXPECT_EQ((*r)->kind(), D::kName);
+      EXPECT_EQ((*r)->durability(), Durability::kEadr);
+      EXPECT_EQ((*r)->Size(), 100u);
+      Value v = 0;
+      ASSERT_TRUE((*r)->Find(42, &v).ok());
+      EXPECT_EQ(v, 43u);
+    }
+    {
+      // The stored block, through the concrete engine (pool properties are public there).
+      auto e = index::EngineOf<D, pm::Eadr>::Open(bare);
+      ASSERT_TRUE(e.ok()) << e.status().ToString();
+      auto decoded = index::DecodeParams<D>((*e)->pool().params());
+      ASSERT_TRUE(decoded.ok()) << decoded.status().ToString();
+      stored = decoded.value();
+    }
+    std::apply(
+        [&](const auto&... prop) {
+          auto one = [&](const auto& p) {
+            SCOPED_TRACE(std::string(p.name));
+            using V = typename std::remove_reference_t<decltype(p)>::Value;
+            Options o = bare;
+            typename D::Params& given = const_cast<typename D::Params&>(D::Given(o));
+            given.*p.given = static_cast<V>(stored.*p.stored);  // the pool's own value
+            auto same = pmhash::Open(D::kName, o);
+            EXPECT_TRUE(same.ok()) << same.status().ToString();
+            same = Status::NotFound("closed");
+            given.*p.given = static_cast<V>(stored.*p.stored + 1);  // another one
+            auto other = pmhash::Open(D::kName, o);
+            ASSERT_FALSE(other.ok());
+            EXPECT_TRUE(other.status().IsInvalidArgument()) << other.status().ToString();
+            // Named as a property ("pea.max_depth = 33 was asked for ...") or, if the value is
+            // impossible in itself, by the validation ("initial_buckets ... powers of two").
+            const std::string_view field = p.name.substr(p.name.find('.') + 1);
+            EXPECT_NE(other.status().message().find(field), std::string_view::npos)
+                << other.status().ToString();
+          };
+          (one(prop), ...);
+        },
+        D::kProperties);
+    // Whatever it holds: a pool of another kind is refused by name.
+    auto wrong = pmhash::Open(D::kName == "reh" ? "pea" : "reh", bare);
+    ASSERT_FALSE(wrong.ok());
+    EXPECT_TRUE(wrong.status().IsInvalidArgument()) << wrong.status().ToString();
+  });
+  EXPECT_EQ(kinds, RegisteredIndexes().size());
+  // Nothing to describe itself: no file, or an anonymous pool.
+  ScopedPath missing("self_describing_missing");
+  Options o;
+  o.path = missing.path();
+  auto r = pmhash::Open(o);
+  ASSERT_FALSE(r.ok());
+  EXPECT_TRUE(r.status().IsNotFound()) << r.status().ToString();
+  EXPECT_FALSE(FileExists(missing.path()));
+  o.path.clear();
+  r = pmhash::Open(o);
+  ASSERT_FALSE(r.ok());
+  EXPECT_TRUE(r.status().IsInvalidArgument()) << r.status().ToString();
 }
 
 TEST(Registry, UnknownKindAndDurability) {

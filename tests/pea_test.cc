@@ -101,6 +101,7 @@ TEST(PeaStrategy, SequenceAndContainment) {
                                             Detail(st, "pea.segments.two_choice") +
                                             Detail(st, "pea.segments.stash"));
   // Every key, after a crash-recovery too.
+  r.value()->Abandon();
   r.value().reset();
   Options o = PeaOptions(path.path(), Durability::kAdr, 4);
   o.mode = OpenMode::kOpenExisting;
@@ -316,7 +317,7 @@ class PeaRecovery : public ::testing::Test {
     ASSERT_TRUE(r.ok()) << r.status().ToString();
     // Keys whose hash starts with bit 0 only: the upper half of the hash space keeps shallow
     // segments with strides of many directory entries.
-    const Hasher hash(o.hash_mode, (*r)->pool().hash_seed());
+    const Hasher hash((*r)->pool().hash_mode(), (*r)->pool().hash_seed());
     for (uint64_t i = 0; keys_.size() < kKeys; i++) {
       if ((hash(SplitMix64(i)) >> 63) == 0) keys_.push_back(SplitMix64(i));
     }

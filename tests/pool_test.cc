@@ -464,7 +464,8 @@ TEST(PoolCorrupt, CleanFlagAndOpenCount) {
     h = ReadHeader(p.path());
     EXPECT_EQ(h->clean_shutdown.load(), 0u) << "an open pool must not look clean";
     EXPECT_EQ(h->open_count.load(), opens + 1);
-  }  // destroyed without Close
+    (*r)->Abandon();
+  }  // destroyed as by a crash
   h = ReadHeader(p.path());
   EXPECT_EQ(h->clean_shutdown.load(), 0u);
   auto r = Reh::Open(RehOptions(p.path(), OpenMode::kOpenExisting));
@@ -576,13 +577,14 @@ TEST(PoolOpen, NonDaxCharacterDeviceIsRefused) {
 }
 
 // Regression test: an adr pool opened with `dram` durability silently stopped persisting.
+// Through the facade, which picks the engine by Options::durability, as users do.
 TEST(PoolOpen, PersistentPoolOpenedAsDramIsRefused) {
   for (Durability created : {Durability::kAdr, Durability::kEadr}) {
     ScopedPath p("durability");
     {
       Options o = RehOptions(p.path());
       o.durability = created;
-      auto r = Reh::Open(o);  // the Adr engine; only the pool's persists follow o.durability
+      auto r = pmhash::Open("reh", o);
       ASSERT_TRUE(r.ok()) << r.status().ToString();
       ASSERT_TRUE((*r)->Insert(1, 2).ok());
       ASSERT_TRUE((*r)->Close().ok());
@@ -590,24 +592,46 @@ TEST(PoolOpen, PersistentPoolOpenedAsDramIsRefused) {
     Options o = RehOptions(p.path(), OpenMode::kOpenExisting);
     o.durability = Durability::kDram;
     {
-      auto r = reh::Reh<pm::Dram>::Open(o);
+      auto r = pmhash::Open("reh", o);
       ASSERT_FALSE(r.ok()) << DurabilityName(created);
       EXPECT_TRUE(r.status().IsInvalidArgument()) << r.status().ToString();
       EXPECT_NE(r.status().message().find("allow_durability_change"), std::string_view::npos)
           << r.status().ToString();
     }
     o.allow_durability_change = true;
-    auto r = reh::Reh<pm::Dram>::Open(o);
+    auto r = pmhash::Open("reh", o);
     ASSERT_TRUE(r.ok()) << r.status().ToString();
+    EXPECT_EQ((*r)->durability(), Durability::kDram);
     Value v = 0;
     EXPECT_TRUE((*r)->Find(1, &v).ok());
     // Between persistent modes (a platform property) and back: allowed.
     r.value().reset();
     o.allow_durability_change = false;
     o.durability = created == Durability::kAdr ? Durability::kEadr : Durability::kAdr;
-    auto e = Reh::Open(o);
+    auto e = pmhash::Open("reh", o);
     ASSERT_TRUE(e.ok()) << e.status().ToString();
+    EXPECT_EQ((*e)->durability(), *o.durability);
+    e.value().reset();
+    // Unset: the durability the pool was created with.
+    o.durability.reset();
+    auto u = pmhash::Open("reh", o);
+    ASSERT_TRUE(u.ok()) << u.status().ToString();
+    EXPECT_EQ((*u)->durability(), created);
   }
+}
+
+// A concrete engine has its policy's durability: Options::durability may repeat it, not
+// contradict it (Reh<pm::Adr> with durability = eadr would record an eadr pool but flush as adr).
+TEST(PoolOpen, EngineAndOptionsDurabilityMustAgree) {
+  ScopedPath p("durability_engine");
+  Options o = RehOptions(p.path());
+  o.durability = Durability::kEadr;
+  auto r = Reh::Open(o);
+  ASSERT_FALSE(r.ok());
+  EXPECT_TRUE(r.status().IsInvalidArgument()) << r.status().ToString();
+  o.durability = Durability::kAdr;
+  auto ok = Reh::Open(o);
+  ASSERT_TRUE(ok.ok()) << ok.status().ToString();
 }
 
 // Pools created with `dram` (nothing promised) or `sim` (the crash tests) open with any mode.
@@ -617,14 +641,14 @@ TEST(PoolOpen, DramAndSimPoolsOpenWithAnyDurability) {
     {
       Options o = RehOptions(p.path());
       o.durability = created;
-      auto r = reh::Reh<pm::Dram>::Open(o);
+      auto r = pmhash::Open("reh", o);
       ASSERT_TRUE(r.ok()) << r.status().ToString();
       ASSERT_TRUE((*r)->Close().ok());
     }
     for (Durability d : {Durability::kDram, Durability::kAdr, Durability::kEadr}) {
       Options o = RehOptions(p.path(), OpenMode::kOpenExisting);
       o.durability = d;
-      auto r = reh::Reh<pm::Dram>::Open(o);
+      auto r = pmhash::Open("reh", o);
       ASSERT_TRUE(r.ok()) << DurabilityName(created) << " -> " << DurabilityName(d) << ": "
                           << r.status().ToString();
       ASSERT_TRUE((*r)->Close().ok());
@@ -702,6 +726,103 @@ TEST(PoolCorrupt, HeaderGeometryIsValidatedBeforeMapping) {
   ASSERT_NO_FATAL_FAILURE(ExpectRehPoolIntact(p.path(), 100));
 }
 
+// A pool's parameter block is read from the file, so it is validated like any other PM content:
+// a checksummed header whose block names impossible values, another layout version, or has the
+// wrong size is refused with a Status (the pool describes itself; nothing else is compared).
+TEST(PoolCorrupt, ParameterBlockIsValidated) {
+  ScopedPath p("params_block");
+  ASSERT_NO_FATAL_FAILURE(MakeRehPool(p.path(), 100));
+  const std::vector<uint8_t> image = ReadFile(p.path());
+  auto with_params = [&](auto&& edit) {
+    PoolHeader h;
+    std::memcpy(static_cast<void*>(&h), image.data(), sizeof(h));
+    reh::PersistentParams pp;
+    std::memcpy(&pp, h.params, sizeof(pp));
+    edit(h, pp);
+    std::memcpy(h.params, &pp, sizeof(pp));
+    h.checksum = pm::HeaderChecksum(&h);
+    std::vector<uint8_t> out = image;
+    std::memcpy(out.data(), static_cast<const void*>(&h), sizeof(h));
+    return out;
+  };
+  struct Case {
+    const char* what;
+    Status::Code code;
+    std::function<void(PoolHeader&, reh::PersistentParams&)> edit;
+  };
+  using C = Status::Code;
+  const std::vector<Case> cases = {
+      {"max_depth 0", C::kCorruption, [](PoolHeader&, reh::PersistentParams& pp) { pp.max_depth = 0; }},
+      {"max_depth 41", C::kCorruption,
+       [](PoolHeader&, reh::PersistentParams& pp) { pp.max_depth = 41; }},
+      {"initial_depth above max_depth", C::kCorruption,
+       [](PoolHeader&, reh::PersistentParams& pp) { pp.initial_depth = pp.max_depth + 1; }},
+      {"initial_depth 0", C::kCorruption,
+       [](PoolHeader&, reh::PersistentParams& pp) { pp.initial_depth = 0; }},
+      {"another layout version", C::kNotSupported,
+       [](PoolHeader&, reh::PersistentParams& pp) { pp.layout_version = 2; }},
+      {"another bucket size", C::kCorruption,
+       [](PoolHeader&, reh::PersistentParams& pp) { pp.bucket_bytes = 512; }},
+      {"another slot count", C::kCorruption,
+       [](PoolHeader&, reh::PersistentParams& pp) { pp.slots = 16; }},
+      {"block one word short", C::kCorruption,
+       [](PoolHeader& h, reh::PersistentParams&) { h.params_bytes -= 4; }},
+      {"block longer than the header allows", C::kCorruption,
+       [](PoolHeader& h, reh::PersistentParams&) { h.params_bytes = 4096; }},
+  };
+  for (const Case& c : cases) {
+    ASSERT_TRUE(WriteFile(p.path(), with_params(c.edit)));
+    Options o = RehOptions(p.path(), OpenMode::kOpenExisting);
+    o.reh = RehParams{};  // nothing given: the pool's block alone decides
+    auto r = pmhash::Open(o);
+    ASSERT_FALSE(r.ok()) << c.what;
+    EXPECT_EQ(r.status().code(), c.code) << c.what << ": " << r.status().ToString();
+  }
+  ASSERT_TRUE(WriteFile(p.path(), image));
+  ASSERT_NO_FATAL_FAILURE(ExpectRehPoolIntact(p.path(), 100));
+}
+
+// The destructor closes cleanly unless the index was abandoned; writes after Close return a
+// Status (the facade refuses reads too).
+TEST(PoolOpen, DestructorClosesAndAbandonDoesNot) {
+  ScopedPath p("lifecycle");
+  {
+    auto r = Reh::Open(RehOptions(p.path()));
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    ASSERT_TRUE((*r)->Insert(1, 2).ok());
+  }  // destroyed without Close: closes
+  EXPECT_EQ(ReadHeader(p.path())->clean_shutdown.load(), 1u);
+  {
+    auto r = Reh::Open(RehOptions(p.path(), OpenMode::kOpenExisting));
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    EXPECT_FALSE((*r)->Stats().recovered);
+    ASSERT_TRUE((*r)->Close().ok());
+    ASSERT_TRUE((*r)->Close().ok()) << "Close is idempotent";
+    for (Status s : {(*r)->Insert(3, 4), (*r)->Upsert(1, 5), (*r)->Update(1, 6), (*r)->Erase(1)}) {
+      EXPECT_TRUE(s.IsInvalidArgument()) << s.ToString();
+      EXPECT_NE(s.message().find("closed"), std::string_view::npos) << s.ToString();
+    }
+  }
+  {
+    auto r = pmhash::Open("reh", RehOptions(p.path(), OpenMode::kOpenExisting));
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    Value v = 0;
+    ASSERT_TRUE((*r)->Find(1, &v).ok());
+    EXPECT_EQ(v, 2u) << "a write after Close changed the pool";
+    (*r)->Abandon();
+  }  // destroyed as by a crash
+  EXPECT_EQ(ReadHeader(p.path())->clean_shutdown.load(), 0u);
+  auto r = pmhash::Open("reh", RehOptions(p.path(), OpenMode::kOpenExisting));
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_TRUE((*r)->Stats().recovered);
+  ASSERT_TRUE((*r)->Close().ok());
+  Value v = 0;
+  EXPECT_TRUE((*r)->Find(1, &v).IsInvalidArgument());
+  EXPECT_TRUE((*r)->Insert(9, 9).IsInvalidArgument());
+  EXPECT_EQ((*r)->Size(), 0u);
+  EXPECT_TRUE((*r)->CheckInvariants().IsInvalidArgument());
+}
+
 // The MAP_SYNC rule (no DAX file system here, so the decision is tested on its own; the detection
 // through statx(STATX_ATTR_DAX) and the MAP_SYNC mmap is not).
 TEST(PoolOpen, MapSyncRule) {
@@ -774,9 +895,15 @@ class HostileChain : public ::testing::Test {
   void SetRawHeader(size_t bucket, uint64_t h) {
     ASSERT_TRUE(PatchFile(path_.path(), chain_[bucket].off + 240, &h, 8));
   }
+  // Recovery itself must refuse the pool: a pool that opens and only then fails
+  // CheckInvariants has already been repaired or used in its corrupt state.
   void ExpectCorruption(const std::string& what) {
-    Status s = OpenRehStatus(path_.path());
-    EXPECT_TRUE(s.IsCorruption()) << what << ": " << s.ToString();
+    Status s;
+    {
+      auto r = Reh::Open(RehOptions(path_.path(), OpenMode::kOpenExisting));
+      s = r.ok() ? Status::OK() : r.status();
+    }
+    EXPECT_TRUE(s.IsCorruption()) << what << ": " << (s.ok() ? "opened" : s.ToString());
     ASSERT_NO_FATAL_FAILURE(Restore());
   }
 
@@ -863,6 +990,27 @@ TEST_F(HostileChain, BadLocalDepths) {
   for (size_t b = 0; b < chain_.size(); b++)
     ASSERT_NO_FATAL_FAILURE(SetHeader(b, 1, chain_[b].sib));
   ASSERT_NO_FATAL_FAILURE(ExpectCorruption("all depths 1"));
+  // A lone bucket at depth 0 tiles the hash space by itself (one directory entry), so only the
+  // depth range (I2: 1 <= ld <= max_depth) refuses it.
+  ASSERT_NO_FATAL_FAILURE(SetHeader(0, 0, 0));
+  ASSERT_NO_FATAL_FAILURE(ExpectCorruption("a lone bucket at depth 0"));
+}
+
+// Depths whose sum covers the hash space exactly but out of prefix order: a deeper bucket
+// followed by a shallower one, swapped. The shallower bucket then starts at an odd multiple of
+// the deeper stride, which is not a multiple of its own stride; only the alignment part of the
+// tiling check (I3) sees it -- the coverage count is unchanged.
+TEST_F(HostileChain, DepthsOutOfPrefixOrder) {
+  size_t swapped = 0;
+  for (size_t b = 0; b + 1 < chain_.size() && swapped < 3; b++) {
+    if (chain_[b].ld <= chain_[b + 1].ld) continue;
+    ASSERT_NO_FATAL_FAILURE(SetHeader(b, chain_[b + 1].ld, chain_[b].sib));
+    ASSERT_NO_FATAL_FAILURE(SetHeader(b + 1, chain_[b].ld, chain_[b + 1].sib));
+    ASSERT_NO_FATAL_FAILURE(ExpectCorruption("depths of buckets " + std::to_string(b) + " and " +
+                                             std::to_string(b + 1) + " swapped"));
+    swapped++;
+  }
+  EXPECT_GT(swapped, 0u) << "no deeper bucket followed by a shallower one in the chain";
 }
 
 TEST_F(HostileChain, GarbageSlotsDoNotCrash) {
@@ -1544,9 +1692,14 @@ class PeaHostile : public ::testing::Test {
     if (!inv.ok()) return Status::Corruption("opened, but CheckInvariants: " + inv.ToString());
     return Status::OK();
   }
+  // Recovery itself must refuse the pool (see HostileChain::ExpectCorruption).
   void ExpectCorruption(const std::string& what) {
-    Status s = OpenStatus();
-    EXPECT_TRUE(s.IsCorruption()) << what << ": " << s.ToString();
+    Status s;
+    {
+      auto r = Pea::Open(PeaPoolOptions(path_.path(), OpenMode::kOpenExisting));
+      s = r.ok() ? Status::OK() : r.status();
+    }
+    EXPECT_TRUE(s.IsCorruption()) << what << ": " << (s.ok() ? "opened" : s.ToString());
     ASSERT_NO_FATAL_FAILURE(Restore());
   }
 
@@ -1611,6 +1764,34 @@ TEST_F(PeaHostile, BadDepthsAndStrategies) {
       ASSERT_NO_FATAL_FAILURE(ExpectCorruption("misaligned shallower stride"));
     }
   }
+  // The same on every misaligned stride that has room (the loop above may meet none): its
+  // neighbours' entries are overwritten by the stride repair unless the alignment check refuses.
+  size_t misaligned = 0;
+  for (const auto& [i, e] : strides_) {
+    const uint32_t ld = pea::EntryDepth(e);
+    const uint64_t twice = uint64_t{2} << (depth_ - ld);
+    if (ld == 0 || i % twice == 0 || i + twice > (uint64_t{1} << depth_)) continue;
+    ASSERT_NO_FATAL_FAILURE(
+        SetEntry(i, pea::PackEntry(pea::EntrySid(e), ld - 1, pea::EntryStrategy(e))));
+    ASSERT_NO_FATAL_FAILURE(
+        ExpectCorruption("stride at entry " + std::to_string(i) + " one level shallower"));
+    if (++misaligned == 3) break;
+  }
+  EXPECT_GT(misaligned, 0u) << "no misaligned stride with room: no case for the tiling check";
+  // The stash strategy on a segment whose StashSid word is 0: the segment would probe a stash
+  // segment that does not exist.
+  size_t stashless = 0;
+  for (const auto& [i, e] : strides_) {
+    const uint64_t w = pea::EntrySid(e) / (*PeaPoolOptions("").pea.segment_buckets / 2);
+    uint64_t word;
+    std::memcpy(&word, &image_[stash_off_ + 8 * w], 8);
+    if (word != 0 || pea::EntryStrategy(e) == pea::kStash) continue;
+    ASSERT_NO_FATAL_FAILURE(
+        SetEntry(i, pea::PackEntry(pea::EntrySid(e), pea::EntryDepth(e), pea::kStash)));
+    ASSERT_NO_FATAL_FAILURE(ExpectCorruption("stash strategy without a stash segment"));
+    if (++stashless == 3) break;
+  }
+  EXPECT_GT(stashless, 0u) << "every segment has a stash: no case for the stash check";
   // Every entry at depth 0 pointing at the first segment: one stride; the rest is overwritten by
   // the stride repair, and the keys of the other segments are gone -- but the open is clean
   // (recovery cannot tell a hostile directory from an interrupted update; it must not crash).
@@ -1639,6 +1820,56 @@ TEST_F(PeaHostile, BadDescriptorsAndStashArray) {
     ASSERT_NO_FATAL_FAILURE(SetWord(stash_off_, v));
     ASSERT_NO_FATAL_FAILURE(ExpectCorruption("StashSid[0] = " + std::to_string(v)));
   }
+}
+
+// A directory entry whose segment id times the segment size wraps around 2^64 to the offset of
+// a real (free) segment: with 128 KiB segments (2^17 B), sid = 2^47 + c lands on segment c. The
+// heap bound on the segment id refuses it; the chunk allocator's offset check alone would not.
+TEST(PeaHostileGeometry, SegmentIdThatWrapsTheOffsetIsRefused) {
+  ScopedPath path("pea_wrap");
+  Options o = PeaPoolOptions(path.path());
+  o.pool_size = 8 << 20;
+  o.pea.segment_buckets = 512;  // 128 KiB segments
+  uint64_t free_sid = 0;  // a segment the allocator has never handed out
+  {
+    auto r = Pea::Open(o);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    for (uint64_t k = 0; k < 100; k++) ASSERT_TRUE((*r)->Insert(k, k).ok());
+    const pm::ChunkAllocator& alloc = (*r)->pool().allocator();
+    for (uint64_t s = alloc.chunk_count(); s-- > 0;) {
+      if (!alloc.IsUsed(alloc.heap_offset() + s * alloc.chunk_size())) {
+        free_sid = s;
+        break;
+      }
+    }
+    ASSERT_TRUE((*r)->Close().ok());
+  }
+  ASSERT_GT(free_sid, 0u);
+  const std::vector<uint8_t> image = ReadFile(path.path());
+  uint64_t roots[2], heap_offset, chunk_count;
+  uint32_t chunk_size;
+  std::memcpy(roots, &image[offsetof(PoolHeader, roots)], sizeof(roots));
+  std::memcpy(&heap_offset, &image[offsetof(PoolHeader, heap_offset)], 8);
+  std::memcpy(&chunk_count, &image[offsetof(PoolHeader, chunk_count)], 8);
+  std::memcpy(&chunk_size, &image[offsetof(PoolHeader, chunk_size)], 4);
+  ASSERT_EQ(chunk_size, uint32_t{1} << 17);
+  // The current directory descriptor: the deeper of the two (a never-used one is 0).
+  const uint64_t desc = roots[1] == 0 || pea::DescDepth(roots[0]) > pea::DescDepth(roots[1])
+                            ? roots[0]
+                            : roots[1];
+  const uint64_t entry_off = pea::DescOffset(desc);  // directory entry 0
+  ASSERT_GE(entry_off, heap_offset);
+  uint64_t e;
+  std::memcpy(&e, &image[entry_off], 8);
+  ASSERT_LT(free_sid, chunk_count);
+  const uint64_t wrapping = (uint64_t{1} << 47) + free_sid;
+  ASSERT_EQ(heap_offset + wrapping * chunk_size, heap_offset + free_sid * chunk_size);
+  const uint64_t bad = pea::PackEntry(wrapping, pea::EntryDepth(e), pea::EntryStrategy(e));
+  ASSERT_TRUE(PatchFile(path.path(), entry_off, &bad, 8));
+  o.mode = OpenMode::kOpenExisting;
+  auto r = Pea::Open(o);
+  ASSERT_FALSE(r.ok()) << "a directory entry naming segment 2^47 + " << free_sid << " opened";
+  EXPECT_TRUE(r.status().IsCorruption()) << r.status().ToString();
 }
 
 TEST_F(PeaHostile, TruncatedPool) {
@@ -1738,6 +1969,7 @@ TEST(RehLimits, HeapExhaustionDuringGrowthLeaksNothing) {
     EXPECT_EQ((*r)->pool().allocator().used_chunks(), 20u);
     Status s = (*r)->CheckInvariants();
     ASSERT_TRUE(s.ok()) << s.ToString();
+    (*r)->Abandon();
   }  // crash
   o.mode = OpenMode::kOpenExisting;
   auto r = Reh::Open(o);
@@ -1853,6 +2085,8 @@ TEST(TurboHostile, BadDescriptors) {
   };
   const Case cases[] = {
       {"version word", [](const std::string& p, uint64_t dir) { WriteU64(p, dir + 16, 7); }},
+      {"version word far out of range",
+       [](const std::string& p, uint64_t dir) { WriteU64(p, dir + 16, uint64_t{1} << 40); }},
       {"offset past the heap",
        [](const std::string& p, uint64_t dir) {
          WriteU64(p, ActiveSetOffset(p, dir, 1), turbo::PackShard(uint64_t{1} << 40, 1));

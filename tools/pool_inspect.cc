@@ -10,8 +10,8 @@
 #include <cstdio>
 #include <cstring>
 
-#include "index/reh/reh.h"
 #include "pm/pool.h"
+#include "registry.h"
 
 namespace pmhash::cli {
 
@@ -136,14 +136,7 @@ bool IsUnformatted(const std::string& path) {
 }
 
 std::string DescribeParams(const PoolHeaderView& h) {
-  if (h.kind == "reh" && h.params.size() == sizeof(reh::PersistentParams)) {
-    reh::PersistentParams p;
-    std::memcpy(&p, h.params.data(), sizeof(p));
-    return "layout_version=" + std::to_string(p.layout_version) +
-           " bucket_bytes=" + std::to_string(p.bucket_bytes) + " slots=" + std::to_string(p.slots) +
-           " initial_depth=" + std::to_string(p.initial_depth) +
-           " max_depth=" + std::to_string(p.max_depth);
-  }
+  if (auto d = DescribePoolParams(h.kind, h.params); d.ok()) return d.value();
   std::string s;
   for (const uint8_t byte : h.params) {
     char buf[4];
@@ -151,28 +144,6 @@ std::string DescribeParams(const PoolHeaderView& h) {
     s += buf;
   }
   return s.empty() ? "(none)" : s;
-}
-
-Status ApplyStoredParams(const PoolHeaderView& h, Options* o) {
-  if (h.hash_mode > static_cast<uint8_t>(HashMode::kCollide)) {
-    return Status::Corruption("pool header has unknown hash mode " + std::to_string(h.hash_mode));
-  }
-  o->hash_mode = static_cast<HashMode>(h.hash_mode);
-  o->hash_seed = h.hash_seed;
-  if (h.kind == "reh") {
-    if (h.params.size() != sizeof(reh::PersistentParams)) {
-      return Status::Corruption("reh pool has a " + std::to_string(h.params.size()) +
-                                "-byte parameter block, expected " +
-                                std::to_string(sizeof(reh::PersistentParams)));
-    }
-    reh::PersistentParams p;
-    std::memcpy(&p, h.params.data(), sizeof(p));
-    o->reh.initial_depth = p.initial_depth;
-    o->reh.max_depth = p.max_depth;
-    return Status::OK();
-  }
-  return Status::NotSupported("this pmhash tool cannot decode the parameters of index kind '" +
-                              h.kind + "'");
 }
 
 }  // namespace pmhash::cli

@@ -58,12 +58,8 @@ Result<PoolHeaderView> ReadPoolHeader(const std::string& path);
 // first 8 bytes (the magic) are zero. Opening it with a create mode formats it.
 bool IsUnformatted(const std::string& path);
 
-// "layout_version=1 bucket_bytes=256 ..." for kinds this build knows, else a hex dump.
+// "layout_version=1 initial_depth=1 ..." for kinds this build knows (or why the block cannot be
+// decoded), else a hex dump.
 std::string DescribeParams(const PoolHeaderView& h);
-
-// Sets the fields of `o` that must match the header for pmhash::Open to accept the pool
-// (hash mode and seed, the index's typed parameters). kNotSupported for an index kind whose
-// parameters this tool cannot decode.
-Status ApplyStoredParams(const PoolHeaderView& h, Options* o);
 
 }  // namespace pmhash::cli

@@ -27,11 +27,20 @@ enum class OpenMode : uint8_t {
 // of keys that share the same full hash (see src/common/hash.h for the exact construction).
 enum class HashMode : uint8_t { kStrong = 0, kCollide = 1 };
 
+// Per-index parameters come in two sorts:
+//   * pool properties (std::optional): fixed when the pool is created and stored in its header.
+//     Unset, a new pool gets the default written next to the field, and an existing pool is
+//     opened with whatever it was created with (a pool is self-describing). Set on open, the
+//     value must equal the pool's (kInvalidArgument naming the field otherwise).
+//   * open-time options (plain fields): may differ from one open to the next.
+
 // REH parameters (../shared/papers/reh.txt). Buckets are 256 B with 15 slots (the paper's
 // geometry, pinned by static_assert); what varies is the directory.
 struct RehParams {
-  uint32_t initial_depth = 1;  // global depth of a new pool (2^d buckets); 1 <= d <= max_depth
-  uint32_t max_depth = 32;     // refuse to grow the directory past 2^max_depth entries
+  // Pool properties.
+  std::optional<uint32_t> initial_depth;  // 1: global depth of a new pool (2^d buckets), <= max
+  std::optional<uint32_t> max_depth;      // 32: the directory never grows past 2^max_depth
+  // Open-time.
   // The paper persists an insert with one flush of the slot's line (value and key share it), so
   // it relies on a 64 B line reaching the media whole. Platforms that only guarantee 8-byte
   // failure atomicity should set tear_safe: the value is persisted before the key is written
@@ -49,11 +58,12 @@ enum class PeaStrategies : uint8_t {
   kSingleTwoChoice = 4,  // single -> 2-choice -> split
 };
 struct PeaParams {
-  uint32_t segment_buckets = 2048;  // buckets per segment: power of two in [4, 65536] (paper 2048)
-  uint32_t initial_depth = 2;       // global depth of a new pool (2^d segments), <= max_depth
-  uint32_t max_depth = 32;          // refuse to grow the directory past 2^max_depth entries
-  PeaStrategies strategies = PeaStrategies::kAdaptive;
-  // Not pool properties (may differ between opens):
+  // Pool properties.
+  std::optional<uint32_t> segment_buckets;  // 2048 (paper): per segment, power of 2 in [4, 65536]
+  std::optional<uint32_t> initial_depth;    // 2: global depth of a new pool (2^d segments)
+  std::optional<uint32_t> max_depth;        // 32: the directory never grows past 2^max_depth
+  std::optional<PeaStrategies> strategies;  // kAdaptive
+  // Open-time.
   // LB+-tree entry moving (paper 3.4).
   bool entry_moving = true;
   // The paper persists an insert into the header's line with one flush (slot and header share
@@ -70,12 +80,13 @@ struct PeaParams {
 // 16 B slot (the paper's TURBO16); "turbo-kv" stores a key hash and a record offset (TURBO30:
 // variable-size keys and values in a record heap).
 struct TurboParams {
-  uint32_t shard_bits = 12;               // 2^shard_bits shards (paper: 16); 0 <= bits <= 20
-  uint32_t initial_buckets = 16;          // buckets per shard at creation; a power of two
-  uint32_t probe_scope = 16;              // buckets a key may be placed away from home; 1..1024
-  uint32_t max_shard_buckets = 1u << 22;  // a shard never grows past this (power of two)
-  uint32_t max_record_bytes = 1u << 24;   // turbo-kv: key + value + 8 B header, at most
-  // Not pool properties (may differ between opens):
+  // Pool properties.
+  std::optional<uint32_t> shard_bits;         // 12: 2^bits shards (paper: 16); bits <= 20
+  std::optional<uint32_t> initial_buckets;    // 16: buckets per shard at creation; a power of 2
+  std::optional<uint32_t> probe_scope;        // 16: buckets a key may sit away from home; <= 1024
+  std::optional<uint32_t> max_shard_buckets;  // 2^22: a shard never grows past this (power of 2)
+  std::optional<uint32_t> max_record_bytes;   // 2^24, turbo-kv only: key + value + 8 B header
+  // Open-time.
   // A rehash whose shard has more than this fraction of its slots deleted is a garbage
   // collection: a same-size rehash that drops the deleted items (paper 4.6). 1.0 disables GC.
   double gc_deleted_ratio = 0.10;
@@ -88,13 +99,17 @@ struct Options {
   std::string path;
   uint64_t pool_size = uint64_t{1} << 30;  // bytes, used on create (a devdax device has its own)
   OpenMode mode = OpenMode::kOpenOrCreate;
-  Durability durability = Durability::kAdr;
+  // Which instantiation pmhash::Open runs. Unset: the durability the pool was created with (an
+  // existing pool), else kAdr. A concrete engine (Reh<pm::Eadr>::Open) has its policy's
+  // durability; setting another one here is kInvalidArgument.
+  std::optional<Durability> durability;
 
-  // Hashing, recorded in the pool header on create. On open, hash_mode must match the pool's
-  // (kInvalidArgument otherwise); hash_seed is ignored and the pool's stored seed is used.
-  // Unset (the default), a new pool gets a random seed (getrandom(2)), so that nobody can choose
-  // keys that collide (hash flooding); set it for reproducible tests and benchmarks.
-  HashMode hash_mode = HashMode::kStrong;
+  // Hashing, recorded in the pool header on create. On open, a given hash_mode must match the
+  // pool's (kInvalidArgument otherwise); hash_seed is ignored and the pool's stored seed is used.
+  // hash_mode unset: kStrong at create. hash_seed unset: a new pool gets a random seed
+  // (getrandom(2)), so that nobody can choose keys that collide (hash flooding); set it for
+  // reproducible tests and benchmarks.
+  std::optional<HashMode> hash_mode;
   std::optional<uint64_t> hash_seed;
 
   // DRAM budget of an index's directory (REH: the live directory, 8 B per entry; retired ones

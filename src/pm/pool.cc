@@ -140,9 +140,57 @@ Status ValidateGeometry(const PoolHeader& h, uint64_t file_size, bool devdax,
   return Status::OK();
 }
 
+// A header whose magic says "formatted", read through pread: version, checksum, geometry.
+Status CheckFormattedHeader(const PoolHeader& disk, uint64_t file_size, bool devdax,
+                            const std::string& path) {
+  if (std::memcmp(disk.magic, kPoolMagic, 8) != 0) {
+    return Status::Corruption("not a pmhash pool (bad magic): " + path);
+  }
+  if (disk.format_version != kFormatVersion) {
+    return Status::NotSupported("pool format version " + std::to_string(disk.format_version) +
+                                " is not supported (this build reads version " +
+                                std::to_string(kFormatVersion) + "): " + path);
+  }
+  if (HeaderChecksum(&disk) != disk.checksum) {
+    return Status::Corruption("pool header checksum mismatch: " + path);
+  }
+  return ValidateGeometry(disk, file_size, devdax, path);
+}
+
 std::string KindOf(const PoolHeader& h) { return std::string(h.kind, strnlen(h.kind, kKindBytes)); }
 
 }  // namespace
+
+Result<PoolIdentity> ReadPoolIdentity(const std::string& path) {
+  PMHASH_RETURN_IF_ERROR(CheckPoolFileType(path));
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+  if (fd < 0) return Status::IOError(Errno("cannot open", path));
+  PoolHeader disk;
+  std::memset(static_cast<void*>(&disk), 0, sizeof(disk));
+  struct stat st;
+  Status s;
+  if (fstat(fd, &st) != 0) {
+    s = Status::IOError(Errno("fstat", path));
+  } else if (s = CheckFileType(st, path); s.ok()) {
+    const bool devdax = S_ISCHR(st.st_mode);
+    uint64_t file_size = devdax ? DevdaxSize(st) : static_cast<uint64_t>(st.st_size);
+    const ssize_t got = pread(fd, &disk, sizeof(disk), 0);
+    if (devdax && file_size == 0) file_size = disk.pool_size;  // size unknown: trust the header
+    if (got < 0) {
+      s = Status::IOError(Errno("read header of", path));
+    } else if (static_cast<size_t>(got) < sizeof(disk) || IsUnformattedMagic(disk.magic)) {
+      s = Status::Corruption("not a pmhash pool (" +
+                             std::string(got == 0 ? "empty file" : "unformatted") + "): " + path);
+    } else if (std::memcmp(disk.magic, kPoolMagicCreating, 8) == 0) {
+      s = Status::Corruption("pool creation did not complete (crash during create): " + path);
+    } else {
+      s = CheckFormattedHeader(disk, file_size, devdax, path);
+    }
+  }
+  close(fd);
+  if (!s.ok()) return s;
+  return PoolIdentity{KindOf(disk), disk.created_durability};
+}
 
 std::string_view MappingName(Mapping m) {
   switch (m) {
@@ -195,11 +243,11 @@ uint64_t HeaderChecksum(const void* header) {
   return XXH3_64bits(image, sizeof(image));
 }
 
-Pool::Pool(const Options& o, uint32_t media_block)
+Pool::Pool(const Options& o, Durability d)
     : path_(o.path),
-      durability_(o.durability),
-      counters_(media_block),
-      sim_hook_(o.durability == Durability::kSim ? ThreadSimHook() : nullptr) {
+      durability_(d),
+      counters_(o.media_block_bytes),
+      sim_hook_(d == Durability::kSim ? ThreadSimHook() : nullptr) {
   counters_.set_enabled(o.counters);
 }
 
@@ -226,7 +274,13 @@ Result<std::unique_ptr<Pool>> Pool::Open(const Options& o, const PoolSpec& spec)
   if (spec.chunk_size < 64 || !std::has_single_bit(spec.chunk_size)) {
     return Status::InvalidArgument("chunk size must be a power of two >= 64");
   }
-  std::unique_ptr<Pool> pool(new Pool(o, o.media_block_bytes));
+  if (o.durability && *o.durability != spec.durability) {
+    return Status::InvalidArgument(
+        "Options::durability is '" + std::string(DurabilityName(*o.durability)) +
+        "' but the engine opening the pool is the '" +
+        std::string(DurabilityName(spec.durability)) + "' one");
+  }
+  std::unique_ptr<Pool> pool(new Pool(o, spec.durability));
   PMHASH_RETURN_IF_ERROR(pool->MapFile(o, spec));
   if (pool->created_) {
     PMHASH_RETURN_IF_ERROR(pool->InitHeader(o, spec));
@@ -346,18 +400,7 @@ Status Pool::MapFile(const Options& o, const PoolSpec& spec) {
     }
     size_ = size;
   } else {
-    if (std::memcmp(disk.magic, kPoolMagic, 8) != 0) {
-      return Status::Corruption("not a pmhash pool (bad magic): " + path_);
-    }
-    if (disk.format_version != kFormatVersion) {
-      return Status::NotSupported("pool format version " + std::to_string(disk.format_version) +
-                                  " is not supported (this build reads version " +
-                                  std::to_string(kFormatVersion) + "): " + path_);
-    }
-    if (HeaderChecksum(&disk) != disk.checksum) {
-      return Status::Corruption("pool header checksum mismatch: " + path_);
-    }
-    PMHASH_RETURN_IF_ERROR(ValidateGeometry(disk, file_size, devdax, path_));
+    PMHASH_RETURN_IF_ERROR(CheckFormattedHeader(disk, file_size, devdax, path_));
     size_ = disk.pool_size;
   }
 
@@ -400,18 +443,22 @@ Status Pool::ValidateHeader(const Options& o, const PoolSpec& spec) {
     return Status::InvalidArgument("pool " + path_ + " holds index '" + KindOf(h) + "', not '" +
                                    std::string(spec.kind) + "'");
   }
-  if (h.params_bytes != spec.params.size() ||
-      std::memcmp(h.params, spec.params.data(), spec.params.size()) != 0) {
-    return Status::InvalidArgument("pool " + path_ + " was created with other '" +
-                                   std::string(spec.kind) + "' parameters (see `pmhash info`)");
+  if (h.params_bytes > kMaxParamsBytes) {
+    return Status::Corruption("pool " + path_ + " has a " + std::to_string(h.params_bytes) +
+                              "-byte parameter block (at most " +
+                              std::to_string(kMaxParamsBytes) + ")");
   }
-  if (h.hash_mode != static_cast<uint8_t>(o.hash_mode)) {
+  if (h.hash_mode > static_cast<uint8_t>(HashMode::kCollide)) {
+    return Status::Corruption("pool " + path_ + " has unknown hash mode " +
+                              std::to_string(h.hash_mode));
+  }
+  if (o.hash_mode && h.hash_mode != static_cast<uint8_t>(*o.hash_mode)) {
     return Status::InvalidArgument("pool " + path_ + " was created with another hash mode");
   }
   // A pool created persistent stays persistent: opening it with `dram` would acknowledge writes
   // that never reach the media. adr <-> eadr is the platform's business; dram and sim (test)
   // pools promised nothing.
-  if (PersistentDurability(h.created_durability) && o.durability == Durability::kDram &&
+  if (PersistentDurability(h.created_durability) && durability_ == Durability::kDram &&
       !o.allow_durability_change) {
     return Status::InvalidArgument(
         "pool " + path_ + " was created with durability '" +
@@ -434,8 +481,8 @@ Status Pool::InitHeader(const Options& o, const PoolSpec& spec) {
   h->chunk_size = spec.chunk_size;
   h->chunk_count = (size_ - h->heap_offset) / spec.chunk_size;
   std::memcpy(h->kind, spec.kind.data(), spec.kind.size());
-  h->hash_mode = static_cast<uint8_t>(o.hash_mode);
-  h->created_durability = static_cast<uint8_t>(o.durability);
+  h->hash_mode = static_cast<uint8_t>(o.hash_mode.value_or(HashMode::kStrong));
+  h->created_durability = static_cast<uint8_t>(durability_);
   h->params_bytes = static_cast<uint16_t>(spec.params.size());
   h->hash_seed = o.hash_seed ? *o.hash_seed : RandomSeed();
   h->create_time_ns = static_cast<uint64_t>(std::chrono::system_clock::now().time_since_epoch() /

@@ -58,10 +58,23 @@ std::string_view DescribeStorage(int fd);
 // What an index asks of the pool it opens.
 struct PoolSpec {
   std::string_view kind;            // stored in / checked against the header
-  std::span<const uint8_t> params;  // typed parameter struct, byte image (<= 128 B)
+  std::span<const uint8_t> params;  // a new pool's parameter block, byte image (<= 128 B); an
+                                    // existing pool's is read back with Pool::params()
   uint32_t chunk_size = 256;        // allocator chunk size for a new pool
   uint64_t min_chunks = 1;          // a new pool must offer at least this many chunks
+  Durability durability = Durability::kAdr;  // the engine's policy (Options::durability is
+                                             // the registry's choice of engine)
 };
+
+// What a pool holds, for callers that must know it before opening the pool (pmhash::Open without
+// a kind). ReadPoolIdentity reads the header of the pool at `path` (never maps or locks it) and
+// checks it as Open does: magic, format version, checksum, geometry. kNotFound if there is no
+// file; kCorruption for an unformatted, incompletely created or damaged one.
+struct PoolIdentity {
+  std::string kind;
+  uint8_t created_durability = 0;  // a Durability, unchecked
+};
+Result<PoolIdentity> ReadPoolIdentity(const std::string& path);
 
 class Pool {
  public:
@@ -88,6 +101,11 @@ class Pool {
   Mapping mapping() const { return mapping_; }
   HashMode hash_mode() const { return static_cast<HashMode>(header()->hash_mode); }
   uint64_t hash_seed() const { return header()->hash_seed; }
+  // The index's parameter block as stored in the header (validated by the index: the pool only
+  // knows that it is at most kMaxParamsBytes long).
+  std::span<const uint8_t> params() const {
+    return {header()->params, header()->params_bytes};
+  }
 
   template <class T>
   T* At(uint64_t offset) const {
@@ -114,7 +132,7 @@ class Pool {
   void PersistRange(const void* p, size_t len);
 
  private:
-  Pool(const Options& o, uint32_t media_block);
+  Pool(const Options& o, Durability d);
   PoolHeader* header() const { return reinterpret_cast<PoolHeader*>(base_); }
   Status MapFile(const Options& o, const PoolSpec& spec);
   Status InitHeader(const Options& o, const PoolSpec& spec);

@@ -288,7 +288,7 @@ class Harness {
 
     // Phase 2: workload.
     std::mt19937_64 rng(cfg_.seed);
-    const Hasher hash(base_.hash_mode, *base_.hash_seed);
+    const Hasher hash(base_.hash_mode.value_or(HashMode::kStrong), *base_.hash_seed);
     Model model;
     for (int i = 0; i < cfg_.ops && report_.failure.empty(); i++) {
       Key k = rng() % cfg_.key_range;
@@ -337,6 +337,7 @@ class Harness {
       index.reset();
       VerifyCaptured(model, model, false);
     }
+    if (index) index->Abandon();  // a failed run: no clean mark after the failure
     index.reset();
     pm::SetThreadSimHook(prev);
     report_.crash_points = sim.crash_points();

@@ -162,6 +162,8 @@
 #include "common/locks.h"
 #include "common/resize_log.h"
 #include "common/striped_counter.h"
+#include "index/descriptor.h"
+#include "index/lifecycle.h"
 #include "pm/persist.h"
 #include "pm/pool.h"
 #include "pmhash/index.h"
@@ -266,7 +268,7 @@ inline void UnlockWordUnchanged(std::atomic<uint32_t>& w) {
   w.store(w.load(std::memory_order_relaxed) & ~1u, std::memory_order_release);
 }
 
-// The byte image stored in the pool header: reopening with other parameters is refused.
+// The pool properties, as stored in the pool header (src/index/descriptor.h).
 struct PersistentParams {
   uint32_t layout_version = 1;
   uint32_t bucket_bytes = sizeof(PmBucket);
@@ -278,6 +280,63 @@ struct PersistentParams {
   uint32_t reserved = 0;
 };
 
+// What an open index runs with: the pool's properties and this open's options.
+struct Config : PersistentParams {
+  bool entry_moving = true;
+  bool tear_safe = false;
+};
+
+template <pm::PersistPolicy P>
+class Pea;
+
+struct Descriptor {
+  static constexpr std::string_view kName = "pea";
+  static constexpr std::string_view kPaper =
+      "Liu, Chen: Pea Hash: A Performant Extendible Adaptive Hashing Index (SIGMOD 2023)";
+  static constexpr std::string_view kSummary =
+      "extendible hashing, 512 KB segments, adaptive single/2-choice/stash strategy, 4-way split";
+  using Params = PeaParams;
+  using Stored = PersistentParams;
+  template <class P>
+  using Engine = Pea<P>;
+  static const Params& Given(const Options& o) { return o.pea; }
+  static constexpr auto kProperties = std::tuple{
+      index::PoolProperty{"pea.segment_buckets", &Params::segment_buckets,
+                          &Stored::segment_buckets, 2048u},
+      index::PoolProperty{"pea.initial_depth", &Params::initial_depth, &Stored::initial_depth, 2u},
+      index::PoolProperty{"pea.max_depth", &Params::max_depth, &Stored::max_depth, 32u},
+      index::PoolProperty{"pea.strategies", &Params::strategies, &Stored::strategies,
+                          PeaStrategies::kAdaptive},
+  };
+  static std::string Check(const Stored& s) {
+    if (s.segment_buckets < 4 || s.segment_buckets > 65536 ||
+        !std::has_single_bit(s.segment_buckets)) {
+      return "segment_buckets must be a power of two in [4, 65536]";
+    }
+    if (s.max_depth < 2 || s.max_depth > kMaxDepthLimit) return "max_depth must be in [2, 48]";
+    if (s.initial_depth > s.max_depth || s.initial_depth > 20) {
+      return "initial_depth must be in [0, min(max_depth, 20)]";
+    }
+    if (s.strategies > static_cast<uint32_t>(PeaStrategies::kSingleTwoChoice)) {
+      return "strategies: unknown strategy sequence " + std::to_string(s.strategies);
+    }
+    if (s.reserved != 0) return "reserved word is not zero";
+    return "";
+  }
+  // Initial segments, directory, StashSid array and one stash segment at least.
+  static index::PoolLayout Layout(const Stored& s) {
+    const uint32_t chunk = s.segment_buckets * static_cast<uint32_t>(sizeof(PmBucket));
+    const uint64_t dir_bytes = uint64_t{8} << s.initial_depth;
+    return {chunk, (uint64_t{1} << s.initial_depth) + (dir_bytes + chunk - 1) / chunk + 2};
+  }
+  // 256 B bucket per 15 slots; a 4-way split leaves segments near 0.22 load and uniform keys
+  // fill them in waves, so the whole table can dip that low. Plan for 0.2 (the directory,
+  // retired directories and stash segments are well under 1% on top).
+  static uint64_t EstimatePoolBytes(uint64_t keys) {
+    return static_cast<uint64_t>(static_cast<double>(keys) * sizeof(PmBucket) / kSlots / 0.2);
+  }
+};
+
 template <pm::PersistPolicy P>
 class Pea {
  public:
@@ -285,7 +344,10 @@ class Pea {
   using Policy = P;
 
   static Result<std::unique_ptr<Pea>> Open(const Options& options);
-  ~Pea() = default;  // without Close(): the pool is left as after a crash (recovered at open)
+  ~Pea() {  // closes (src/index/lifecycle.h) unless Abandon()ed
+    if (life_.CloseOnDestroy()) (void)Close();
+  }
+  void Abandon() { life_.Abandon(); }
   Pea(const Pea&) = delete;
   Pea& operator=(const Pea&) = delete;
 
@@ -336,7 +398,7 @@ class Pea {
     BucketImage stash[2];
   };
 
-  Pea(std::unique_ptr<pm::Pool> pool, const PeaParams& params);
+  Pea(std::unique_ptr<pm::Pool> pool, const Config& config);
 
   static uint64_t DirIndex(uint64_t h, uint32_t g) { return g == 0 ? 0 : h >> (64 - g); }
   static uint8_t Fp(uint64_t h) { return static_cast<uint8_t>(h); }
@@ -429,7 +491,7 @@ class Pea {
   uint64_t CountLive() const;
 
   std::unique_ptr<pm::Pool> pool_;
-  const PeaParams params_;
+  const Config params_;
   Hasher hash_;
   pm::Persister<P> persist_;
   char* heap_ = nullptr;
@@ -468,7 +530,7 @@ class Pea {
   ResizeLog resize_log_;
   bool recovered_ = false;
   double recovery_seconds_ = 0;
-  bool closed_ = false;
+  index::Lifecycle life_;
 };
 
 // ============================================================================================
@@ -476,9 +538,9 @@ class Pea {
 // ============================================================================================
 
 template <pm::PersistPolicy P>
-Pea<P>::Pea(std::unique_ptr<pm::Pool> pool, const PeaParams& params)
+Pea<P>::Pea(std::unique_ptr<pm::Pool> pool, const Config& config)
     : pool_(std::move(pool)),
-      params_(params),
+      params_(config),
       hash_(pool_->hash_mode(), pool_->hash_seed()),
       persist_(pool_->persist_target()) {
   heap_offset_ = pool_->allocator().heap_offset();
@@ -486,44 +548,19 @@ Pea<P>::Pea(std::unique_ptr<pm::Pool> pool, const PeaParams& params)
   seg_bytes_ = pool_->allocator().chunk_size();
   chunk_count_ = pool_->allocator().chunk_count();
   bmask_ = params_.segment_buckets - 1;
-  first_strategy_ = FirstStrategy(params_.strategies);
-  last_strategy_ = LastStrategy(params_.strategies);
+  first_strategy_ = FirstStrategy(static_cast<PeaStrategies>(params_.strategies));
+  last_strategy_ = LastStrategy(static_cast<PeaStrategies>(params_.strategies));
 }
 
 template <pm::PersistPolicy P>
 Result<std::unique_ptr<Pea<P>>> Pea<P>::Open(const Options& options) {
-  const PeaParams& pp = options.pea;
-  if (pp.segment_buckets < 4 || pp.segment_buckets > 65536 ||
-      !std::has_single_bit(pp.segment_buckets)) {
-    return Status::InvalidArgument("pea.segment_buckets must be a power of two in [4, 65536]");
-  }
-  if (pp.max_depth < 2 || pp.max_depth > kMaxDepthLimit) {
-    return Status::InvalidArgument("pea.max_depth must be in [2, 48]");
-  }
-  if (pp.initial_depth > pp.max_depth || pp.initial_depth > 20) {
-    return Status::InvalidArgument("pea.initial_depth must be in [0, min(max_depth, 20)]");
-  }
-  if (static_cast<uint32_t>(pp.strategies) >
-      static_cast<uint32_t>(PeaStrategies::kSingleTwoChoice)) {
-    return Status::InvalidArgument("pea.strategies: unknown strategy sequence");
-  }
-  PersistentParams ps;
-  ps.segment_buckets = pp.segment_buckets;
-  ps.initial_depth = pp.initial_depth;
-  ps.max_depth = pp.max_depth;
-  ps.strategies = static_cast<uint32_t>(pp.strategies);
-  pm::PoolSpec spec;
-  spec.kind = kKindName;
-  spec.params = std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(&ps), sizeof(ps));
-  spec.chunk_size = pp.segment_buckets * static_cast<uint32_t>(sizeof(PmBucket));
-  // Initial segments, directory, StashSid array and one stash segment at least.
-  const uint64_t dir_bytes = uint64_t{8} << pp.initial_depth;
-  spec.min_chunks =
-      (uint64_t{1} << pp.initial_depth) + (dir_bytes + spec.chunk_size - 1) / spec.chunk_size + 2;
-  auto pool = pm::Pool::Open(options, spec);
-  if (!pool.ok()) return pool.status();
-
-  std::unique_ptr<Pea> r(new (std::nothrow) Pea(std::move(pool).value(), pp));
+  auto opened = index::OpenIndexPool<Descriptor>(options, P::kDurability);
+  if (!opened.ok()) return opened.status();
+  Config config;
+  static_cast<PersistentParams&>(config) = opened->params;
+  config.entry_moving = options.pea.entry_moving;
+  config.tear_safe = options.pea.tear_safe;
+  std::unique_ptr<Pea> r(new (std::nothrow) Pea(std::move(opened->pool), config));
   if (!r) return Status::OutOfMemory("pea: index object");
   r->epoch_.set_reclaim_batch(options.reclaim_batch);
   if (r->pool_->created()) PMHASH_RETURN_IF_ERROR(r->Create());
@@ -942,6 +979,7 @@ void Pea<P>::Unlock(const Locked& w, uint32_t modified) {
 
 template <pm::PersistPolicy P>
 Status Pea<P>::Write(Key k, Value v, WriteMode mode) {
+  if (life_.closed()) [[unlikely]] return index::Lifecycle::ClosedError(kKindName);
   EpochManager::Guard guard(epoch_);
   const uint64_t h = hash_(k);
   for (;;) {
@@ -994,6 +1032,7 @@ Status Pea<P>::Write(Key k, Value v, WriteMode mode) {
 
 template <pm::PersistPolicy P>
 Status Pea<P>::Erase(Key k) {
+  if (life_.closed()) [[unlikely]] return index::Lifecycle::ClosedError(kKindName);
   EpochManager::Guard guard(epoch_);
   const Locked w = LockAndLocate(k, hash_(k));
   PmBucket* const hit = w.hit;
@@ -1582,10 +1621,7 @@ Status Pea<P>::CheckInvariants() const {
 
 template <pm::PersistPolicy P>
 Status Pea<P>::Close() {
-  if (closed_) return Status::OK();
-  closed_ = true;
-  pool_->MarkClean();
-  return Status::OK();
+  return life_.Close(*pool_, [] {});
 }
 
 // Instantiated once, in the library (pea.cc); users of this header link to those

@@ -106,6 +106,8 @@
 #include "common/locks.h"
 #include "common/resize_log.h"
 #include "common/striped_counter.h"
+#include "index/descriptor.h"
+#include "index/lifecycle.h"
 #include "pm/persist.h"
 #include "pm/pool.h"
 #include "pmhash/index.h"
@@ -167,13 +169,53 @@ struct alignas(32) Meta {
 };
 static_assert(sizeof(Meta) == 32, "paper: 32 B of DRAM metadata per bucket");
 
-// The byte image stored in the pool header: reopening with other parameters is refused.
+// The pool properties, as stored in the pool header (src/index/descriptor.h).
 struct PersistentParams {
   uint32_t layout_version = 1;
   uint32_t bucket_bytes = sizeof(PmBucket);
   uint32_t slots = kSlots;
   uint32_t initial_depth = 0;
   uint32_t max_depth = 0;
+};
+
+// What an open index runs with: the pool's properties and this open's options.
+struct Config : PersistentParams {
+  bool tear_safe = false;
+};
+
+template <pm::PersistPolicy P>
+class Reh;
+
+struct Descriptor {
+  static constexpr std::string_view kName = "reh";
+  static constexpr std::string_view kPaper =
+      "Li, Tan, Chen: REH: Redesigning Extendible Hashing for Commercial NVM";
+  static constexpr std::string_view kSummary =
+      "extendible hashing, 256 B PM buckets, DRAM directory + fingerprints, 1 flush/insert";
+  using Params = RehParams;
+  using Stored = PersistentParams;
+  template <class P>
+  using Engine = Reh<P>;
+  static const Params& Given(const Options& o) { return o.reh; }
+  static constexpr auto kProperties = std::tuple{
+      index::PoolProperty{"reh.initial_depth", &Params::initial_depth, &Stored::initial_depth, 1u},
+      index::PoolProperty{"reh.max_depth", &Params::max_depth, &Stored::max_depth, 32u},
+  };
+  static std::string Check(const Stored& s) {
+    if (s.max_depth < 1 || s.max_depth > kMaxDepthLimit) return "max_depth must be in [1, 40]";
+    if (s.initial_depth < 1 || s.initial_depth > s.max_depth || s.initial_depth > 24) {
+      return "initial_depth must be in [1, min(max_depth, 24)]";
+    }
+    return "";
+  }
+  static index::PoolLayout Layout(const Stored& s) {
+    return {sizeof(PmBucket), uint64_t{1} << s.initial_depth};
+  }
+  // 256 B bucket per 15 slots; extendible hashing averages ~0.69 load and can dip towards 0.5
+  // right after a wave of splits. Plan for 0.35.
+  static uint64_t EstimatePoolBytes(uint64_t keys) {
+    return static_cast<uint64_t>(static_cast<double>(keys) * sizeof(PmBucket) / kSlots / 0.35);
+  }
 };
 
 template <pm::PersistPolicy P>
@@ -183,7 +225,10 @@ class Reh {
   using Policy = P;
 
   static Result<std::unique_ptr<Reh>> Open(const Options& options);
-  ~Reh() = default;  // without Close(): the pool is left as after a crash (recovered at open)
+  ~Reh() {  // closes (src/index/lifecycle.h) unless Abandon()ed
+    if (life_.CloseOnDestroy()) (void)Close();
+  }
+  void Abandon() { life_.Abandon(); }
   Reh(const Reh&) = delete;
   Reh& operator=(const Reh&) = delete;
 
@@ -212,7 +257,7 @@ class Reh {
     size_t size() const { return size_t{1} << depth; }
   };
 
-  Reh(std::unique_ptr<pm::Pool> pool, const RehParams& params, uint64_t max_directory_bytes);
+  Reh(std::unique_ptr<pm::Pool> pool, const Config& config, uint64_t max_directory_bytes);
   // kOutOfSpace if a directory of 2^depth entries would exceed the DRAM budget.
   Status CheckDirectoryBudget(uint32_t depth, std::string_view what) const;
 
@@ -243,7 +288,7 @@ class Reh {
   void FillTombstones(PmBucket* img, uint64_t prefix, uint32_t depth) const;
 
   std::unique_ptr<pm::Pool> pool_;
-  const RehParams params_;
+  const Config params_;
   const uint64_t max_directory_bytes_;  // Options::max_directory_bytes, resolved
   Hasher hash_;
   pm::Persister<P> persist_;
@@ -268,7 +313,7 @@ class Reh {
   ResizeLog resize_log_;  // split and doubling durations
   bool recovered_ = false;
   double recovery_seconds_ = 0;
-  bool closed_ = false;
+  index::Lifecycle life_;
 };
 
 // ============================================================================================
@@ -276,10 +321,9 @@ class Reh {
 // ============================================================================================
 
 template <pm::PersistPolicy P>
-Reh<P>::Reh(std::unique_ptr<pm::Pool> pool, const RehParams& params,
-            uint64_t max_directory_bytes)
+Reh<P>::Reh(std::unique_ptr<pm::Pool> pool, const Config& config, uint64_t max_directory_bytes)
     : pool_(std::move(pool)),
-      params_(params),
+      params_(config),
       max_directory_bytes_(max_directory_bytes),
       hash_(pool_->hash_mode(), pool_->hash_seed()),
       persist_(pool_->persist_target()) {
@@ -297,31 +341,20 @@ Reh<P>::Reh(std::unique_ptr<pm::Pool> pool, const RehParams& params,
 
 template <pm::PersistPolicy P>
 Result<std::unique_ptr<Reh<P>>> Reh<P>::Open(const Options& options) {
-  const RehParams& rp = options.reh;
-  if (rp.max_depth < 1 || rp.max_depth > kMaxDepthLimit) {
-    return Status::InvalidArgument("reh.max_depth must be in [1, 40]");
-  }
-  if (rp.initial_depth < 1 || rp.initial_depth > rp.max_depth || rp.initial_depth > 24) {
-    return Status::InvalidArgument("reh.initial_depth must be in [1, min(max_depth, 24)]");
-  }
-  PersistentParams pp;
-  pp.initial_depth = rp.initial_depth;
-  pp.max_depth = rp.max_depth;
-  pm::PoolSpec spec;
-  spec.kind = kKindName;
-  spec.params = std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(&pp), sizeof(pp));
-  spec.chunk_size = sizeof(PmBucket);
-  spec.min_chunks = uint64_t{1} << rp.initial_depth;
-  auto pool = pm::Pool::Open(options, spec);
-  if (!pool.ok()) return pool.status();
+  auto opened = index::OpenIndexPool<Descriptor>(options, P::kDurability);
+  if (!opened.ok()) return opened.status();
+  Config config;
+  static_cast<PersistentParams&>(config) = opened->params;
+  config.tear_safe = options.reh.tear_safe;
+  std::unique_ptr<pm::Pool> pool = std::move(opened->pool);
 
   // The directory's DRAM budget: by default max(1 GiB, pool size). A healthy directory stays far
   // below the pool's size (about 11 entries of 8 B per 256 B bucket at 10^9 keys); chosen keys or
   // a corrupt chain could otherwise ask for 2^max_depth entries.
   const uint64_t budget = options.max_directory_bytes
                               ? options.max_directory_bytes
-                              : std::max<uint64_t>(uint64_t{1} << 30, (*pool)->size());
-  std::unique_ptr<Reh> r(new (std::nothrow) Reh(std::move(pool).value(), rp, budget));
+                              : std::max<uint64_t>(uint64_t{1} << 30, pool->size());
+  std::unique_ptr<Reh> r(new (std::nothrow) Reh(std::move(pool), config, budget));
   if (!r) return Status::OutOfMemory("reh: index object");
   if (r->pool_->created()) PMHASH_RETURN_IF_ERROR(r->Create());
   PMHASH_RETURN_IF_ERROR(r->Recover());
@@ -566,6 +599,7 @@ Status Reh<P>::Find(Key k, Value* v) const {
 
 template <pm::PersistPolicy P>
 Status Reh<P>::Write(Key k, Value v, WriteMode mode) {
+  if (life_.closed()) [[unlikely]] return index::Lifecycle::ClosedError(kKindName);
   const uint64_t h = hash_(k);
   const uint8_t f = static_cast<uint8_t>(h);
   for (;;) {
@@ -605,6 +639,7 @@ Status Reh<P>::Write(Key k, Value v, WriteMode mode) {
 
 template <pm::PersistPolicy P>
 Status Reh<P>::Erase(Key k) {
+  if (life_.closed()) [[unlikely]] return index::Lifecycle::ClosedError(kKindName);
   const uint64_t h = hash_(k);
   Meta* m = LockBucket(h);
   const int j = FindSlot(m, static_cast<uint8_t>(h), k);
@@ -821,10 +856,7 @@ Status Reh<P>::CheckInvariants() const {
 
 template <pm::PersistPolicy P>
 Status Reh<P>::Close() {
-  if (closed_) return Status::OK();
-  closed_ = true;
-  pool_->MarkClean();
-  return Status::OK();
+  return life_.Close(*pool_, [] {});
 }
 
 // Instantiated once, in the library (reh.cc); users of this header link to those

@@ -153,6 +153,8 @@
 #include "common/locks.h"
 #include "common/resize_log.h"
 #include "common/striped_counter.h"
+#include "index/descriptor.h"
+#include "index/lifecycle.h"
 #include "pm/persist.h"
 #include "pm/pool.h"
 #include "pm/record_heap.h"
@@ -221,7 +223,7 @@ inline constexpr uint64_t PackShard(uint64_t off, uint32_t log2n) {
 inline constexpr uint64_t ShardOffset(uint64_t w) { return w & kOffsetMask; }
 inline constexpr uint32_t ShardLog2(uint64_t w) { return static_cast<uint32_t>(w >> 48); }
 
-// The byte image stored in the pool header: reopening with other parameters is refused.
+// The pool properties, as stored in the pool header (src/index/descriptor.h).
 // layout_version: 1 for turbo; 2 for turbo-kv since records live in the record heap's slabs
 // (a turbo-kv pool of layout 1, with a chunk per record, is refused).
 inline constexpr uint32_t kLayoutInline = 1;
@@ -230,23 +232,111 @@ struct PersistentParams {
   uint32_t layout_version = kLayoutInline;
   uint32_t bucket_bytes = sizeof(Bucket);
   uint32_t slots = kSlots;
-  uint32_t records = 0;
+  uint32_t records = 0;  // 1: turbo-kv
   uint32_t shard_bits = 0;
   uint32_t initial_buckets = 0;
   uint32_t probe_scope = 0;
   uint32_t max_shard_buckets = 0;
-  uint32_t max_record_bytes = 0;
+  uint32_t max_record_bytes = 0;  // turbo-kv only
 };
 
+// What an open index runs with: the pool's properties and this open's options.
+struct Config : PersistentParams {
+  double gc_deleted_ratio = 0.10;
+};
+
+template <pm::PersistPolicy P, bool kRecords>
+class Turbo;
+
 // kRecords = false: "turbo" (8 B inline items). kRecords = true: "turbo-kv" (records).
+template <bool kRecords>
+struct DescriptorFor {
+  static constexpr std::string_view kName = kRecords ? "turbo-kv" : "turbo";
+  static constexpr std::string_view kPaper =
+      kRecords ? "Zhao, Zhong, Jiang: TurboHash (SYSTOR'23), records (TURBO30)"
+               : "Zhao, Zhong, Jiang: TurboHash: A Hash Table for Key-value Store on PM (SYSTOR'23)";
+  static constexpr std::string_view kSummary =
+      kRecords
+          ? "TurboHash with variable-size keys/values: hash + record offset per slot, record heap"
+          : "sharded linear probing, 256 B buckets, near-place update, lock-free reads, 8 B items";
+  using Params = TurboParams;
+  using Stored = PersistentParams;
+  template <class P>
+  using Engine = Turbo<P, kRecords>;
+  static const Params& Given(const Options& o) { return o.turbo; }
+  static constexpr auto kShardProperties = std::tuple{
+      index::PoolProperty{"turbo.shard_bits", &Params::shard_bits, &Stored::shard_bits, 12u},
+      index::PoolProperty{"turbo.initial_buckets", &Params::initial_buckets,
+                          &Stored::initial_buckets, 16u},
+      index::PoolProperty{"turbo.probe_scope", &Params::probe_scope, &Stored::probe_scope, 16u},
+      index::PoolProperty{"turbo.max_shard_buckets", &Params::max_shard_buckets,
+                          &Stored::max_shard_buckets, 1u << 22},
+  };
+  static constexpr auto kProperties = [] {
+    if constexpr (kRecords) {
+      return std::tuple_cat(kShardProperties,
+                            std::tuple{index::PoolProperty{"turbo.max_record_bytes",
+                                                           &Params::max_record_bytes,
+                                                           &Stored::max_record_bytes, 1u << 24}});
+    } else {
+      return kShardProperties;
+    }
+  }();
+  static Stored Base() {
+    Stored s;
+    s.records = kRecords ? 1 : 0;
+    s.layout_version = kRecords ? kLayoutRecordHeap : kLayoutInline;
+    return s;
+  }
+  static std::string Check(const Stored& s);
+  static index::PoolLayout Layout(const Stored& s) {
+    const uint64_t nshards = uint64_t{1} << s.shard_bits;
+    const uint64_t dir_chunks = (nshards * sizeof(PmShardDesc) + 255) / 256;
+    return {sizeof(Bucket), dir_chunks + nshards * s.initial_buckets};
+  }
+  static uint64_t EstimatePoolBytes(uint64_t keys) {
+    // 256 B bucket per 14 slots; a shard is at ~0.4 load right after doubling (plan 0.3), and
+    // the old shard stays allocated until its readers leave. turbo-kv adds one 24 B record per
+    // key (8 B header + 8 B key + 8 B value) in a 32 B slot of a 4 KiB record-heap slab
+    // (src/pm/record_heap.h); plan for slabs 80% full (erases, one open slab per stripe).
+    constexpr double kSlotsPerSlab = (pm::kSlabTargetBytes - pm::kSlabHeaderBytes) / 32;
+    const double per_key = sizeof(Bucket) / static_cast<double>(kSlots) / 0.3 +
+                           (kRecords ? pm::kSlabTargetBytes / kSlotsPerSlab / 0.8 : 0.0);
+    return static_cast<uint64_t>(static_cast<double>(keys) * per_key);
+  }
+};
+
+template <bool kRecords>
+std::string DescriptorFor<kRecords>::Check(const Stored& s) {
+  if (s.records != (kRecords ? 1u : 0u)) {
+    return "records = " + std::to_string(s.records) + " in a '" + std::string(kName) + "' pool";
+  }
+  if (s.shard_bits > kMaxShardBits) return "shard_bits > 20";
+  if (!std::has_single_bit(s.initial_buckets) || !std::has_single_bit(s.max_shard_buckets) ||
+      s.initial_buckets > s.max_shard_buckets || s.max_shard_buckets > (1u << kMaxLog2Buckets)) {
+    return "initial_buckets and max_shard_buckets must be powers of two, initial <= max <= 2^24";
+  }
+  if (s.probe_scope < 1 || s.probe_scope > kMaxScope) return "probe_scope must be in [1, 1024]";
+  if (kRecords && (s.max_record_bytes < 64 || s.max_record_bytes > (1u << 30))) {
+    return "max_record_bytes must be in [64, 2^30]";
+  }
+  if (!kRecords && s.max_record_bytes != 0) return "max_record_bytes set in a 'turbo' pool";
+  return "";
+}
+using Descriptor = DescriptorFor<false>;
+using KvDescriptor = DescriptorFor<true>;
+
 template <pm::PersistPolicy P, bool kRecords = false>
 class Turbo {
  public:
-  static constexpr std::string_view kKindName = kRecords ? "turbo-kv" : "turbo";
+  static constexpr std::string_view kKindName = DescriptorFor<kRecords>::kName;
   using Policy = P;
 
   static Result<std::unique_ptr<Turbo>> Open(const Options& options);
-  ~Turbo() = default;  // without Close(): the pool is left as after a crash (recovered at open)
+  ~Turbo() {  // closes (src/index/lifecycle.h) unless Abandon()ed
+    if (life_.CloseOnDestroy()) (void)Close();
+  }
+  void Abandon() { life_.Abandon(); }
   Turbo(const Turbo&) = delete;
   Turbo& operator=(const Turbo&) = delete;
 
@@ -315,7 +405,7 @@ class Turbo {
     std::string_view s;  // turbo-kv
   };
 
-  Turbo(std::unique_ptr<pm::Pool> pool, const TurboParams& params);
+  Turbo(std::unique_ptr<pm::Pool> pool, const Config& config);
 
   uint32_t ShardOf(uint64_t h) const { return static_cast<uint32_t>(h >> 8) & (nshards_ - 1); }
   static uint32_t Home(uint64_t h, uint32_t log2n) {
@@ -398,7 +488,7 @@ class Turbo {
   Status Recover();
 
   std::unique_ptr<pm::Pool> pool_;
-  const TurboParams params_;
+  const Config params_;
   const uint32_t nshards_;
   uint64_t chunk_ = 256;
   Hasher hash_;
@@ -416,7 +506,7 @@ class Turbo {
   ResizeLog resize_log_;
   bool recovered_ = false;
   double recovery_seconds_ = 0;
-  bool closed_ = false;
+  index::Lifecycle life_;
 };
 
 // ============================================================================================
@@ -424,10 +514,10 @@ class Turbo {
 // ============================================================================================
 
 template <pm::PersistPolicy P, bool R>
-Turbo<P, R>::Turbo(std::unique_ptr<pm::Pool> pool, const TurboParams& params)
+Turbo<P, R>::Turbo(std::unique_ptr<pm::Pool> pool, const Config& config)
     : pool_(std::move(pool)),
-      params_(params),
-      nshards_(1u << params.shard_bits),
+      params_(config),
+      nshards_(1u << config.shard_bits),
       hash_(pool_->hash_mode(), pool_->hash_seed()),
       persist_(pool_->persist_target()) {
   chunk_ = pool_->allocator().chunk_size();
@@ -435,42 +525,16 @@ Turbo<P, R>::Turbo(std::unique_ptr<pm::Pool> pool, const TurboParams& params)
 
 template <pm::PersistPolicy P, bool R>
 Result<std::unique_ptr<Turbo<P, R>>> Turbo<P, R>::Open(const Options& options) {
-  const TurboParams& tp = options.turbo;
-  if (tp.shard_bits > kMaxShardBits) return Status::InvalidArgument("turbo.shard_bits > 20");
-  if (!std::has_single_bit(tp.initial_buckets) || !std::has_single_bit(tp.max_shard_buckets) ||
-      tp.initial_buckets > tp.max_shard_buckets || tp.max_shard_buckets > (1u << kMaxLog2Buckets)) {
-    return Status::InvalidArgument(
-        "turbo.initial_buckets and max_shard_buckets must be powers of two, initial <= max <= "
-        "2^24");
+  if (!(options.turbo.gc_deleted_ratio >= 0)) {
+    return Status::InvalidArgument("turbo.gc_deleted_ratio < 0");
   }
-  if (tp.probe_scope < 1 || tp.probe_scope > kMaxScope) {
-    return Status::InvalidArgument("turbo.probe_scope must be in [1, 1024]");
-  }
-  if (R && (tp.max_record_bytes < 64 || tp.max_record_bytes > (1u << 30))) {
-    return Status::InvalidArgument("turbo.max_record_bytes must be in [64, 2^30]");
-  }
-  if (!(tp.gc_deleted_ratio >= 0)) return Status::InvalidArgument("turbo.gc_deleted_ratio < 0");
-  PersistentParams pp;
-  pp.layout_version = R ? kLayoutRecordHeap : kLayoutInline;
-  pp.records = R ? 1 : 0;
-  pp.shard_bits = tp.shard_bits;
-  pp.initial_buckets = tp.initial_buckets;
-  pp.probe_scope = tp.probe_scope;
-  pp.max_shard_buckets = tp.max_shard_buckets;
-  pp.max_record_bytes = R ? tp.max_record_bytes : 0;
-  const uint64_t nshards = uint64_t{1} << tp.shard_bits;
-  const uint64_t dir_chunks = (nshards * sizeof(PmShardDesc) + 255) / 256;
-  pm::PoolSpec spec;
-  spec.kind = kKindName;
-  spec.params = std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(&pp), sizeof(pp));
-  spec.chunk_size = sizeof(Bucket);
-  spec.min_chunks = dir_chunks + nshards * tp.initial_buckets;
-  auto pool = pm::Pool::Open(options, spec);
-  if (!pool.ok()) return pool.status();
-  if (pool.value()->allocator().chunk_size() != sizeof(Bucket)) {
-    return Status::Corruption("turbo: pool chunk size is not 256");
-  }
-  std::unique_ptr<Turbo> t(new (std::nothrow) Turbo(std::move(pool).value(), tp));
+  auto opened = index::OpenIndexPool<DescriptorFor<R>>(options, P::kDurability);
+  if (!opened.ok()) return opened.status();
+  Config config;
+  static_cast<PersistentParams&>(config) = opened->params;
+  config.gc_deleted_ratio = options.turbo.gc_deleted_ratio;
+  const uint64_t nshards = uint64_t{1} << config.shard_bits;
+  std::unique_ptr<Turbo> t(new (std::nothrow) Turbo(std::move(opened->pool), config));
   if (!t) return Status::OutOfMemory("turbo: index object");
   t->epoch_.set_reclaim_batch(options.reclaim_batch);
   t->shards_.reset(new (std::nothrow) ShardRef[nshards]);
@@ -545,10 +609,7 @@ Status Turbo<P, R>::Recover() {
       return Status::Corruption("turbo: shard " + std::to_string(s) + " has 2^" +
                                 std::to_string(l) + " buckets");
     }
-    if (!alloc.ValidChunk(off, 1u << l)) {
-      return Status::Corruption("turbo: shard " + std::to_string(s) + " offset " +
-                                std::to_string(off) + " is outside the heap");
-    }
+    // MarkReachable refuses an offset outside the heap, misaligned, or already reachable.
     if (Status st = alloc.MarkReachable(off, 1u << l); !st.ok()) {
       return Status::Corruption("turbo: shard " + std::to_string(s) + ": " +
                                 std::string(st.message()));
@@ -787,6 +848,7 @@ Status Turbo<P, R>::WriteBytes(std::string_view k, std::string_view v, WriteMode
 template <pm::PersistPolicy P, bool R>
 Status Turbo<P, R>::Write(const Probe& p, std::string_view value_bytes, Value value,
                           WriteMode mode) {
+  if (life_.closed()) [[unlikely]] return index::Lifecycle::ClosedError(kKindName);
   ShardRef& r = shards_[ShardOf(p.h)];
   LockGuard<SpinLock> g(r.lock);
   for (;;) {
@@ -849,6 +911,7 @@ void Turbo<P, R>::PublishMeta(ShardRef& r, Bucket* b, uint64_t m) {
 
 template <pm::PersistPolicy P, bool R>
 Status Turbo<P, R>::EraseProbe(const Probe& p) {
+  if (life_.closed()) [[unlikely]] return index::Lifecycle::ClosedError(kKindName);
   ShardRef& r = shards_[ShardOf(p.h)];
   LockGuard<SpinLock> g(r.lock);
   const View v = MakeView(r.word.load(std::memory_order_relaxed));
@@ -1229,11 +1292,7 @@ Status Turbo<P, R>::CheckInvariants() const {
 
 template <pm::PersistPolicy P, bool R>
 Status Turbo<P, R>::Close() {
-  if (closed_) return Status::OK();
-  closed_ = true;
-  epoch_.Drain();
-  pool_->MarkClean();
-  return Status::OK();
+  return life_.Close(*pool_, [this] { epoch_.Drain(); });
 }
 
 template <pm::PersistPolicy P>

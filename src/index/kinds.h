@@ -1,0 +1,38 @@
+// src/index/kinds.h — THE list of index kinds (src/index/descriptor.h).
+//
+// The registry (pmhash::Open, RegisteredIndexes), the benchmark targets, the CLI and every typed
+// test suite derive from IndexKinds; a new kind appears in all of them by being added here.
+#pragma once
+
+#include <cstddef>
+#include <tuple>
+
+#include "index/descriptor.h"
+#include "index/pea/pea.h"
+#include "index/reh/reh.h"
+#include "index/turbo/turbo.h"
+#include "pm/persist.h"
+
+namespace pmhash::index {
+
+template <Descriptor... Ds>
+struct KindList {
+  static constexpr size_t kSize = sizeof...(Ds);
+  // fn.template operator()<D>() for each descriptor, in order.
+  template <class Fn>
+  static constexpr void ForEach(Fn&& fn) {
+    (fn.template operator()<Ds>(), ...);
+  }
+  // Apply<F> = F<Ds...> (a type list for typed test suites, a tuple, ...).
+  template <template <class...> class F>
+  using Apply = F<Ds...>;
+};
+
+using IndexKinds =
+    KindList<reh::Descriptor, pea::Descriptor, turbo::Descriptor, turbo::KvDescriptor>;
+
+// The engine of descriptor D under policy P.
+template <class D, class P>
+using EngineOf = typename D::template Engine<P>;
+
+}  // namespace pmhash::index

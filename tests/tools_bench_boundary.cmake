@@ -1,0 +1,23 @@
+# ctest tools_bench_boundary (tests/CMakeLists.txt): fails if a file in tools/ other than
+# bench_command.cc includes a header of the benchmark (bench/). tools/CMakeLists.txt states why.
+#   cmake -DTOOLS_DIR=<source>/tools -P tools_bench_boundary.cmake
+file(GLOB files ${TOOLS_DIR}/*.h ${TOOLS_DIR}/*.cc)
+if(NOT files)
+  message(FATAL_ERROR "no sources found in '${TOOLS_DIR}'")
+endif()
+set(bad "")
+foreach(f ${files})
+  get_filename_component(name ${f} NAME)
+  if(name STREQUAL "bench_command.cc")
+    continue()
+  endif()
+  file(STRINGS ${f} hits REGEX "^[ \t]*#[ \t]*include[ \t]*[\"<]bench/")
+  foreach(h ${hits})
+    string(APPEND bad "\n  tools/${name}: ${h}")
+  endforeach()
+endforeach()
+if(bad)
+  message(FATAL_ERROR "only tools/bench_command.cc may include bench/ headers:${bad}")
+endif()
+list(LENGTH files n)
+message(STATUS "tools/: ${n} files, bench/ included by bench_command.cc only")
