@@ -30,6 +30,7 @@
 #include "pm/crash_sim.h"
 #include "pm/persist.h"
 #include "pm/pool_format.h"
+#include "pm/record_heap.h"
 #include "pmhash/pmhash.h"
 #include "test_util.h"
 
@@ -1316,6 +1317,53 @@ TEST(ChunkAllocator, AllocationAfterRecoveryDoesNotRescanTheHeap) {
   EXPECT_LT(a.scan_steps() - before, kUsed / 64 + 4 * kAllocs);
 }
 
+// AllocateAligned(n): n chunks starting at a chunk index that is a multiple of n (the record
+// heap's slabs), first fit, reusing freed blocks, out of space as a Status.
+TEST(ChunkAllocator, AlignedRuns) {
+  pm::ChunkAllocator a(4096, 256, 100);
+  auto at = [](uint64_t chunk) { return 4096 + chunk * 256; };
+  EXPECT_TRUE(a.AllocateAligned(0).status().IsInvalidArgument());
+  EXPECT_TRUE(a.AllocateAligned(3).status().IsInvalidArgument());
+  ASSERT_EQ(a.Allocate().value(), at(0));
+  ASSERT_EQ(a.AllocateAligned(16).value(), at(16)) << "block 0 holds a used chunk";
+  ASSERT_EQ(a.Allocate().value(), at(1)) << "single chunks still fill the gaps";
+  ASSERT_EQ(a.AllocateAligned(16).value(), at(32));
+  ASSERT_EQ(a.AllocateAligned(1).value(), at(2));
+  a.Free(at(16), 16);
+  ASSERT_EQ(a.AllocateAligned(16).value(), at(16)) << "a freed block is found again";
+  for (uint64_t c : {48, 64, 80}) ASSERT_EQ(a.AllocateAligned(16).value(), at(c));
+  EXPECT_TRUE(a.AllocateAligned(16).status().IsOutOfSpace()) << "96 + 16 > 100 chunks";
+  EXPECT_EQ(a.used_chunks(), 3u + 5 * 16);
+  a.Free(at(2));
+  EXPECT_TRUE(a.AllocateAligned(16).status().IsOutOfSpace()) << "chunks 0 and 1 still used";
+  a.Free(at(0), 2);
+  ASSERT_EQ(a.AllocateAligned(16).value(), at(0));
+  // Blocks wider than a bitmap word.
+  pm::ChunkAllocator b(4096, 256, 1000);
+  ASSERT_EQ(b.AllocateAligned(128).value(), at(0));
+  ASSERT_EQ(b.Allocate().value(), at(128));
+  ASSERT_EQ(b.AllocateAligned(128).value(), at(256));
+  b.Free(at(0), 128);
+  ASSERT_EQ(b.AllocateAligned(128).value(), at(0));
+  ASSERT_EQ(b.AllocateAligned(256).value(), at(512));
+  EXPECT_TRUE(b.AllocateAligned(256).status().IsOutOfSpace());
+}
+
+// Aligned allocation interleaved with single chunks and frees stays O(1) amortised.
+TEST(ChunkAllocator, AlignedAllocationDoesNotRescanTheHeap) {
+  constexpr uint64_t kChunks = 1 << 18;
+  pm::ChunkAllocator a(4096, 256, kChunks);
+  const uint64_t before = a.scan_steps();
+  uint64_t blocks = 0;
+  for (uint64_t i = 0; i < 8000; i++) {
+    ASSERT_TRUE(a.AllocateAligned(16).ok());
+    blocks++;
+    ASSERT_TRUE(a.Allocate(3).ok());
+  }
+  EXPECT_EQ(blocks, 8000u);
+  EXPECT_LT(a.scan_steps() - before, 8u * 8000);
+}
+
 // Freeing an already free chunk changes nothing (and does not corrupt the used count).
 TEST(ChunkAllocator, DoubleFreeIsHarmless) {
   pm::ChunkAllocator a(4096, 256, 8);
@@ -2106,6 +2154,28 @@ TEST(TurboHostile, BadRecords) {
       {"record length past the pool",
        [](const std::string& p, uint64_t, uint64_t rec) {
          WriteU64(p, rec, (uint64_t{0xFFFFFF00} << 32) | 8);
+       }},
+      {"record offset into a free slab position (no slab header)",
+       [](const std::string& p, uint64_t sv, uint64_t) {
+         const uint64_t heap = ReadU64(p, 40), chunks = ReadU64(p, 56);
+         const uint64_t last_slab = heap + (chunks / 16 - 1) * 4096;
+         WriteU64(p, sv, last_slab + pm::kSlabHeaderBytes);
+       }},
+      {"record offset between two 32 B slots of its slab",
+       [](const std::string& p, uint64_t sv, uint64_t rec) { WriteU64(p, sv, rec + 16); }},
+      {"record offset on its slab's header",
+       [](const std::string& p, uint64_t sv, uint64_t rec) {
+         const uint64_t heap = ReadU64(p, 40);
+         WriteU64(p, sv, rec - (rec - heap) % 4096);
+       }},
+      {"slab header naming another size class",
+       [](const std::string& p, uint64_t, uint64_t rec) {
+         const uint64_t heap = ReadU64(p, 40);
+         WriteU64(p, rec - (rec - heap) % 4096, pm::kSlabMagic | (uint64_t{48} << 32));
+       }},
+      {"record length larger than its slot (reads would run into the next slots)",
+       [](const std::string& p, uint64_t, uint64_t rec) {
+         WriteU64(p, rec, (uint64_t{100} << 32) | 8);
        }},
       {"record key does not match the slot hash",
        [](const std::string& p, uint64_t, uint64_t rec) {

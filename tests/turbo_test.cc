@@ -3,11 +3,13 @@
 // lock-free read protocol under concurrent updates, erases and rehashes (*Concurrent*: TSan).
 #include "index/turbo/turbo.h"
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <cstring>
+#include <iostream>
 #include <map>
 #include <random>
 #include <string>
@@ -381,6 +383,153 @@ TEST(Turbo, InvalidParams) {
 }
 
 // ============================================================================================
+// Record space (issue 11): records live in the record heap's size-class slabs
+// ============================================================================================
+
+// An 8 B key + 8 B value record is 24 B with its header: a 32 B slot of a 4 KiB slab. Done-when
+// of issue 11: at most 64 B of record space per key at 2M keys (PMHASH_TEST_SCALE=10 runs 2M).
+TEST(TurboKvRecords, FootprintPerKey) {
+  ScopedPath p("footprint");
+  const uint64_t n = Scaled(200000, 20);
+  Options o;
+  o.path = p.path();
+  o.pool_size = (uint64_t{64} << 20) + n * 256;
+  o.durability = Durability::kEadr;
+  auto r = TurboKv<pm::Eadr>::Open(o);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  auto& ix = *r.value();
+  for (uint64_t k = 0; k < n; k++) ASSERT_TRUE(ix.Insert(k, k * 3).ok()) << k;
+  IndexStats st = ix.Stats();
+  const double per_key = Detail(st, "records.bytes") / static_cast<double>(n);
+  std::cout << "turbo-kv record space at " << n << " keys: " << Detail(st, "records.bytes")
+            << " B in " << Detail(st, "records.slabs") << " slabs = " << per_key
+            << " B per 16 B key+value record; pm_bytes per key "
+            << static_cast<double>(st.pm_bytes) / static_cast<double>(n) << "\n";
+  EXPECT_LE(per_key, 64.0);
+  EXPECT_GE(per_key, 32.0) << "a 24 B record takes a 32 B slot";
+  EXPECT_EQ(Detail(st, "records.large_chunks"), 0);
+  // Every chunk the allocator holds is a bucket, the directory or a slab (once the retired
+  // shards have been reclaimed: CheckInvariants drains the epoch).
+  ASSERT_TRUE(ix.CheckInvariants().ok()) << ix.CheckInvariants().ToString();
+  st = ix.Stats();
+  const uint64_t dir_chunks = (uint64_t{ix.shard_count()} * sizeof(turbo::PmShardDesc) + 255) / 256;
+  EXPECT_EQ(ix.pool().allocator().used_chunks(),
+            st.buckets + dir_chunks + static_cast<uint64_t>(Detail(st, "records.bytes")) / 256);
+  // Erase every other key and insert as many new ones: freed slots are reused, no new slabs.
+  for (uint64_t k = 0; k < n; k += 2) ASSERT_TRUE(ix.Erase(k).ok());
+  for (uint64_t k = n; k < n + n / 2; k++) ASSERT_TRUE(ix.Insert(k, k).ok());
+  ASSERT_TRUE(ix.CheckInvariants().ok()) << ix.CheckInvariants().ToString();
+  st = ix.Stats();
+  EXPECT_LE(Detail(st, "records.bytes") / static_cast<double>(st.size), 64.0);
+  EXPECT_GT(Detail(st, "records.reused_slots"), 0);
+  // A reopen rebuilds the same slabs from the reachable records.
+  const double bytes = Detail(st, "records.bytes");
+  ASSERT_TRUE(ix.Close().ok());
+  r.value().reset();
+  auto again = TurboKv<pm::Eadr>::Open(o);
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  auto& ix2 = *again.value();
+  ASSERT_TRUE(ix2.CheckInvariants().ok()) << ix2.CheckInvariants().ToString();
+  EXPECT_LE(Detail(ix2.Stats(), "records.bytes"), bytes);
+  EXPECT_EQ(ix2.Size(), n);
+}
+
+// Records of every size class and large ones, inserted, updated to other sizes and erased: the
+// heap's slabs of every class fill, empty and are reused; the index stays equal to a model, and
+// survives a reopen (recovery rebuilds every slab from the reachable records).
+TEST(TurboKvRecords, EverySizeClassAndReopen) {
+  ScopedPath p("classes");
+  Options o = Small(p.path(), Durability::kAdr);
+  o.turbo.max_record_bytes = 4096;
+  std::map<std::string, std::string> model;
+  std::mt19937_64 rng(TestSeed(8));
+  SCOPED_TRACE(SeedTrace(TestSeed(8)));
+  {
+    auto r = TurboKv<pm::Adr>::Open(o);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    auto& ix = *r.value();
+    // Key + value lengths so that 8 + k + v covers every class boundary of 16..224 and beyond.
+    for (uint64_t total = 9; total <= 600; total++) {
+      const std::string key = "k" + std::to_string(total);
+      if (8 + key.size() > total) continue;
+      const std::string val(total - 8 - key.size(), static_cast<char>('a' + total % 26));
+      ASSERT_TRUE(ix.InsertBytes(key, val).ok());
+      model[key] = val;
+    }
+    for (int round = 0; round < 3; round++) {
+      for (auto& [k, v] : model) {
+        if (rng() % 3 == 0) continue;
+        std::string nv(rng() % 400, static_cast<char>(rng()));
+        ASSERT_TRUE(ix.UpdateBytes(k, nv).ok());
+        v = nv;
+      }
+    }
+    for (auto it = model.begin(); it != model.end();) {
+      if (rng() % 2) {
+        ASSERT_TRUE(ix.EraseBytes(it->first).ok());
+        it = model.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    ASSERT_TRUE(ix.CheckInvariants().ok()) << ix.CheckInvariants().ToString();
+    const IndexStats st = ix.Stats();
+    EXPECT_GT(Detail(st, "records.slabs"), 5);
+    EXPECT_GT(Detail(st, "records.large_chunks"), 0);
+    EXPECT_GT(Detail(st, "records.reused_slots"), 0);
+    // Abandon without Close: the reopen recovers.
+  }
+  auto r = TurboKv<pm::Adr>::Open(o);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  auto& ix = *r.value();
+  ASSERT_TRUE(ix.CheckInvariants().ok()) << ix.CheckInvariants().ToString();
+  EXPECT_EQ(ix.Size(), model.size());
+  for (const auto& [k, v] : model) {
+    std::string got;
+    ASSERT_TRUE(ix.FindBytes(k, &got).ok()) << k;
+    EXPECT_EQ(got, v);
+  }
+  // And keeps working: new records of every class after recovery.
+  for (int i = 0; i < 500; i++) {
+    const std::string k = "n" + std::to_string(i);
+    ASSERT_TRUE(ix.InsertBytes(k, std::string(i % 300, 'x')).ok());
+  }
+  ASSERT_TRUE(ix.CheckInvariants().ok()) << ix.CheckInvariants().ToString();
+}
+
+// A turbo-kv pool written before the record heap (layout 1: a chunk per record) is refused.
+TEST(TurboKvRecords, OldLayoutIsRefused) {
+  ScopedPath p("old_layout");
+  Options o = Small(p.path(), Durability::kAdr);
+  {
+    auto r = TurboKv<pm::Adr>::Open(o);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    ASSERT_TRUE(r.value()->Insert(1, 2).ok());
+    ASSERT_TRUE(r.value()->Close().ok());
+  }
+  // The params image starts with layout_version: make it 1 and fix the header checksum.
+  {
+    auto bytes = ReadFile(p.path());
+    ASSERT_GE(bytes.size(), pm::kHeaderBytes);
+    auto* h = reinterpret_cast<pm::PoolHeader*>(bytes.data());
+    turbo::PersistentParams pp;
+    std::memcpy(&pp, h->params, sizeof(pp));
+    EXPECT_EQ(pp.layout_version, turbo::kLayoutRecordHeap);
+    pp.layout_version = 1;
+    std::memcpy(h->params, &pp, sizeof(pp));
+    h->checksum = pm::HeaderChecksum(h);
+    const int fd = open(p.path().c_str(), O_WRONLY);
+    ASSERT_GE(fd, 0);
+    ASSERT_EQ(pwrite(fd, bytes.data(), pm::kHeaderBytes, 0),
+              static_cast<ssize_t>(pm::kHeaderBytes));
+    close(fd);
+  }
+  auto r = TurboKv<pm::Adr>::Open(o);
+  ASSERT_FALSE(r.ok());
+  EXPECT_TRUE(r.status().IsNotSupported()) << r.status().ToString();
+}
+
+// ============================================================================================
 // Lock-free reads against concurrent updates, erases and rehashes (label: concurrent)
 // ============================================================================================
 
@@ -458,6 +607,89 @@ void HammerReaders(Durability d) {
     ASSERT_TRUE(ix.Find(k, &v).ok());
     EXPECT_EQ(v, Encode(k, rounds * 20));
   }
+}
+
+// Writers on disjoint keys insert, update (to other sizes) and erase records of every size
+// class and large ones, while readers check that every value they find belongs to its key: the
+// record heap's slots are never handed to two records at once, and a retired record is not
+// reused under a reader.
+TEST(TurboConcurrent, MixedSizeRecords) {
+  ScopedPath p("concurrent_records");
+  Options o = Small(p.path(), Durability::kAdr);
+  o.turbo.shard_bits = 1;
+  o.turbo.initial_buckets = 1;
+  o.reclaim_batch = 1;  // freed slots are reused at once, under the readers
+  auto r = TurboKv<pm::Adr>::Open(o);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  auto& ix = *r.value();
+  const int writers = 3;
+  const uint64_t keys = 300, ops = Scaled(20000, 10);
+  // A value is its key's first byte repeated, then the version: any mix-up is visible.
+  auto value_of = [](const std::string& k, uint64_t len, uint64_t version) {
+    std::string v(len, k[1]);
+    if (len >= 8) std::memcpy(v.data(), &version, 8);
+    return v;
+  };
+  auto plausible = [](const std::string& k, const std::string& v) {
+    for (size_t i = v.size() >= 8 ? 8 : 0; i < v.size(); i++) {
+      if (v[i] != k[1]) return false;
+    }
+    return true;
+  };
+  std::atomic<bool> stop{false};
+  std::atomic<uint64_t> errors{0}, reads{0};
+  std::vector<std::map<std::string, std::string>> models(writers);
+  auto key_of = [](int t, uint64_t i) {
+    return std::string(1, static_cast<char>('A' + t)) + static_cast<char>('a' + i % 26) +
+           std::to_string(i);
+  };
+  auto writer = [&](int t) {
+    std::mt19937_64 rng(TestSeed(40) + t);
+    auto& model = models[t];
+    for (uint64_t i = 0; i < ops; i++) {
+      const std::string k = key_of(t, rng() % keys);
+      uint64_t len = rng() % 64;
+      if (rng() % 8 == 0) len = rng() % 700;
+      const bool present = model.count(k) != 0;
+      if (present && rng() % 3 == 0) {
+        if (!ix.EraseBytes(k).ok()) errors.fetch_add(1);
+        model.erase(k);
+      } else {
+        const std::string v = value_of(k, len, i);
+        if (!ix.UpsertBytes(k, v).ok()) errors.fetch_add(1);
+        model[k] = v;
+      }
+    }
+  };
+  auto reader = [&](uint64_t seed) {
+    std::mt19937_64 rng(seed);
+    std::string v;
+    while (!stop.load(std::memory_order_relaxed)) {
+      const std::string k = key_of(static_cast<int>(rng() % writers), rng() % keys);
+      if (ix.FindBytes(k, &v).ok() && !plausible(k, v)) errors.fetch_add(1);
+      reads.fetch_add(1, std::memory_order_relaxed);
+    }
+  };
+  std::vector<std::thread> rs, ws;
+  for (int i = 0; i < 2; i++) rs.emplace_back(reader, TestSeed(41) + i);
+  for (int t = 0; t < writers; t++) ws.emplace_back(writer, t);
+  for (auto& t : ws) t.join();
+  stop.store(true);
+  for (auto& t : rs) t.join();
+  EXPECT_EQ(errors.load(), 0u) << "a failed write, or a value that is not its key's";
+  EXPECT_GT(reads.load(), 0u);
+  ASSERT_TRUE(ix.CheckInvariants().ok()) << ix.CheckInvariants().ToString();
+  uint64_t n = 0;
+  for (const auto& m : models) {
+    n += m.size();
+    for (const auto& [k, v] : m) {
+      std::string got;
+      ASSERT_TRUE(ix.FindBytes(k, &got).ok()) << k;
+      EXPECT_EQ(got, v);
+    }
+  }
+  EXPECT_EQ(ix.Size(), n);
+  EXPECT_GT(Detail(ix.Stats(), "records.reused_slots"), 0);
 }
 
 TEST(TurboConcurrent, ReadersVsUpdatesErasesRehashesInline) {

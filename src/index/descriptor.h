@@ -91,9 +91,17 @@ concept Descriptor = requires(const Options& o, const typename D::Stored& s, uin
 // A descriptor may provide Base(): the stored block before properties are applied (words that
 // are not user properties, e.g. turbo-kv's `records`).
 template <Descriptor D>
+typename D::Stored BaseParams() {
+  if constexpr (requires { D::Base(); }) {
+    return D::Base();
+  } else {
+    return typename D::Stored{};
+  }
+}
+
+template <Descriptor D>
 typename D::Stored ResolveParams(const typename D::Params& given) {
-  typename D::Stored s{};
-  if constexpr (requires { D::Base(); }) s = D::Base();
+  typename D::Stored s = BaseParams<D>();
   std::apply(
       [&](const auto&... p) {
         ((s.*p.stored = static_cast<uint32_t>((given.*p.given).value_or(p.default_value))), ...);
@@ -147,7 +155,7 @@ Result<typename D::Stored> DecodeParams(std::span<const uint8_t> bytes) {
   }
   Stored s;
   std::memcpy(&s, bytes.data(), sizeof(s));
-  const Stored build{};
+  const Stored build = BaseParams<D>();
   if (s.layout_version != build.layout_version) {
     return Status::NotSupported(kind + " pool layout version " +
                                 std::to_string(s.layout_version) + " (this build reads " +

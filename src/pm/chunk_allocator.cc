@@ -28,7 +28,10 @@ void ChunkAllocator::SetLocked(uint64_t i, uint64_t n, bool used) {
 Result<uint64_t> ChunkAllocator::Allocate(uint32_t n) {
   if (n == 0) return Status::InvalidArgument("Allocate(0)");
   LockGuard<SpinLock> g(mu_);
-  uint64_t i = hint_;
+  // No free run of n chunks starts below this (a lower bound when n is not a hint length).
+  const uint32_t h = HintIndex(n);
+  const bool exact = HintLength(h) == n;
+  uint64_t i = hints_[h];
   while (i + n <= chunk_count_) {
     scan_steps_++;
     // Skip full words quickly.
@@ -54,18 +57,63 @@ Result<uint64_t> ChunkAllocator::Allocate(uint32_t n) {
     }
     if (run >= n) {
       SetLocked(i, n, true);
-      // Every chunk in [hint_, i) was found in use and none below hint_ is free, so a single
-      // chunk at i moves the hint past it. (A run of n > 1 may have skipped shorter free gaps.)
-      if (n == 1 || i == hint_) hint_ = i + n;
+      // Every start in [hint, i) was passed over (a used chunk, or a free run shorter than n),
+      // and the starts in [i, i+n) now hold a used chunk.
+      if (exact) hints_[h] = i + n;
       if (i < high_water_) reused_++;
       high_water_ = std::max(high_water_, i + n);
       return heap_offset_ + i * chunk_size_;
     }
     i += run;
   }
+  if (exact) hints_[h] = i;
   return Status::OutOfSpace("pool heap exhausted: " + std::to_string(used_) + " of " +
                             std::to_string(chunk_count_) + " chunks of " +
                             std::to_string(chunk_size_) + " B in use");
+}
+
+Result<uint64_t> ChunkAllocator::AllocateAligned(uint32_t n) {
+  if (n == 0 || !std::has_single_bit(n)) {
+    return Status::InvalidArgument("AllocateAligned(" + std::to_string(n) + ")");
+  }
+  if (n == 1) return Allocate(1);
+  LockGuard<SpinLock> g(mu_);
+  if (aligned_n_ != n) {
+    aligned_n_ = n;
+    aligned_hint_ = 0;
+  }
+  // No free run of n chunks starts below hints_[HintIndex(n)] (n is a power of two, a hint
+  // length); no free aligned block of n below aligned_hint_.
+  const uint64_t start = std::max(hints_[HintIndex(n)], aligned_hint_);
+  uint64_t i = (start + n - 1) & ~uint64_t{n - 1};
+  while (i + n <= chunk_count_) {
+    scan_steps_++;
+    bool free = true;
+    if (n <= 64) {
+      const uint64_t w = bits_[i >> 6];
+      if (w == ~uint64_t{0}) {  // a full word: no block of this word is free
+        i = ((i >> 6) + 1) << 6;
+        continue;
+      }
+      const uint64_t mask = n == 64 ? ~uint64_t{0} : (uint64_t{1} << n) - 1;
+      free = ((w >> (i & 63)) & mask) == 0;
+    } else {
+      for (uint64_t j = i >> 6; j < (i + n) >> 6 && free; j++) free = bits_[j] == 0;
+    }
+    if (free) {
+      SetLocked(i, n, true);
+      aligned_hint_ = i + n;
+      if (i < high_water_) reused_++;
+      high_water_ = std::max(high_water_, i + n);
+      return heap_offset_ + i * chunk_size_;
+    }
+    i += n;
+  }
+  aligned_hint_ = i;
+  return Status::OutOfSpace("pool heap exhausted: no free run of " + std::to_string(n) +
+                            " aligned chunks (" + std::to_string(used_) + " of " +
+                            std::to_string(chunk_count_) + " chunks of " +
+                            std::to_string(chunk_size_) + " B in use)");
 }
 
 void ChunkAllocator::Free(uint64_t offset, uint32_t n) {
@@ -73,14 +121,21 @@ void ChunkAllocator::Free(uint64_t offset, uint32_t n) {
   const uint64_t i = (offset - heap_offset_) / chunk_size_;
   LockGuard<SpinLock> g(mu_);
   SetLocked(i, n, false);
-  if (i < hint_) hint_ = i;
+  // A run of k chunks that is free now and was not before holds one of the freed chunks, so it
+  // starts at i - k + 1 or later.
+  for (uint32_t h = 1; h < kHints; h++) {
+    const uint64_t k = HintLength(h);
+    hints_[h] = std::min(hints_[h], i + 1 > k ? i + 1 - k : 0);
+  }
+  if (aligned_n_ != 0) aligned_hint_ = std::min(aligned_hint_, i & ~(aligned_n_ - 1));
 }
 
 void ChunkAllocator::Reset() {
   LockGuard<SpinLock> g(mu_);
   std::fill(bits_.begin(), bits_.end(), 0);
   used_ = 0;
-  hint_ = 0;
+  hints_.fill(0);
+  aligned_hint_ = 0;
   high_water_ = 0;
 }
 

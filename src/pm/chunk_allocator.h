@@ -6,13 +6,18 @@
 // free. A chunk allocated but not yet linked into the structure when the process dies is
 // therefore reclaimed by the next open: no crash can leak persistent memory.
 //
-// Allocate(n) returns n contiguous chunks (first fit from a rotating hint). Out of space is a
-// Status, never an abort; the caller's structure is unchanged.
+// Allocate(n) returns n contiguous chunks (first fit from a hint per run length).
+// AllocateAligned(n) returns n chunks whose first chunk index (counted from heap_offset) is a
+// multiple of n, for owners that find the start of a block by rounding an offset down
+// (record_heap.h's slabs).
+// Out of space is a Status, never an abort; the caller's structure is unchanged.
 //
 // Thread safety: all methods are safe to call concurrently (one internal spin lock; allocation is
 // rare compared with index operations: one per bucket/segment split).
 #pragma once
 
+#include <array>
+#include <bit>
 #include <cstdint>
 #include <vector>
 
@@ -27,6 +32,8 @@ class ChunkAllocator {
 
   // Offset (from the pool base) of n free contiguous chunks, now marked used.
   Result<uint64_t> Allocate(uint32_t n = 1) PMHASH_EXCLUDES(mu_);
+  // Same, with the first chunk's index a multiple of n. REQUIRES: n is a power of two.
+  Result<uint64_t> AllocateAligned(uint32_t n) PMHASH_EXCLUDES(mu_);
   void Free(uint64_t offset, uint32_t n = 1) PMHASH_EXCLUDES(mu_);
 
   // Recovery protocol: Reset() frees everything, then the index marks what it can reach.
@@ -60,7 +67,23 @@ class ChunkAllocator {
   mutable SpinLock mu_;
   std::vector<uint64_t> bits_ PMHASH_GUARDED_BY(mu_);
   uint64_t used_ PMHASH_GUARDED_BY(mu_) = 0;
-  uint64_t hint_ PMHASH_GUARDED_BY(mu_) = 0;  // no free chunk below this index
+  // hints_[HintIndex(k)]: no run of HintLength(...) free chunks starts below this index (for
+  // length 1: no free chunk below it). One per run length up to 64, then one per power of two,
+  // so that a free gap too short for one request does not pin the scan of every later request
+  // of that length at the gap (slabs, shards and large records leave such gaps).
+  static constexpr uint32_t kExactHints = 64;
+  static constexpr uint32_t kHints = kExactHints + 32 - 6;  // + 2^7 .. 2^31
+  static uint32_t HintIndex(uint64_t n) {  // n >= 1; for n > 64, the largest power of two <= n
+    return n <= kExactHints ? static_cast<uint32_t>(n)
+                            : kExactHints + static_cast<uint32_t>(std::bit_width(n)) - 7;
+  }
+  static uint64_t HintLength(uint32_t idx) {
+    return idx <= kExactHints ? idx : uint64_t{1} << (idx - kExactHints + 6);
+  }
+  std::array<uint64_t, kHints> hints_ PMHASH_GUARDED_BY(mu_) = {};
+  // No free aligned block of aligned_n_ chunks starts below aligned_hint_ (0 when unused).
+  uint64_t aligned_hint_ PMHASH_GUARDED_BY(mu_) = 0;
+  uint64_t aligned_n_ PMHASH_GUARDED_BY(mu_) = 0;
   uint64_t scan_steps_ PMHASH_GUARDED_BY(mu_) = 0;
   uint64_t high_water_ PMHASH_GUARDED_BY(mu_) = 0;  // 1 + highest chunk used since open
   uint64_t reused_ PMHASH_GUARDED_BY(mu_) = 0;

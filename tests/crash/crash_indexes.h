@@ -136,7 +136,8 @@ struct TurboTraits {
 };
 
 // TurboHash with records (turbo-kv): same geometry and pool; every insert/update allocates a
-// record (one 256 B chunk here).
+// record (a 32 B slot of a 4 KiB record-heap slab here, src/pm/record_heap.h; the first one
+// carves the slab and persists its header).
 struct TurboKvTraits {
   static constexpr std::string_view kName = "turbo-kv";
   static constexpr bool kLockFreeReads = true;
@@ -148,7 +149,8 @@ struct TurboKvTraits {
   static std::vector<CoverageTarget> Coverage(bool) {
     return {{"doublings", 1, "shard rehash"},
             {"turbo.gc.count", 1, "garbage collection (same-size rehash)"},
-            {"alloc.reused", 1, "freed record chunks reused"}};
+            {"alloc.reused", 1, "freed chunks (old shards) reused"},
+            {"records.reused_slots", 1, "a freed record slot reused"}};
   }
 };
 

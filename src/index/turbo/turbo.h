@@ -43,8 +43,10 @@
 //     may hold it has left. Garbage collection (4.6) is the same rehash at the same size, chosen
 //     when more than gc_deleted_ratio of the shard's slots are deleted.
 //   * turbo-kv (Fig. 3, 3.6): a slot holds the key's 64-bit hash and the pool offset of a record
-//     [key_len:32 | value_len:32 | key | value] in the pool's chunk heap. Records are immutable;
-//     an update writes a new record. Old records are freed through the EpochManager.
+//     [key_len:32 | value_len:32 | key | value] allocated from the pool's record heap
+//     (src/pm/record_heap.h): a slot of a size-class slab for records up to 224 B (a 24 B
+//     record takes 32 B), whole chunks beyond. Records are immutable; an update writes a new
+//     record. Old records are retired to the record heap through the EpochManager.
 //
 // ============================================================================================
 // Layout
@@ -59,7 +61,9 @@
 //
 //     turbo:    slot = [ key:64 | value:64 ]
 //     turbo-kv: slot = [ hash(key):64 | record offset:64 ]
-//     record (turbo-kv, chunk-aligned, ceil((8 + klen + vlen) / 256) chunks):
+//     record (turbo-kv; 8 + klen + vlen bytes, placed by pm::RecordHeap: a slot of the smallest
+//     size class that holds it, 16-aligned inside a 4 KiB slab, or whole chunks if larger than
+//     every class):
 //              [ klen:32 | vlen:32 | key bytes | value bytes | unused ]
 //
 //   PM shard directory (root 0), 32 B per shard:
@@ -88,13 +92,19 @@
 //       (NT) and fences the new shard, persists the inactive set, then flips the version word
 //       (one 8-byte store, persisted). A crash before the flip leaves the old shard, intact,
 //       active; after it, the new one. Neither is modified after the build started.
-//   I6  No leaks: the allocator's bitmap is DRAM only; recovery marks the directory, every
-//       active shard and every record referenced by a live slot (turbo-kv), and nothing else.
-//       An allocated-but-unpublished record or shard is free again after a crash.
-//   I7  Recovery validates every offset (directory, shards, records: in the heap, chunk-aligned,
-//       no chunk shared, record lengths bounded and the stored hash equal to the key's), every
-//       meta word (delete subset of valid, I3) and the descriptor version; any violation is
-//       kCorruption, never an out-of-bounds read. Tags are recomputed from the slots.
+//   I6  No leaks: the chunk allocator's bitmap and the record heap's slot bitmaps are DRAM
+//       only; recovery marks the directory and every active shard (chunk allocator) and every
+//       record referenced by a live slot (turbo-kv: RecordHeap::MarkReachable, which marks its
+//       slab or chunks), and nothing else. An allocated-but-unpublished record or shard is free
+//       again after a crash, and so is a slab none of whose records is reachable. A slab's
+//       header is persisted before any record in it is published (H1 in record_heap.h).
+//   I7  Recovery validates every offset (directory, shards: in the heap, chunk-aligned, no
+//       chunk shared; records: the 8-byte header inside the heap and 16-aligned before it is
+//       read, lengths
+//       bounded by max_record_bytes, then the record heap's checks — valid slab header of the
+//       record's size class, slot boundary, no slot or chunk shared — and the stored hash equal
+//       to the key's), every meta word (delete subset of valid, I3) and the descriptor version;
+//       any violation is kCorruption, never an out-of-bounds read. Tags are recomputed.
 //
 // Where the paper is vague or wrong, and what we chose:
 //   * Algorithm 1 validates the sequence number only when a key is found. A negative result must
@@ -147,6 +157,7 @@
 #include "index/lifecycle.h"
 #include "pm/persist.h"
 #include "pm/pool.h"
+#include "pm/record_heap.h"
 #include "pmhash/index.h"
 
 namespace pmhash::turbo {
@@ -188,6 +199,7 @@ struct RecordHeader {
   uint32_t value_len;
 };
 static_assert(sizeof(RecordHeader) == kRecordHeader);
+static_assert(pm::kRecordAlign % alignof(RecordHeader) == 0, "read in place at any record start");
 
 inline constexpr uint32_t MetaValid(uint64_t m) { return static_cast<uint32_t>(m & 0xFFFF); }
 inline constexpr uint32_t MetaDeleted(uint64_t m) {
@@ -212,8 +224,12 @@ inline constexpr uint64_t ShardOffset(uint64_t w) { return w & kOffsetMask; }
 inline constexpr uint32_t ShardLog2(uint64_t w) { return static_cast<uint32_t>(w >> 48); }
 
 // The pool properties, as stored in the pool header (src/index/descriptor.h).
+// layout_version: 1 for turbo; 2 for turbo-kv since records live in the record heap's slabs
+// (a turbo-kv pool of layout 1, with a chunk per record, is refused).
+inline constexpr uint32_t kLayoutInline = 1;
+inline constexpr uint32_t kLayoutRecordHeap = 2;
 struct PersistentParams {
-  uint32_t layout_version = 1;
+  uint32_t layout_version = kLayoutInline;
   uint32_t bucket_bytes = sizeof(Bucket);
   uint32_t slots = kSlots;
   uint32_t records = 0;  // 1: turbo-kv
@@ -269,6 +285,7 @@ struct DescriptorFor {
   static Stored Base() {
     Stored s;
     s.records = kRecords ? 1 : 0;
+    s.layout_version = kRecords ? kLayoutRecordHeap : kLayoutInline;
     return s;
   }
   static std::string Check(const Stored& s);
@@ -277,12 +294,14 @@ struct DescriptorFor {
     const uint64_t dir_chunks = (nshards * sizeof(PmShardDesc) + 255) / 256;
     return {sizeof(Bucket), dir_chunks + nshards * s.initial_buckets};
   }
-  // 256 B bucket per 14 slots; a shard is at ~0.4 load right after doubling (plan 0.3), and
-  // the old shard stays allocated until its readers leave. turbo-kv adds one 256 B record
-  // chunk per key (8 B key + 8 B value + 8 B header).
   static uint64_t EstimatePoolBytes(uint64_t keys) {
+    // 256 B bucket per 14 slots; a shard is at ~0.4 load right after doubling (plan 0.3), and
+    // the old shard stays allocated until its readers leave. turbo-kv adds one 24 B record per
+    // key (8 B header + 8 B key + 8 B value) in a 32 B slot of a 4 KiB record-heap slab
+    // (src/pm/record_heap.h); plan for slabs 80% full (erases, one open slab per stripe).
+    constexpr double kSlotsPerSlab = (pm::kSlabTargetBytes - pm::kSlabHeaderBytes) / 32;
     const double per_key = sizeof(Bucket) / static_cast<double>(kSlots) / 0.3 +
-                           (kRecords ? 256 * 1.1 : 0.0);
+                           (kRecords ? pm::kSlabTargetBytes / kSlotsPerSlab / 0.8 : 0.0);
     return static_cast<uint64_t>(static_cast<double>(keys) * per_key);
   }
 };
@@ -423,6 +442,9 @@ class Turbo {
     const RecordHeader* r = Rec(off);
     return {reinterpret_cast<const char*>(r) + kRecordHeader + r->key_len, r->value_len};
   }
+  uint64_t RecBytes(uint64_t off) const {
+    return kRecordHeader + uint64_t{Rec(off)->key_len} + Rec(off)->value_len;
+  }
   uint32_t RecChunks(uint64_t bytes) const {
     return static_cast<uint32_t>((bytes + chunk_ - 1) / chunk_);
   }
@@ -473,7 +495,8 @@ class Turbo {
   pm::Persister<P> persist_;
   PmShardDesc* pm_dir_ = nullptr;
   std::unique_ptr<ShardRef[]> shards_;
-  mutable EpochManager epoch_;  // after pool_: its destructor frees into the pool's allocator
+  std::unique_ptr<pm::RecordHeap> heap_;  // turbo-kv only; over pool_'s chunk allocator
+  mutable EpochManager epoch_;  // after pool_ and heap_: its destructor frees into them
 
   StripedCounter size_;
   std::atomic<uint64_t> doublings_{0};
@@ -516,6 +539,10 @@ Result<std::unique_ptr<Turbo<P, R>>> Turbo<P, R>::Open(const Options& options) {
   t->epoch_.set_reclaim_batch(options.reclaim_batch);
   t->shards_.reset(new (std::nothrow) ShardRef[nshards]);
   if (!t->shards_) return Status::OutOfMemory("turbo: shard directory");
+  if constexpr (R) {
+    t->heap_ = std::make_unique<pm::RecordHeap>(t->pool_->base(), &t->pool_->allocator(),
+                                                &t->epoch_);
+  }
   if (t->pool_->created()) PMHASH_RETURN_IF_ERROR(t->Create());
   PMHASH_RETURN_IF_ERROR(t->Recover());
   return t;
@@ -556,6 +583,7 @@ Status Turbo<P, R>::Recover() {
   const auto t0 = std::chrono::steady_clock::now();
   pm::ChunkAllocator& alloc = pool_->allocator();
   alloc.Reset();
+  if constexpr (R) heap_->Reset();
   const uint64_t dir = pool_->root(0);
   const uint32_t dir_chunks = RecChunks(uint64_t{nshards_} * sizeof(PmShardDesc));
   if (dir == 0 || !alloc.ValidChunk(dir, dir_chunks)) {
@@ -606,18 +634,19 @@ Status Turbo<P, R>::Recover() {
         const Slot& sl = b->slots[j];
         if constexpr (R) {
           const uint64_t ro = sl.value.load(std::memory_order_relaxed);
-          if (!alloc.ValidChunk(ro, 1)) {
+          if (!heap_->PlausibleRecord(ro, kRecordHeader)) {
             return Status::Corruption("turbo: record offset " + std::to_string(ro) +
-                                      " is outside the heap");
+                                      " is outside the heap or misaligned");
           }
-          const RecordHeader* rh = Rec(ro);
-          const uint64_t bytes = kRecordHeader + uint64_t{rh->key_len} + rh->value_len;
-          if (bytes > params_.max_record_bytes || !alloc.ValidChunk(ro, RecChunks(bytes))) {
+          const uint64_t bytes = RecBytes(ro);
+          if (bytes > params_.max_record_bytes) {
             return Status::Corruption("turbo: record at " + std::to_string(ro) +
                                       " has bad lengths");
           }
-          if (Status st = alloc.MarkReachable(ro, RecChunks(bytes)); !st.ok()) {
-            return Status::Corruption("turbo: record: " + std::string(st.message()));
+          // In the heap, in a valid slab of its size class (or its own chunks), on a slot
+          // boundary, not shared: only then are its key bytes read.
+          if (Status st = heap_->MarkReachable(ro, bytes); !st.ok()) {
+            return Status::Corruption("turbo: " + std::string(st.message()));
           }
           if (hash_(RecKey(ro)) != sl.key.load(std::memory_order_relaxed)) {
             return Status::Corruption("turbo: record at " + std::to_string(ro) +
@@ -771,12 +800,11 @@ Result<uint64_t> Turbo<P, R>::NewRecord(std::string_view k, std::string_view v) 
   if (k.size() > UINT32_MAX || v.size() > UINT32_MAX || bytes > params_.max_record_bytes) {
     return Status::InvalidArgument("turbo-kv: key + value exceed max_record_bytes");
   }
-  const uint32_t n = RecChunks(bytes);
-  auto off = pool_->allocator().Allocate(n);
+  auto off = heap_->Allocate(bytes, persist_);
   if (!off.ok() && off.status().IsOutOfSpace() && epoch_.pending() != 0) {
     epoch_.Reclaim();  // erased records may be waiting for the epoch to move
     epoch_.Reclaim();
-    off = pool_->allocator().Allocate(n);
+    off = heap_->Allocate(bytes, persist_);
   }
   if (!off.ok()) return off.status();
   char* dst = pool_->At<char>(off.value());
@@ -790,10 +818,7 @@ Result<uint64_t> Turbo<P, R>::NewRecord(std::string_view k, std::string_view v) 
 
 template <pm::PersistPolicy P, bool R>
 void Turbo<P, R>::RetireRecord(uint64_t off) {
-  const uint64_t bytes = kRecordHeader + uint64_t{Rec(off)->key_len} + Rec(off)->value_len;
-  const uint32_t n = RecChunks(bytes);
-  pm::ChunkAllocator* a = &pool_->allocator();
-  epoch_.Retire([a, off, n] { a->Free(off, n); });
+  heap_->Retire(off, RecBytes(off));
 }
 
 template <pm::PersistPolicy P, bool R>
@@ -1099,7 +1124,7 @@ template <pm::PersistPolicy P, bool R>
 IndexStats Turbo<P, R>::Stats() const {
   IndexStats st;
   st.size = Size();
-  uint64_t buckets = 0, deleted = 0, record_chunks = 0;
+  uint64_t buckets = 0, deleted = 0;
   uint64_t pos_sum = 0, pos_items = 0, pos_max = 0, neg_sum = 0, neg_max = 0;
   for (uint32_t s = 0; s < nshards_; s++) {
     const ShardRef& r = shards_[s];
@@ -1115,10 +1140,6 @@ IndexStats Turbo<P, R>::Stats() const {
         pos_sum += dist;
         pos_max = std::max(pos_max, dist);
         pos_items++;
-        if constexpr (R) {
-          const RecordHeader* rh = Rec(sl.value.load(std::memory_order_relaxed));
-          record_chunks += RecChunks(kRecordHeader + uint64_t{rh->key_len} + rh->value_len);
-        }
       }
       // A negative search with home i visits buckets until the first path end.
       uint64_t d = 1;
@@ -1134,8 +1155,11 @@ IndexStats Turbo<P, R>::Stats() const {
   st.capacity_slots = buckets * kSlots;
   st.load_factor = st.capacity_slots ? static_cast<double>(st.size) / st.capacity_slots : 0;
   const uint64_t dir_bytes = RecChunks(uint64_t{nshards_} * sizeof(PmShardDesc)) * chunk_;
-  st.pm_bytes = pm::kHeaderBytes + dir_bytes + buckets * sizeof(Bucket) + record_chunks * chunk_;
-  st.dram_bytes = uint64_t{nshards_} * sizeof(ShardRef) + pool_->allocator().dram_bytes();
+  pm::RecordHeapStats rs;
+  if constexpr (R) rs = heap_->stats();
+  st.pm_bytes = pm::kHeaderBytes + dir_bytes + buckets * sizeof(Bucket) + rs.bytes;
+  st.dram_bytes = uint64_t{nshards_} * sizeof(ShardRef) + pool_->allocator().dram_bytes() +
+                  (R ? heap_->dram_bytes() : 0);
   st.pool_bytes = pool_->size();
   st.splits = doublings_.load(std::memory_order_relaxed) + gcs_.load(std::memory_order_relaxed);
   st.doublings = doublings_.load(std::memory_order_relaxed);
@@ -1160,7 +1184,14 @@ IndexStats Turbo<P, R>::Stats() const {
       gci ? static_cast<double>(gc_dist_after_.load(std::memory_order_relaxed)) / gci : 0);
   add("turbo.read_retries", static_cast<double>(read_retries_.load(std::memory_order_relaxed)));
   add("turbo.epoch.pending", static_cast<double>(epoch_.pending()));
-  if constexpr (R) add("turbo.records.bytes", static_cast<double>(record_chunks * chunk_));
+  if constexpr (R) {
+    // PM the record heap holds (slabs, including their free slots, and large records' chunks).
+    add("records.bytes", static_cast<double>(rs.bytes));
+    add("records.slabs", static_cast<double>(rs.slabs));
+    add("records.empty_slabs", static_cast<double>(rs.empty_slabs));
+    add("records.large_chunks", static_cast<double>(rs.large_chunks));
+    add("records.reused_slots", static_cast<double>(rs.reused_slots));
+  }
   return st;
 }
 
@@ -1172,6 +1203,8 @@ Status Turbo<P, R>::CheckInvariants() const {
   };
   epoch_.Drain();  // retired shards and records are back in the allocator
   std::unordered_set<std::string> keys;
+  std::unordered_set<uint64_t> slabs;  // turbo-kv: slabs holding a live record
+  uint64_t large_chunks = 0;           // turbo-kv: chunks of records too big for a slab
   uint64_t chunks = RecChunks(uint64_t{nshards_} * sizeof(PmShardDesc));
   uint64_t live = 0;
   for (uint32_t s = 0; s < nshards_; s++) {
@@ -1212,10 +1245,15 @@ Status Turbo<P, R>::CheckInvariants() const {
         std::string key;
         if constexpr (R) {
           const uint64_t ro = sl.value.load(std::memory_order_relaxed);
-          if (!pool_->allocator().IsUsed(ro)) return fail("record not marked allocated");
+          const uint64_t bytes = RecBytes(ro);
+          if (!heap_->IsAllocated(ro, bytes)) return fail("record not marked allocated");
           key = std::string(RecKey(ro));
           if (hash_(key) != h) return fail("record hash mismatch");
-          chunks += RecChunks(kRecordHeader + key.size() + RecValue(ro).size());
+          if (const uint64_t slab = heap_->SlabOf(ro, bytes)) {
+            slabs.insert(slab);
+          } else {
+            large_chunks += RecChunks(bytes);
+          }
         } else {
           const uint64_t k = sl.key.load(std::memory_order_relaxed);
           key.assign(reinterpret_cast<const char*>(&k), 8);
@@ -1225,6 +1263,24 @@ Status Turbo<P, R>::CheckInvariants() const {
       }
     }
     if (deleted != rdeleted) return fail("deleted-slot count of shard " + std::to_string(s));
+  }
+  if constexpr (R) {
+    // Reachable slabs, plus the empty ones the heap keeps for reuse (H4 in record_heap.h);
+    // every allocated slot is a reachable record.
+    PMHASH_RETURN_IF_ERROR(heap_->Check());
+    const pm::RecordHeapStats rs = heap_->stats();
+    if (rs.slabs != slabs.size() + rs.empty_slabs) {
+      return fail("live slabs (" + std::to_string(rs.slabs) +
+                  ") != slabs with a reachable record (" + std::to_string(slabs.size()) +
+                  ") + empty slabs kept (" +
+                  std::to_string(rs.empty_slabs) + "): leak");
+    }
+    if (rs.large_chunks != large_chunks) return fail("large record chunks differ");
+    if (rs.slab_records + rs.large_records != live) {
+      return fail("allocated records (" + std::to_string(rs.slab_records + rs.large_records) +
+                  ") != reachable records (" + std::to_string(live) + "): leak");
+    }
+    chunks += rs.slabs * heap_->slab_chunks() + large_chunks;
   }
   if (pool_->allocator().used_chunks() != chunks) {
     return fail("allocated chunks (" + std::to_string(pool_->allocator().used_chunks()) +
