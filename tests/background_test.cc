@@ -647,7 +647,9 @@ LogRun RunBackgroundLog(bool publish_first) {
   EXPECT_TRUE(bg.Shutdown().ok());
   const size_t off = p.chunk;
   std::vector<char> img;
-  for (const auto& [st, during] : states) {
+  for (const auto& captured : states) {
+    const pm::CrashSimulator::State& st = captured.first;
+    const bool during = captured.second;
     (during ? out.points_during : out.points_before_after)++;
     img.resize(st.persisted.size());
     pm::ForEachCrashChoice(st, st.point, 8, 64, [&](const pm::CrashSimulator::Choice& c) {
