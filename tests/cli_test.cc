@@ -119,6 +119,29 @@ TEST(Cli, EveryKindReopensWithoutOptions) {
       EXPECT_EQ(Field(out, "index kind"), kind) << out;
       EXPECT_NE(Field(out, "params").find("layout_version="), std::string::npos) << out;
       EXPECT_NE(Field(out, "created").find(durability), std::string::npos) << out;
+      // String keys and values on kinds that offer them; a clear refusal elsewhere.
+      const bool offers_bytes = kind == "turbo-kv";
+      const int put_rc = RunCli("put " + pool + " user:17 'hello world'", &out);
+      if (offers_bytes) {
+        ASSERT_EQ(put_rc, 0) << out;
+        ASSERT_EQ(RunCli("get " + pool + " user:17", &out), 0) << out;
+        EXPECT_EQ(out, "hello world\n");
+        ASSERT_EQ(RunCli("put " + pool + " 7 seven --bytes", &out), 0) << out;
+        ASSERT_EQ(RunCli("get " + pool + " 7 --bytes", &out), 0) << out;
+        EXPECT_EQ(out, "seven\n");
+        ASSERT_EQ(RunCli("get " + pool + " 7", &out), 0) << out;  // the uint64 key 7: another key
+        EXPECT_EQ(out, "71\n");
+        ASSERT_EQ(RunCli("del " + pool + " user:17", &out), 0) << out;
+        ASSERT_EQ(RunCli("del " + pool + " 7 --bytes", &out), 0) << out;
+        EXPECT_EQ(RunCli("get " + pool + " user:17", &out), 1) << out;
+      } else {
+        EXPECT_EQ(put_rc, 2) << out;
+        EXPECT_NE(out.find("KEY"), std::string::npos) << out;
+        EXPECT_EQ(RunCli("get " + pool + " 7 --bytes", &out), 2) << out;
+        EXPECT_NE(out.find("no variable-size keys"), std::string::npos) << out;
+      }
+      ASSERT_EQ(RunCli("check " + pool, &out), 0) << out;
+      EXPECT_EQ(Field(out, "size"), "1 keys") << out;
       // A wrong --index is refused, the right one accepted.
       EXPECT_EQ(RunCli("get " + pool + " 7 --index " + (kind == "reh" ? "pea" : "reh"), &out), 1)
           << out;

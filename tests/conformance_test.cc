@@ -158,6 +158,8 @@ class ConformanceTest : public ::testing::Test {
     if (clean) {
       Status s = idx_->Close();
       ASSERT_TRUE(s.ok()) << s.ToString();
+    } else {
+      idx_->Abandon();  // the destructor would close
     }
     idx_.reset();
     o.mode = OpenMode::kOpenExisting;

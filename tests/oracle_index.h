@@ -2,9 +2,10 @@
 //
 // A mutex-protected std::unordered_map. It mirrors the observable contract of a pmhash index
 // closely enough that every conformance test runs on it:
-//   * Options::path empty: volatile. Otherwise the pairs are saved to that file by Close() (clean)
-//     and by destruction without Close() (the "crash": every acknowledged operation is durable,
-//     as the HashIndex contract promises), and loaded by the next Open (recovered = !clean).
+//   * Options::path empty: volatile. Otherwise the pairs are saved to that file by Close() (clean,
+//     also from the destructor) and by destruction after Abandon() (the "crash": every
+//     acknowledged operation is durable, as the HashIndex contract promises), and loaded by the
+//     next Open (recovered = !clean).
 //   * OpenMode: kOpenExisting on a missing file -> kNotFound; kCreateExclusive on an existing
 //     file -> kInvalidArgument; a file that is not an oracle image -> kCorruption.
 //   * Capacity: (pool_size - 4096) / 16 pairs (one 16 B slot per pair after a 4 KiB header, like
@@ -56,9 +57,15 @@ class OracleIndex {
     return idx;
   }
 
-  ~OracleIndex() {
-    if (!closed_) Save(/*clean=*/false);
+  ~OracleIndex() {  // like an engine: closes unless abandoned ("crash": saved unclean)
+    if (closed_) return;
+    if (abandoned_) {
+      Save(/*clean=*/false);
+    } else {
+      (void)Close();
+    }
   }
+  void Abandon() { abandoned_ = true; }
   OracleIndex(const OracleIndex&) = delete;
   OracleIndex& operator=(const OracleIndex&) = delete;
 
@@ -191,6 +198,7 @@ class OracleIndex {
   uint64_t splits_ = 0;
   bool recovered_ = false;
   bool closed_ = false;
+  bool abandoned_ = false;
 };
 
 static_assert(HashIndex<OracleIndex>);

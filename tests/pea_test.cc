@@ -101,6 +101,7 @@ TEST(PeaStrategy, SequenceAndContainment) {
                                             Detail(st, "pea.segments.two_choice") +
                                             Detail(st, "pea.segments.stash"));
   // Every key, after a crash-recovery too.
+  r.value()->Abandon();
   r.value().reset();
   Options o = PeaOptions(path.path(), Durability::kAdr, 4);
   o.mode = OpenMode::kOpenExisting;

@@ -463,7 +463,8 @@ TEST(PoolCorrupt, CleanFlagAndOpenCount) {
     h = ReadHeader(p.path());
     EXPECT_EQ(h->clean_shutdown.load(), 0u) << "an open pool must not look clean";
     EXPECT_EQ(h->open_count.load(), opens + 1);
-  }  // destroyed without Close
+    (*r)->Abandon();
+  }  // destroyed as by a crash
   h = ReadHeader(p.path());
   EXPECT_EQ(h->clean_shutdown.load(), 0u);
   auto r = Reh::Open(RehOptions(p.path(), OpenMode::kOpenExisting));
@@ -778,6 +779,47 @@ TEST(PoolCorrupt, ParameterBlockIsValidated) {
   }
   ASSERT_TRUE(WriteFile(p.path(), image));
   ASSERT_NO_FATAL_FAILURE(ExpectRehPoolIntact(p.path(), 100));
+}
+
+// The destructor closes cleanly unless the index was abandoned; writes after Close return a
+// Status (the facade refuses reads too).
+TEST(PoolOpen, DestructorClosesAndAbandonDoesNot) {
+  ScopedPath p("lifecycle");
+  {
+    auto r = Reh::Open(RehOptions(p.path()));
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    ASSERT_TRUE((*r)->Insert(1, 2).ok());
+  }  // destroyed without Close: closes
+  EXPECT_EQ(ReadHeader(p.path())->clean_shutdown.load(), 1u);
+  {
+    auto r = Reh::Open(RehOptions(p.path(), OpenMode::kOpenExisting));
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    EXPECT_FALSE((*r)->Stats().recovered);
+    ASSERT_TRUE((*r)->Close().ok());
+    ASSERT_TRUE((*r)->Close().ok()) << "Close is idempotent";
+    for (Status s : {(*r)->Insert(3, 4), (*r)->Upsert(1, 5), (*r)->Update(1, 6), (*r)->Erase(1)}) {
+      EXPECT_TRUE(s.IsInvalidArgument()) << s.ToString();
+      EXPECT_NE(s.message().find("closed"), std::string_view::npos) << s.ToString();
+    }
+  }
+  {
+    auto r = pmhash::Open("reh", RehOptions(p.path(), OpenMode::kOpenExisting));
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    Value v = 0;
+    ASSERT_TRUE((*r)->Find(1, &v).ok());
+    EXPECT_EQ(v, 2u) << "a write after Close changed the pool";
+    (*r)->Abandon();
+  }  // destroyed as by a crash
+  EXPECT_EQ(ReadHeader(p.path())->clean_shutdown.load(), 0u);
+  auto r = pmhash::Open("reh", RehOptions(p.path(), OpenMode::kOpenExisting));
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_TRUE((*r)->Stats().recovered);
+  ASSERT_TRUE((*r)->Close().ok());
+  Value v = 0;
+  EXPECT_TRUE((*r)->Find(1, &v).IsInvalidArgument());
+  EXPECT_TRUE((*r)->Insert(9, 9).IsInvalidArgument());
+  EXPECT_EQ((*r)->Size(), 0u);
+  EXPECT_TRUE((*r)->CheckInvariants().IsInvalidArgument());
 }
 
 // The MAP_SYNC rule (no DAX file system here, so the decision is tested on its own; the detection
@@ -1674,6 +1716,20 @@ TEST_F(PeaHostile, BadDepthsAndStrategies) {
       ASSERT_NO_FATAL_FAILURE(ExpectCorruption("misaligned shallower stride"));
     }
   }
+  // The same on every misaligned stride that has room (the loop above may meet none): its
+  // neighbours' entries are overwritten by the stride repair unless the alignment check refuses.
+  size_t misaligned = 0;
+  for (const auto& [i, e] : strides_) {
+    const uint32_t ld = pea::EntryDepth(e);
+    const uint64_t twice = uint64_t{2} << (depth_ - ld);
+    if (ld == 0 || i % twice == 0 || i + twice > (uint64_t{1} << depth_)) continue;
+    ASSERT_NO_FATAL_FAILURE(
+        SetEntry(i, pea::PackEntry(pea::EntrySid(e), ld - 1, pea::EntryStrategy(e))));
+    ASSERT_NO_FATAL_FAILURE(
+        ExpectCorruption("stride at entry " + std::to_string(i) + " one level shallower"));
+    if (++misaligned == 3) break;
+  }
+  EXPECT_GT(misaligned, 0u) << "no misaligned stride with room: no case for the tiling check";
   // The stash strategy on a segment whose StashSid word is 0: the segment would probe a stash
   // segment that does not exist.
   size_t stashless = 0;
@@ -1726,12 +1782,21 @@ TEST(PeaHostileGeometry, SegmentIdThatWrapsTheOffsetIsRefused) {
   Options o = PeaPoolOptions(path.path());
   o.pool_size = 8 << 20;
   o.pea.segment_buckets = 512;  // 128 KiB segments
+  uint64_t free_sid = 0;  // a segment the allocator has never handed out
   {
     auto r = Pea::Open(o);
     ASSERT_TRUE(r.ok()) << r.status().ToString();
     for (uint64_t k = 0; k < 100; k++) ASSERT_TRUE((*r)->Insert(k, k).ok());
+    const pm::ChunkAllocator& alloc = (*r)->pool().allocator();
+    for (uint64_t s = alloc.chunk_count(); s-- > 0;) {
+      if (!alloc.IsUsed(alloc.heap_offset() + s * alloc.chunk_size())) {
+        free_sid = s;
+        break;
+      }
+    }
     ASSERT_TRUE((*r)->Close().ok());
   }
+  ASSERT_GT(free_sid, 0u);
   const std::vector<uint8_t> image = ReadFile(path.path());
   uint64_t roots[2], heap_offset, chunk_count;
   uint32_t chunk_size;
@@ -1740,11 +1805,15 @@ TEST(PeaHostileGeometry, SegmentIdThatWrapsTheOffsetIsRefused) {
   std::memcpy(&chunk_count, &image[offsetof(PoolHeader, chunk_count)], 8);
   std::memcpy(&chunk_size, &image[offsetof(PoolHeader, chunk_size)], 4);
   ASSERT_EQ(chunk_size, uint32_t{1} << 17);
-  const uint64_t desc = pea::DescDepth(roots[0]) > pea::DescDepth(roots[1]) ? roots[0] : roots[1];
+  // The current directory descriptor: the deeper of the two (a never-used one is 0).
+  const uint64_t desc = roots[1] == 0 || pea::DescDepth(roots[0]) > pea::DescDepth(roots[1])
+                            ? roots[0]
+                            : roots[1];
   const uint64_t entry_off = pea::DescOffset(desc);  // directory entry 0
+  ASSERT_GE(entry_off, heap_offset);
   uint64_t e;
   std::memcpy(&e, &image[entry_off], 8);
-  const uint64_t free_sid = chunk_count - 1;  // the last segment: never allocated by 100 keys
+  ASSERT_LT(free_sid, chunk_count);
   const uint64_t wrapping = (uint64_t{1} << 47) + free_sid;
   ASSERT_EQ(heap_offset + wrapping * chunk_size, heap_offset + free_sid * chunk_size);
   const uint64_t bad = pea::PackEntry(wrapping, pea::EntryDepth(e), pea::EntryStrategy(e));
@@ -1852,6 +1921,7 @@ TEST(RehLimits, HeapExhaustionDuringGrowthLeaksNothing) {
     EXPECT_EQ((*r)->pool().allocator().used_chunks(), 20u);
     Status s = (*r)->CheckInvariants();
     ASSERT_TRUE(s.ok()) << s.ToString();
+    (*r)->Abandon();
   }  // crash
   o.mode = OpenMode::kOpenExisting;
   auto r = Reh::Open(o);

@@ -148,7 +148,8 @@ class BytesConformance : public ::testing::Test {
     const IndexStats st = idx_->Stats();
     EXPECT_GT(st.splits, 0u);
     if constexpr (T::Policy::kPersistent) {
-      idx_.reset();  // crash of the process state
+      idx_->Abandon();  // crash of the process state
+      idx_.reset();
       Options r = o;
       r.mode = OpenMode::kOpenExisting;
       ASSERT_NO_FATAL_FAILURE(OpenIdx(r));

@@ -122,6 +122,9 @@ constexpr FlagSpec kKvFlags[] = {
     {"index", "NAME", "index kind of a new pool (put; default reh) or the expected kind"},
     {"durability", "MODE", "adr | eadr | dram (default: the pool's; adr for a new pool)"},
     {"pool-size", "BYTES", "size of a pool created by put (default 64M)"},
+    {"bytes", "", "KEY and VALUE are byte strings (kinds with variable-size keys, e.g. turbo-kv; "
+                  "without it, such kinds take a KEY or VALUE that is not a decimal number as "
+                  "bytes)"},
     kHelpFlag,
 };
 
@@ -160,8 +163,9 @@ constexpr std::string_view kCheckDetails =
 constexpr std::string_view kKvDetails =
     "put upserts (inserts or overwrites) and creates the pool if it does not exist (or formats\n"
     "an empty file, or a file or devdax device whose first 8 bytes are zero); get prints\n"
-    "the value in decimal; del erases. KEY and VALUE are unsigned 64-bit integers, decimal or\n"
-    "0x-prefixed hex. get and del exit 1 if the key is absent.\n";
+    "the value; del erases. KEY and VALUE are unsigned 64-bit integers, decimal or 0x-prefixed\n"
+    "hex; on kinds with variable-size keys (turbo-kv) they are byte strings with --bytes, or\n"
+    "when one of them is not a number. get and del exit 1 if the key is absent.\n";
 
 const Command kCommands[] = {
     {"bench", "pmhash bench [options]", "benchmark indexes against absl::flat_hash_map",
@@ -394,10 +398,11 @@ int RunKv(const Command& cmd, std::span<char* const> words) {
   const bool get = cmd.name == "get";
   if (Status s = CheckPositionals(args, put ? 3 : 2, cmd); !s.ok()) return Usage(s);
   uint64_t key = 0, value = 0, pool_size = uint64_t{64} << 20;
-  if (Status s = ParseU64(args.positional[1], "KEY", &key); !s.ok()) return Usage(s);
-  if (put) {
-    if (Status s = ParseU64(args.positional[2], "VALUE", &value); !s.ok()) return Usage(s);
-  }
+  // uint64 unless --bytes, or unless KEY or VALUE is not a decimal number (then byte strings,
+  // on kinds that offer them).
+  Status numeric = ParseU64(args.positional[1], "KEY", &key);
+  if (numeric.ok() && put) numeric = ParseU64(args.positional[2], "VALUE", &value);
+  const bool bytes = args.Has("bytes") || !numeric.ok();
   if (auto v = args.Value("pool-size")) {
     if (!put) return Usage(Status::InvalidArgument("--pool-size applies to put only"));
     if (Status s = ParseSize(*v, "--pool-size", &pool_size); !s.ok()) return Usage(s);
@@ -407,14 +412,22 @@ int RunKv(const Command& cmd, std::span<char* const> words) {
   auto opened = OpenPool(args.positional[0], args.Value("index"), durability, put, pool_size);
   if (!opened.ok()) return Fail(opened.status());
   Index& idx = *opened.value();
+  if (bytes && !idx.SupportsBytes()) {
+    (void)idx.Close();
+    if (!numeric.ok()) return Usage(numeric);
+    return Usage(Status::InvalidArgument("--bytes: index kind '" + std::string(idx.kind()) +
+                                         "' has no variable-size keys"));
+  }
   Status op;
+  const std::string_view kb = args.positional[1];
   if (put) {
-    op = idx.Upsert(key, value);
+    op = bytes ? idx.UpsertBytes(kb, args.positional[2]) : idx.Upsert(key, value);
   } else if (get) {
-    op = idx.Find(key, &value);
-    if (op.ok()) std::cout << value << "\n";
+    std::string vb;
+    op = bytes ? idx.FindBytes(kb, &vb) : idx.Find(key, &value);
+    if (op.ok()) std::cout << (bytes ? vb : std::to_string(value)) << "\n";
   } else {
-    op = idx.Erase(key);
+    op = bytes ? idx.EraseBytes(kb) : idx.Erase(key);
   }
   const Status closed = idx.Close();
   if (op.IsNotFound()) {

@@ -40,7 +40,9 @@ using Value = uint64_t;
 //   ForEach visits every live pair once; concurrent writers may or may not be observed.
 //   CheckInvariants walks the whole structure (persistent and volatile parts) and reports the
 //   first violation as kCorruption; it is meant for tests and `pmhash check`.
-//   Close marks a clean shutdown; after it only destruction is allowed.
+//   Close marks a clean shutdown (idempotent); writes after it return kInvalidArgument. The
+//   destructor closes an index that was not closed, unless Abandon() was called: then the pool
+//   is left as a crash at that instant would leave it (crash tests, tools).
 template <class T>
 concept HashIndex = requires(T& t, const T& ct, Key k, Value v, Value* out,
                              const std::function<void(Key, Value)>& fn) {
@@ -57,6 +59,7 @@ concept HashIndex = requires(T& t, const T& ct, Key k, Value v, Value* out,
   { ct.CheckInvariants() } -> std::same_as<Status>;
   { t.ResetCounters() } -> std::same_as<void>;
   { t.Close() } -> std::same_as<Status>;
+  { t.Abandon() } -> std::same_as<void>;
 };
 
 // Variable-size keys and values (optional; the contract mirrors the uint64 one above).
@@ -96,7 +99,11 @@ class Index {
   virtual IndexStats Stats() const = 0;
   virtual Status CheckInvariants() const = 0;
   virtual void ResetCounters() = 0;
+  // Clean shutdown (idempotent). Every call after it but Close, kind and durability returns
+  // kInvalidArgument (Size: 0, ForEach: nothing). The destructor closes unless Abandon()ed.
   virtual Status Close() = 0;
+  // The destructor will leave the pool as a crash would (no clean mark): for crash tests.
+  virtual void Abandon() = 0;
 
   // Variable-size API (see BytesIndex). Defaults: not offered.
   virtual bool SupportsBytes() const { return false; }

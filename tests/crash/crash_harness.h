@@ -368,6 +368,7 @@ class Harness {
       index.reset();
       VerifyCaptured(model, model, false);
     }
+    if (index) index->Abandon();  // a failed run: no clean mark after the failure
     index.reset();
     pm::SetThreadSimHook(prev);
     report_.crash_points = sim.crash_points();

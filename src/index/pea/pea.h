@@ -163,6 +163,7 @@
 #include "common/resize_log.h"
 #include "common/striped_counter.h"
 #include "index/descriptor.h"
+#include "index/lifecycle.h"
 #include "pm/persist.h"
 #include "pm/pool.h"
 #include "pmhash/index.h"
@@ -343,7 +344,10 @@ class Pea {
   using Policy = P;
 
   static Result<std::unique_ptr<Pea>> Open(const Options& options);
-  ~Pea() = default;  // without Close(): the pool is left as after a crash (recovered at open)
+  ~Pea() {  // closes (src/index/lifecycle.h) unless Abandon()ed
+    if (life_.CloseOnDestroy()) (void)Close();
+  }
+  void Abandon() { life_.Abandon(); }
   Pea(const Pea&) = delete;
   Pea& operator=(const Pea&) = delete;
 
@@ -526,7 +530,7 @@ class Pea {
   ResizeLog resize_log_;
   bool recovered_ = false;
   double recovery_seconds_ = 0;
-  bool closed_ = false;
+  index::Lifecycle life_;
 };
 
 // ============================================================================================
@@ -975,6 +979,7 @@ void Pea<P>::Unlock(const Locked& w, uint32_t modified) {
 
 template <pm::PersistPolicy P>
 Status Pea<P>::Write(Key k, Value v, WriteMode mode) {
+  if (life_.closed()) [[unlikely]] return index::Lifecycle::ClosedError(kKindName);
   EpochManager::Guard guard(epoch_);
   const uint64_t h = hash_(k);
   for (;;) {
@@ -1027,6 +1032,7 @@ Status Pea<P>::Write(Key k, Value v, WriteMode mode) {
 
 template <pm::PersistPolicy P>
 Status Pea<P>::Erase(Key k) {
+  if (life_.closed()) [[unlikely]] return index::Lifecycle::ClosedError(kKindName);
   EpochManager::Guard guard(epoch_);
   const Locked w = LockAndLocate(k, hash_(k));
   PmBucket* const hit = w.hit;
@@ -1615,10 +1621,7 @@ Status Pea<P>::CheckInvariants() const {
 
 template <pm::PersistPolicy P>
 Status Pea<P>::Close() {
-  if (closed_) return Status::OK();
-  closed_ = true;
-  pool_->MarkClean();
-  return Status::OK();
+  return life_.Close(*pool_, [] {});
 }
 
 // Instantiated once, in the library (pea.cc); users of this header link to those

@@ -107,6 +107,7 @@
 #include "common/resize_log.h"
 #include "common/striped_counter.h"
 #include "index/descriptor.h"
+#include "index/lifecycle.h"
 #include "pm/persist.h"
 #include "pm/pool.h"
 #include "pmhash/index.h"
@@ -224,7 +225,10 @@ class Reh {
   using Policy = P;
 
   static Result<std::unique_ptr<Reh>> Open(const Options& options);
-  ~Reh() = default;  // without Close(): the pool is left as after a crash (recovered at open)
+  ~Reh() {  // closes (src/index/lifecycle.h) unless Abandon()ed
+    if (life_.CloseOnDestroy()) (void)Close();
+  }
+  void Abandon() { life_.Abandon(); }
   Reh(const Reh&) = delete;
   Reh& operator=(const Reh&) = delete;
 
@@ -309,7 +313,7 @@ class Reh {
   ResizeLog resize_log_;  // split and doubling durations
   bool recovered_ = false;
   double recovery_seconds_ = 0;
-  bool closed_ = false;
+  index::Lifecycle life_;
 };
 
 // ============================================================================================
@@ -595,6 +599,7 @@ Status Reh<P>::Find(Key k, Value* v) const {
 
 template <pm::PersistPolicy P>
 Status Reh<P>::Write(Key k, Value v, WriteMode mode) {
+  if (life_.closed()) [[unlikely]] return index::Lifecycle::ClosedError(kKindName);
   const uint64_t h = hash_(k);
   const uint8_t f = static_cast<uint8_t>(h);
   for (;;) {
@@ -634,6 +639,7 @@ Status Reh<P>::Write(Key k, Value v, WriteMode mode) {
 
 template <pm::PersistPolicy P>
 Status Reh<P>::Erase(Key k) {
+  if (life_.closed()) [[unlikely]] return index::Lifecycle::ClosedError(kKindName);
   const uint64_t h = hash_(k);
   Meta* m = LockBucket(h);
   const int j = FindSlot(m, static_cast<uint8_t>(h), k);
@@ -850,10 +856,7 @@ Status Reh<P>::CheckInvariants() const {
 
 template <pm::PersistPolicy P>
 Status Reh<P>::Close() {
-  if (closed_) return Status::OK();
-  closed_ = true;
-  pool_->MarkClean();
-  return Status::OK();
+  return life_.Close(*pool_, [] {});
 }
 
 // Instantiated once, in the library (reh.cc); users of this header link to those

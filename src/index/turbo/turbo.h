@@ -144,6 +144,7 @@
 #include "common/resize_log.h"
 #include "common/striped_counter.h"
 #include "index/descriptor.h"
+#include "index/lifecycle.h"
 #include "pm/persist.h"
 #include "pm/pool.h"
 #include "pmhash/index.h"
@@ -313,7 +314,10 @@ class Turbo {
   using Policy = P;
 
   static Result<std::unique_ptr<Turbo>> Open(const Options& options);
-  ~Turbo() = default;  // without Close(): the pool is left as after a crash (recovered at open)
+  ~Turbo() {  // closes (src/index/lifecycle.h) unless Abandon()ed
+    if (life_.CloseOnDestroy()) (void)Close();
+  }
+  void Abandon() { life_.Abandon(); }
   Turbo(const Turbo&) = delete;
   Turbo& operator=(const Turbo&) = delete;
 
@@ -479,7 +483,7 @@ class Turbo {
   ResizeLog resize_log_;
   bool recovered_ = false;
   double recovery_seconds_ = 0;
-  bool closed_ = false;
+  index::Lifecycle life_;
 };
 
 // ============================================================================================
@@ -819,6 +823,7 @@ Status Turbo<P, R>::WriteBytes(std::string_view k, std::string_view v, WriteMode
 template <pm::PersistPolicy P, bool R>
 Status Turbo<P, R>::Write(const Probe& p, std::string_view value_bytes, Value value,
                           WriteMode mode) {
+  if (life_.closed()) [[unlikely]] return index::Lifecycle::ClosedError(kKindName);
   ShardRef& r = shards_[ShardOf(p.h)];
   LockGuard<SpinLock> g(r.lock);
   for (;;) {
@@ -881,6 +886,7 @@ void Turbo<P, R>::PublishMeta(ShardRef& r, Bucket* b, uint64_t m) {
 
 template <pm::PersistPolicy P, bool R>
 Status Turbo<P, R>::EraseProbe(const Probe& p) {
+  if (life_.closed()) [[unlikely]] return index::Lifecycle::ClosedError(kKindName);
   ShardRef& r = shards_[ShardOf(p.h)];
   LockGuard<SpinLock> g(r.lock);
   const View v = MakeView(r.word.load(std::memory_order_relaxed));
@@ -1230,11 +1236,7 @@ Status Turbo<P, R>::CheckInvariants() const {
 
 template <pm::PersistPolicy P, bool R>
 Status Turbo<P, R>::Close() {
-  if (closed_) return Status::OK();
-  closed_ = true;
-  epoch_.Drain();
-  pool_->MarkClean();
-  return Status::OK();
+  return life_.Close(*pool_, [this] { epoch_.Drain(); });
 }
 
 template <pm::PersistPolicy P>
