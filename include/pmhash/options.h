@@ -122,6 +122,13 @@ struct Options {
   // reused at once).
   uint32_t reclaim_batch = 64;
 
+  // Worker threads of an index's background work (ElimDA's log flushes, SmartHT's filter
+  // rebuild; src/pm/background.h), at most 64. 0: manual mode — no thread, the tasks run on the
+  // caller's thread when Close() drains them (or a test runs them), deterministically; the crash
+  // suite uses it. Close() always finishes the queued work first. Indexes without background work
+  // ignore it. Open-time.
+  uint32_t background_threads = 1;
+
   // A pool created with a persistent durability (adr, eadr) is refused when opened with `dram`,
   // which would silently drop durability; set this to open it anyway. Pools created with `dram`
   // or `sim` (tests) may be opened with any durability.

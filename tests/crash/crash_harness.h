@@ -29,6 +29,20 @@
 // The reader's own flushes and fences (Turbo readers help persist) go to the same simulator:
 // a Sim pool keeps the hook it was opened under, for every thread.
 //
+// Background work (pm::BackgroundWork, src/pm/background.h): an index that exposes
+// `pm::BackgroundWork& background()` is opened in manual mode (Options::background_threads =
+// Config::background_threads, default 0), so its background tasks never run on a thread of their
+// own: after every background_every-th operation the harness runs the queued tasks itself, on the
+// writer thread, one at a time (RunOne). A crash is thus placed before a task (the operation's
+// boundary), during it (each of its fences), between tasks and after the last (an explicit crash
+// point after each task); background work changes no contents, so every image must recover to
+// the model after the operation. Close() drains what is left, on the writer thread too. After
+// each recovery the harness also runs the tasks recovery queued (a lazy rebuild), checks that
+// they changed nothing, and crashes them in the crash-during-recovery check. With
+// background_threads > 0 the tasks run on worker threads instead: their persists still reach the
+// simulator (the executor installs the pool's hook on its workers), but crash points are taken
+// on the writer thread only.
+//
 // Determinism: everything derives from Config::seed (in concurrent mode, also the scheduling). A failure names seed, operation, crash
 // point and the (shrunk) set of line versions, and prints a command that replays exactly that
 // crash point (PMHASH_CRASH_SEED / PMHASH_CRASH_POINT).
@@ -41,6 +55,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <concepts>
 #include <condition_variable>
 #include <cstdlib>
 #include <functional>
@@ -56,6 +71,7 @@
 
 #include "common/hash.h"
 #include "crash/store_tracer.h"
+#include "pm/background.h"
 #include "pm/crash_sim.h"
 #include "pm/persist.h"
 #include "pmhash/index.h"
@@ -86,6 +102,11 @@ struct Config {
   Media dirty_media = Media::kZero;
   bool concurrent_reader = false;  // a reader thread probes the in-flight key (see above)
   int reader_wait_us = 2000;       // how long a crash point waits for the reader's answer
+  // Background work (see above): Options::background_threads for every open the harness makes
+  // (0: manual mode, the harness runs the tasks), and how often it runs them: after every Nth
+  // operation (0: never; Close() drains them).
+  uint32_t background_threads = 0;
+  int background_every = 1;
 
   // PMHASH_CRASH_SEED, PMHASH_CRASH_POINT, PMHASH_CRASH_BUDGET (seconds), PMHASH_TEST_SCALE.
   Config WithEnv() const {
@@ -116,11 +137,18 @@ struct Report {
   uint64_t reads_in_flight = 0;  // concurrent mode: completed reads that saw the in-flight op
   uint64_t reads_blocked = 0;    // concurrent mode: reads still waiting when the state was taken
   uint64_t reads_probed = 0;     // concurrent mode: reads asked for
+  uint64_t background_tasks_run = 0;  // background tasks the harness ran between operations
   bool budget_exhausted = false;
   std::string failure;  // empty: passed
 };
 
 using Model = std::map<Key, Value>;
+
+// An index with background work (src/pm/background.h) exposes its executor.
+template <class I>
+concept HasBackgroundWork = requires(I& i) {
+  { i.background() } -> std::same_as<pm::BackgroundWork&>;
+};
 
 // What a completed concurrent read returned.
 struct Observation {
@@ -227,7 +255,7 @@ class Harness {
   // `base_options` gives geometry, hash mode and pool size; path/durability/mode are set here.
   Harness(Config config, Options base_options, std::string test_name)
       : cfg_(config.WithEnv()),
-        base_(WithSeed(std::move(base_options), cfg_.seed)),
+        base_(WithSeed(std::move(base_options), cfg_.seed, cfg_.background_threads)),
         name_(std::move(test_name)) {}
 
   Report Run() {
@@ -325,15 +353,18 @@ class Harness {
         report_.failure = op_desc_ + " returned " + s.ToString();
         break;
       }
-      sim.CrashPoint();  // operation boundary
+      sim.CrashPoint();  // operation boundary (and: before the background tasks below)
       VerifyCaptured(before, model, false);
+      if (cfg_.background_every > 0 && (i + 1) % cfg_.background_every == 0) {
+        RunBackground(*index, sim, model);
+      }
     }
     prober_ = nullptr;
     prober.reset();  // joins the reader before Close
     report_.stats = index->Stats();
     if (report_.failure.empty()) {
       op_desc_ = "close";
-      (void)index->Close();
+      if (Status s = index->Close(); !s.ok()) report_.failure = "close returned " + s.ToString();
       index.reset();
       VerifyCaptured(model, model, false);
     }
@@ -346,10 +377,39 @@ class Harness {
   }
 
  private:
-  // The hash seed derives from the run seed too: one number replays everything.
-  static Options WithSeed(Options o, uint64_t seed) {
+  // The hash seed derives from the run seed too: one number replays everything. Background
+  // work runs in the mode the configuration asks for (manual by default).
+  static Options WithSeed(Options o, uint64_t seed, uint32_t background_threads) {
     o.hash_seed = seed * 0x9E3779B97F4A7C15ULL + 0x632BE59BD9B4E019ULL;
+    o.background_threads = background_threads;
     return o;
+  }
+
+  // Runs the workload index's queued background tasks on this (the writer) thread, one at a
+  // time, with a crash point after each; the operation's boundary was the point before the
+  // first. Background work changes no contents: every image must recover to `model`.
+  void RunBackground(SimIndex& index, pm::CrashSimulator& sim, const Model& model) {
+    if constexpr (HasBackgroundWork<SimIndex>) {
+      if (!report_.failure.empty()) return;
+      pm::BackgroundWork& bg = index.background();
+      uint64_t n = 0;
+      while (bg.RunOne()) {
+        n++;
+        sim.CrashPoint();  // after this task (before the next one)
+      }
+      if (n == 0) return;
+      report_.background_tasks_run += n;
+      op_desc_ += ", then " + std::to_string(n) + " background task(s)";
+      if (Status s = bg.status(); !s.ok()) {
+        report_.failure = op_desc_ + ": a background task returned " + s.ToString();
+        return;
+      }
+      VerifyCaptured(model, model, false);
+    } else {
+      (void)index;
+      (void)sim;
+      (void)model;
+    }
   }
 
   // The bytes a new pool's media holds (Config::dirty_media), magic zeroed; empty on failure.
@@ -466,6 +526,17 @@ class Harness {
     }
     if (idx.Size() != got.size()) return "Size() != scan";
     if (Status s = idx.CheckInvariants(); !s.ok()) return s.ToString();
+    if constexpr (HasBackgroundWork<CheckIndex>) {
+      // What recovery queued (a lazy rebuild) runs now, and changes nothing visible.
+      idx.background().RunPending();
+      if (Status s = idx.background().status(); !s.ok()) {
+        return "background task after recovery: " + s.ToString();
+      }
+      Model again;
+      idx.ForEach([&](Key k, Value v) { again.emplace(k, v); });
+      if (again != got) return "background work after recovery changed the contents";
+      if (Status s = idx.CheckInvariants(); !s.ok()) return "after background work: " + s.ToString();
+    }
     if (keep_working) {
       // The recovered index must keep working.
       for (uint64_t j = 0; j < 40; j++) {
@@ -478,6 +549,15 @@ class Harness {
         }
       }
       if (Status s = idx.CheckInvariants(); !s.ok()) return "after more ops: " + s.ToString();
+      if constexpr (HasBackgroundWork<CheckIndex>) {
+        idx.background().RunPending();
+        if (Status s = idx.background().status(); !s.ok()) {
+          return "background task after more ops: " + s.ToString();
+        }
+        if (Status s = idx.CheckInvariants(); !s.ok()) {
+          return "after more ops and background work: " + s.ToString();
+        }
+      }
     }
     return "";
   }
@@ -495,7 +575,12 @@ class Harness {
       o.durability = Durability::kSim;
       o.mode = creation ? OpenMode::kOpenOrCreate : OpenMode::kOpenExisting;
       auto r = SimIndex::Open(o);
-      if (r.ok()) rsim.CrashPoint();  // recovery done, before any new operation
+      if (r.ok()) {
+        rsim.CrashPoint();  // recovery done, before any new operation
+        if constexpr (HasBackgroundWork<SimIndex>) {
+          while (r.value()->background().RunOne()) rsim.CrashPoint();  // work recovery queued
+        }
+      }
     }
     pm::SetThreadSimHook(prev);
     const std::string nested = TempPoolPath(name_ + "-rec");
