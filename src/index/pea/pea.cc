@@ -2,9 +2,6 @@
 #include "index/pea/pea.h"
 
 namespace pmhash::pea {
-template class Pea<pm::Dram>;
-template class Pea<pm::Adr>;
-template class Pea<pm::Eadr>;
-template class Pea<pm::Sim>;
+PMHASH_ENGINE_INSTANTIATIONS(, Pea);
 static_assert(HashIndex<Pea<pm::Adr>>);
 }  // namespace pmhash::pea

@@ -163,6 +163,7 @@
 #include "common/resize_log.h"
 #include "common/striped_counter.h"
 #include "index/descriptor.h"
+#include "index/engine_base.h"
 #include "index/lifecycle.h"
 #include "pm/persist.h"
 #include "pm/pool.h"
@@ -338,33 +339,26 @@ struct Descriptor {
 };
 
 template <pm::PersistPolicy P>
-class Pea {
+class Pea : public index::EngineBase<Pea<P>, P, Config> {
+  using Base = index::EngineBase<Pea<P>, P, Config>;
+  friend Base;
+  using Base::pool_, Base::params_, Base::hash_, Base::persist_, Base::size_, Base::splits_,
+      Base::doublings_, Base::resize_log_, Base::recovered_, Base::recovery_seconds_, Base::life_;
+
  public:
   static constexpr std::string_view kKindName = "pea";
-  using Policy = P;
 
   static Result<std::unique_ptr<Pea>> Open(const Options& options);
-  ~Pea() {  // closes (src/index/lifecycle.h) unless Abandon()ed
-    if (life_.CloseOnDestroy()) (void)Close();
-  }
-  void Abandon() { life_.Abandon(); }
-  Pea(const Pea&) = delete;
-  Pea& operator=(const Pea&) = delete;
+  ~Pea() { this->CloseUnlessAbandoned(); }  // src/index/lifecycle.h
 
-  Status Insert(Key k, Value v) { return Write(k, v, WriteMode::kInsert); }
-  Status Update(Key k, Value v) { return Write(k, v, WriteMode::kUpdate); }
-  Status Upsert(Key k, Value v) { return Write(k, v, WriteMode::kUpsert); }
   Status Find(Key k, Value* v) const;
   Status Erase(Key k);
   uint64_t Size() const;
   void ForEach(const std::function<void(Key, Value)>& fn) const;
   IndexStats Stats() const;
   Status CheckInvariants() const;
-  void ResetCounters() { pool_->counters().Reset(); }
-  Status Close();
 
   // For tests and tools.
-  pm::Pool& pool() { return *pool_; }
   uint32_t global_depth() const { return dir_.load(std::memory_order_acquire)->depth; }
   // Strategy and local depth of the segment holding key k (quiescent use).
   uint32_t StrategyOf(Key k) const;
@@ -373,7 +367,7 @@ class Pea {
   int DirectoryRoot() const { return dir_.load(std::memory_order_acquire)->root; }
 
  private:
-  enum class WriteMode { kInsert, kUpdate, kUpsert };
+  using WriteMode = index::WriteMode;
 
   struct Directory {
     uint32_t depth;
@@ -490,10 +484,6 @@ class Pea {
   Status Recover();
   uint64_t CountLive() const;
 
-  std::unique_ptr<pm::Pool> pool_;
-  const Config params_;
-  Hasher hash_;
-  pm::Persister<P> persist_;
   char* heap_ = nullptr;
   uint64_t heap_offset_ = 0;
   uint64_t seg_bytes_ = 0;
@@ -514,12 +504,9 @@ class Pea {
   std::atomic<uint64_t> limbo_chunks_{0};
   mutable EpochManager epoch_;
 
-  StripedCounter size_;  // delta since open
   mutable std::atomic<bool> size_known_{false};
   mutable std::atomic<int64_t> size_base_{0};
   mutable SpinLock size_mu_;
-  std::atomic<uint64_t> splits_{0};
-  std::atomic<uint64_t> doublings_{0};
   std::atomic<uint64_t> to_two_choice_{0};
   std::atomic<uint64_t> to_stash_{0};
   // Coverage figures (the crash suite asserts its workloads reach these paths).
@@ -527,10 +514,6 @@ class Pea {
   std::atomic<uint64_t> stash_splits_{0};         // splits of a segment in the stash strategy
   std::atomic<uint64_t> stale_stash_cleared_{0};  // stash buckets of a reused id, cleared (I5)
   std::atomic<uint64_t> stash_segments_{0};
-  ResizeLog resize_log_;
-  bool recovered_ = false;
-  double recovery_seconds_ = 0;
-  index::Lifecycle life_;
 };
 
 // ============================================================================================
@@ -539,10 +522,7 @@ class Pea {
 
 template <pm::PersistPolicy P>
 Pea<P>::Pea(std::unique_ptr<pm::Pool> pool, const Config& config)
-    : pool_(std::move(pool)),
-      params_(config),
-      hash_(pool_->hash_mode(), pool_->hash_seed()),
-      persist_(pool_->persist_target()) {
+    : Base(std::move(pool), config) {
   heap_offset_ = pool_->allocator().heap_offset();
   heap_ = pool_->base() + heap_offset_;
   seg_bytes_ = pool_->allocator().chunk_size();
@@ -588,19 +568,19 @@ Status Pea<P>::Create() {
   for (uint64_t i = 0; i < n; i++) {
     auto off = alloc.Allocate(1);
     if (!off.ok()) return off.status();
-    persist_.NtCopy(pool_->At<char>(off.value()), img.get(), seg_bytes_);
+    persist_.NtCopy(pool_->template At<char>(off.value()), img.get(), seg_bytes_);
     const uint64_t sid = SidOf(off.value());
     entries[i] = PackEntry(sid, g, first_strategy_);
     uint64_t& w = stash_words[sid / (params_.segment_buckets / 2)];
     if (first_strategy_ == kStash && w == 0) {
       auto st = alloc.Allocate(1);  // empty stash segment: every stash bucket starts cleared
       if (!st.ok()) return st.status();
-      persist_.NtCopy(pool_->At<char>(st.value()), img.get(), seg_bytes_);
+      persist_.NtCopy(pool_->template At<char>(st.value()), img.get(), seg_bytes_);
       w = SidOf(st.value()) + 1;
     }
   }
-  persist_.NtCopy(pool_->At<char>(soff.value()), stash_words.data(), stash_bytes);
-  persist_.NtCopy(pool_->At<char>(doff.value()), entries.data(), n * 8);
+  persist_.NtCopy(pool_->template At<char>(soff.value()), stash_words.data(), stash_bytes);
+  persist_.NtCopy(pool_->template At<char>(doff.value()), entries.data(), n * 8);
   persist_.Fence();
   pool_->SetRoot(2, soff.value());
   pool_->SetRoot(0, PackDesc(g, doff.value()));
@@ -651,7 +631,7 @@ Status Pea<P>::Recover() {
   if (Status s = alloc.MarkReachable(soff, ChunksFor(swords * 8)); !s.ok()) {
     return Status::Corruption("pea: StashSid array: " + std::string(s.message()));
   }
-  stash_sids_ = pool_->At<std::atomic<uint64_t>>(soff);
+  stash_sids_ = pool_->template At<std::atomic<uint64_t>>(soff);
   uint64_t nstash = 0;
   for (uint64_t w = 0; w < swords; w++) {
     const uint64_t x = stash_sids_[w].load(std::memory_order_relaxed);
@@ -666,7 +646,7 @@ Status Pea<P>::Recover() {
   }
 
   // Strided scan of the directory (paper: copy the lowest element across its stride).
-  auto* entries = pool_->At<std::atomic<uint64_t>>(doff);
+  auto* entries = pool_->template At<std::atomic<uint64_t>>(doff);
   bool repaired = false;
   for (uint64_t i = 0; i < n;) {
     const uint64_t e = entries[i].load(std::memory_order_relaxed);
@@ -1347,14 +1327,14 @@ Status Pea<P>::Expand(const Directory* seen, uint32_t target) {
     for (uint64_t x = 0; x < d->size(); x++) {
       img[2 * x] = img[2 * x + 1] = d->entries[x].load(std::memory_order_relaxed);
     }
-    persist_.NtCopy(pool_->At<char>(off.value()), img.data(), n * 8);
+    persist_.NtCopy(pool_->template At<char>(off.value()), img.data(), n * 8);
     persist_.Fence();  // I6
     auto nd = std::make_unique<Directory>();
     nd->depth = ng;
     nd->root = 1 - d->root;
     nd->offset = off.value();
     nd->chunks = chunks;
-    nd->entries = pool_->At<std::atomic<uint64_t>>(off.value());
+    nd->entries = pool_->template At<std::atomic<uint64_t>>(off.value());
     pool_->SetRoot(nd->root, PackDesc(ng, off.value()));  // I7: the switch, one 8-byte write
     d = nd.get();
     dir_.store(d, std::memory_order_release);
@@ -1479,6 +1459,7 @@ uint32_t Pea<P>::LocalDepthOf(Key k) const {
 template <pm::PersistPolicy P>
 IndexStats Pea<P>::Stats() const {
   IndexStats s;
+  this->FillCommonStats(&s);
   const Directory* d = dir_.load(std::memory_order_acquire);
   uint64_t per[3] = {0, 0, 0};
   uint64_t stash_entries = 0;
@@ -1498,14 +1479,7 @@ IndexStats Pea<P>::Stats() const {
   s.load_factor = s.capacity_slots ? static_cast<double>(s.size) / s.capacity_slots : 0;
   s.pm_bytes = pool_->allocator().used_chunks() * seg_bytes_ + pm::kHeaderBytes;
   s.dram_bytes = locks_.bytes() + pool_->allocator().dram_bytes();
-  s.pool_bytes = pool_->size();
   s.global_depth = d->depth;
-  s.splits = splits_.load(std::memory_order_relaxed);
-  s.doublings = doublings_.load(std::memory_order_relaxed);
-  s.resize_ns = resize_log_.Snapshot();
-  s.recovered = recovered_;
-  s.recovery_seconds = recovery_seconds_;
-  s.traffic = pool_->counters().Snapshot();
   auto add = [&](const char* name, double v) { s.details.push_back({name, v}); };
   add("pea.segments", static_cast<double>(segments));
   add("pea.segments.single", static_cast<double>(per[0]));
@@ -1619,16 +1593,8 @@ Status Pea<P>::CheckInvariants() const {
   return Status::OK();
 }
 
-template <pm::PersistPolicy P>
-Status Pea<P>::Close() {
-  return life_.Close(*pool_, [] {});
-}
-
 // Instantiated once, in the library (pea.cc); users of this header link to those
 // instead of compiling the whole index again in every translation unit.
-extern template class Pea<pm::Dram>;
-extern template class Pea<pm::Adr>;
-extern template class Pea<pm::Eadr>;
-extern template class Pea<pm::Sim>;
+PMHASH_ENGINE_INSTANTIATIONS(extern, Pea);
 
 }  // namespace pmhash::pea

@@ -2,9 +2,6 @@
 #include "index/reh/reh.h"
 
 namespace pmhash::reh {
-template class Reh<pm::Dram>;
-template class Reh<pm::Adr>;
-template class Reh<pm::Eadr>;
-template class Reh<pm::Sim>;
+PMHASH_ENGINE_INSTANTIATIONS(, Reh);
 static_assert(HashIndex<Reh<pm::Adr>>);
 }  // namespace pmhash::reh

@@ -107,6 +107,7 @@
 #include "common/resize_log.h"
 #include "common/striped_counter.h"
 #include "index/descriptor.h"
+#include "index/engine_base.h"
 #include "index/lifecycle.h"
 #include "pm/persist.h"
 #include "pm/pool.h"
@@ -219,37 +220,30 @@ struct Descriptor {
 };
 
 template <pm::PersistPolicy P>
-class Reh {
+class Reh : public index::EngineBase<Reh<P>, P, Config> {
+  using Base = index::EngineBase<Reh<P>, P, Config>;
+  friend Base;
+  using Base::pool_, Base::params_, Base::hash_, Base::persist_, Base::size_, Base::splits_,
+      Base::doublings_, Base::resize_log_, Base::recovered_, Base::recovery_seconds_, Base::life_;
+
  public:
   static constexpr std::string_view kKindName = "reh";
-  using Policy = P;
 
   static Result<std::unique_ptr<Reh>> Open(const Options& options);
-  ~Reh() {  // closes (src/index/lifecycle.h) unless Abandon()ed
-    if (life_.CloseOnDestroy()) (void)Close();
-  }
-  void Abandon() { life_.Abandon(); }
-  Reh(const Reh&) = delete;
-  Reh& operator=(const Reh&) = delete;
+  ~Reh() { this->CloseUnlessAbandoned(); }  // src/index/lifecycle.h
+  using Base::Size;
 
-  Status Insert(Key k, Value v) { return Write(k, v, WriteMode::kInsert); }
-  Status Update(Key k, Value v) { return Write(k, v, WriteMode::kUpdate); }
-  Status Upsert(Key k, Value v) { return Write(k, v, WriteMode::kUpsert); }
   Status Find(Key k, Value* v) const;
   Status Erase(Key k);
-  uint64_t Size() const { return static_cast<uint64_t>(size_.Sum()); }
   void ForEach(const std::function<void(Key, Value)>& fn) const;
   IndexStats Stats() const;
   Status CheckInvariants() const;
-  void ResetCounters() { pool_->counters().Reset(); }
-  Status Close();
 
   // For tests and tools.
-  pm::Pool& pool() { return *pool_; }
   uint32_t global_depth() const { return dir_.load(std::memory_order_acquire)->depth; }
 
  private:
-  enum class WriteMode { kInsert, kUpdate, kUpsert };
+  using WriteMode = index::WriteMode;
 
   struct Directory {
     uint32_t depth;
@@ -261,7 +255,7 @@ class Reh {
   // kOutOfSpace if a directory of 2^depth entries would exceed the DRAM budget.
   Status CheckDirectoryBudget(uint32_t depth, std::string_view what) const;
 
-  PmBucket* Bucket(const Meta* m) const { return pool_->At<PmBucket>(m->bucket_offset()); }
+  PmBucket* Bucket(const Meta* m) const { return pool_->template At<PmBucket>(m->bucket_offset()); }
   static size_t DirIndex(uint64_t h, const Directory* d) { return h >> (64 - d->depth); }
   Meta* Lookup(uint64_t h) const {
     const Directory* d = dir_.load(std::memory_order_acquire);
@@ -287,11 +281,7 @@ class Reh {
   Meta* NewMeta();
   void FillTombstones(PmBucket* img, uint64_t prefix, uint32_t depth) const;
 
-  std::unique_ptr<pm::Pool> pool_;
-  const Config params_;
   const uint64_t max_directory_bytes_;  // Options::max_directory_bytes, resolved
-  Hasher hash_;
-  pm::Persister<P> persist_;
   uint64_t tombstone_[2] = {0, 0};  // a key whose hash has top bit 0 / 1
 
   std::atomic<Directory*> dir_{nullptr};
@@ -307,13 +297,6 @@ class Reh {
   static constexpr size_t kFirstMetaBlock = 4096;
   static constexpr size_t kMaxMetaBlock = 65536;
 
-  StripedCounter size_;
-  std::atomic<uint64_t> splits_{0};
-  std::atomic<uint64_t> doublings_{0};
-  ResizeLog resize_log_;  // split and doubling durations
-  bool recovered_ = false;
-  double recovery_seconds_ = 0;
-  index::Lifecycle life_;
 };
 
 // ============================================================================================
@@ -322,11 +305,8 @@ class Reh {
 
 template <pm::PersistPolicy P>
 Reh<P>::Reh(std::unique_ptr<pm::Pool> pool, const Config& config, uint64_t max_directory_bytes)
-    : pool_(std::move(pool)),
-      params_(config),
-      max_directory_bytes_(max_directory_bytes),
-      hash_(pool_->hash_mode(), pool_->hash_seed()),
-      persist_(pool_->persist_target()) {
+    : Base(std::move(pool), config),
+      max_directory_bytes_(max_directory_bytes) {
   // Tombstone keys: the first keys whose hash has top bit 0 and 1 (two or three tries in
   // expectation, in either hash mode).
   bool have[2] = {false, false};
@@ -398,7 +378,7 @@ Status Reh<P>::Create() {
     FillTombstones(&img, i, d);
     img.header.store(PackHeader(d, i + 1 < n ? offs[i + 1] : 0), std::memory_order_relaxed);
     img.reserved = 0;
-    persist_.NtCopy(pool_->At<PmBucket>(offs[i]), &img, sizeof(img));
+    persist_.NtCopy(pool_->template At<PmBucket>(offs[i]), &img, sizeof(img));
   }
   persist_.Fence();
   pool_->SetRoot(0, offs[0]);
@@ -457,7 +437,7 @@ Status Reh<P>::Recover() {
     if (Status s = alloc.MarkReachable(off); !s.ok()) {
       return Status::Corruption("reh: bucket chain: " + std::string(s.message()));
     }
-    const uint64_t h = pool_->At<PmBucket>(off)->header.load(std::memory_order_relaxed);
+    const uint64_t h = pool_->template At<PmBucket>(off)->header.load(std::memory_order_relaxed);
     const uint32_t ld = HeaderDepth(h);
     if (ld < 1 || ld > params_.max_depth) {
       return Status::Corruption("reh: bucket at offset " + std::to_string(off) +
@@ -512,7 +492,7 @@ Status Reh<P>::Recover() {
   for (size_t n = 0; n < offsets.size(); n++) {
     const uint64_t off = offsets[n];
     const uint32_t ld = depths[n];
-    const PmBucket* b = pool_->At<PmBucket>(off);
+    const PmBucket* b = pool_->template At<PmBucket>(off);
     const uint64_t stride = uint64_t{1} << (gd - ld);
     const uint64_t prefix = i >> (gd - ld);  // (the paper's Algorithm 1 uses i here)
     Meta* m = NewMeta();
@@ -677,7 +657,7 @@ Status Reh<P>::Split(Meta* m, uint64_t h) PMHASH_NO_THREAD_SAFETY_ANALYSIS {
     return off.ok() ? Status::OutOfMemory("reh: bucket metadata") : off.status();
   }
   PmBucket* a = Bucket(m);
-  PmBucket* nb = pool_->At<PmBucket>(off.value());
+  PmBucket* nb = pool_->template At<PmBucket>(off.value());
   const uint64_t a_header = a->header.load(std::memory_order_relaxed);
 
   // I2: the new bucket is a full copy of A (its P0 keys are invalid there by I1) with header
@@ -782,6 +762,7 @@ void Reh<P>::ForEach(const std::function<void(Key, Value)>& fn) const {
 template <pm::PersistPolicy P>
 IndexStats Reh<P>::Stats() const {
   IndexStats s;
+  this->FillCommonStats(&s);
   const Directory* d = dir_.load(std::memory_order_acquire);
   s.size = Size();
   s.buckets = meta_count_.load(std::memory_order_acquire);
@@ -794,15 +775,7 @@ IndexStats Reh<P>::Stats() const {
     for (const auto& x : dirs_) dir_bytes += x->entries.bytes();
   }
   s.dram_bytes = s.buckets * sizeof(Meta) + dir_bytes + pool_->allocator().dram_bytes();
-  s.pool_bytes = pool_->size();
   s.global_depth = d->depth;
-  s.splits = splits_.load(std::memory_order_relaxed);
-  s.doublings = doublings_.load(std::memory_order_relaxed);
-  s.resize_ns = resize_log_.Snapshot();
-  s.recovered = recovered_;
-  s.recovery_seconds = recovery_seconds_;
-  s.traffic = pool_->counters().Snapshot();
-  s.mapping = std::string(pm::MappingName(pool_->mapping()));
   return s;
 }
 
@@ -817,7 +790,7 @@ Status Reh<P>::CheckInvariants() const {
   for (uint64_t off = pool_->root(0); off != 0; buckets++) {
     if (buckets > pool_->allocator().chunk_count()) return fail("bucket chain has a cycle");
     if (!pool_->allocator().IsUsed(off)) return fail("chain bucket not marked allocated");
-    const PmBucket* b = pool_->At<PmBucket>(off);
+    const PmBucket* b = pool_->template At<PmBucket>(off);
     const uint64_t hdr = b->header.load(std::memory_order_relaxed);
     const uint32_t ld = HeaderDepth(hdr);
     if (ld < 1 || ld > gd) return fail("local depth out of range at " + std::to_string(off));
@@ -854,16 +827,8 @@ Status Reh<P>::CheckInvariants() const {
   return Status::OK();
 }
 
-template <pm::PersistPolicy P>
-Status Reh<P>::Close() {
-  return life_.Close(*pool_, [] {});
-}
-
 // Instantiated once, in the library (reh.cc); users of this header link to those
 // instead of compiling the whole index again in every translation unit.
-extern template class Reh<pm::Dram>;
-extern template class Reh<pm::Adr>;
-extern template class Reh<pm::Eadr>;
-extern template class Reh<pm::Sim>;
+PMHASH_ENGINE_INSTANTIATIONS(extern, Reh);
 
 }  // namespace pmhash::reh

@@ -154,6 +154,7 @@
 #include "common/resize_log.h"
 #include "common/striped_counter.h"
 #include "index/descriptor.h"
+#include "index/engine_base.h"
 #include "index/lifecycle.h"
 #include "pm/persist.h"
 #include "pm/pool.h"
@@ -327,31 +328,25 @@ using Descriptor = DescriptorFor<false>;
 using KvDescriptor = DescriptorFor<true>;
 
 template <pm::PersistPolicy P, bool kRecords = false>
-class Turbo {
+class Turbo : public index::EngineBase<Turbo<P, kRecords>, P, Config> {
+  using Base = index::EngineBase<Turbo<P, kRecords>, P, Config>;
+  friend Base;
+  using Base::pool_, Base::params_, Base::hash_, Base::persist_, Base::size_, Base::splits_,
+      Base::doublings_, Base::resize_log_, Base::recovered_, Base::recovery_seconds_, Base::life_;
+
  public:
   static constexpr std::string_view kKindName = DescriptorFor<kRecords>::kName;
-  using Policy = P;
 
   static Result<std::unique_ptr<Turbo>> Open(const Options& options);
-  ~Turbo() {  // closes (src/index/lifecycle.h) unless Abandon()ed
-    if (life_.CloseOnDestroy()) (void)Close();
-  }
-  void Abandon() { life_.Abandon(); }
-  Turbo(const Turbo&) = delete;
-  Turbo& operator=(const Turbo&) = delete;
+  ~Turbo() { this->CloseUnlessAbandoned(); }  // src/index/lifecycle.h
+  using Base::Size;
 
   // uint64 API (HashIndex).
-  Status Insert(Key k, Value v) { return Write64(k, v, WriteMode::kInsert); }
-  Status Update(Key k, Value v) { return Write64(k, v, WriteMode::kUpdate); }
-  Status Upsert(Key k, Value v) { return Write64(k, v, WriteMode::kUpsert); }
   Status Find(Key k, Value* v) const;
   Status Erase(Key k);
-  uint64_t Size() const { return static_cast<uint64_t>(size_.Sum()); }
   void ForEach(const std::function<void(Key, Value)>& fn) const;
   IndexStats Stats() const;
   Status CheckInvariants() const;
-  void ResetCounters() { pool_->counters().Reset(); }
-  Status Close();
 
   // Variable-size API (BytesIndex). NotSupported on "turbo" (inline items).
   bool SupportsBytes() const { return kRecords; }
@@ -373,11 +368,11 @@ class Turbo {
   Result<uint64_t> GarbageCollect();
 
   // For tests and tools.
-  pm::Pool& pool() { return *pool_; }
   uint32_t shard_count() const { return nshards_; }
 
  private:
-  enum class WriteMode { kInsert, kUpdate, kUpsert };
+  using WriteMode = index::WriteMode;
+  void Quiesce() { epoch_.Drain(); }  // Close(): retired shards are freed
 
   struct alignas(64) ShardRef {
     std::atomic<uint64_t> word{0};  // offset:48 | log2 buckets:8
@@ -413,7 +408,7 @@ class Turbo {
   }
   View MakeView(uint64_t w) const {
     const uint32_t l = ShardLog2(w);
-    return View{pool_->At<Bucket>(ShardOffset(w)), l, (1u << l) - 1,
+    return View{pool_->template At<Bucket>(ShardOffset(w)), l, (1u << l) - 1,
                 std::min<uint32_t>(params_.probe_scope, 1u << l)};
   }
   static uint32_t Candidates(const Bucket* b, uint8_t tag, uint64_t m) {
@@ -433,7 +428,7 @@ class Turbo {
   }
 
   // Records (turbo-kv).
-  const RecordHeader* Rec(uint64_t off) const { return pool_->At<RecordHeader>(off); }
+  const RecordHeader* Rec(uint64_t off) const { return pool_->template At<RecordHeader>(off); }
   std::string_view RecKey(uint64_t off) const {
     const RecordHeader* r = Rec(off);
     return {reinterpret_cast<const char*>(r) + kRecordHeader, r->key_len};
@@ -459,7 +454,7 @@ class Turbo {
   // (ins->b == nullptr: no room within the scope).
   bool Locate(const View& v, const Probe& p, Where* found, Where* ins) const;
   Status Write(const Probe& p, std::string_view value_bytes, Value value, WriteMode mode);
-  Status Write64(Key k, Value v, WriteMode mode);
+  Status Write(Key k, Value v, WriteMode mode);
   Status WriteBytes(std::string_view k, std::string_view v, WriteMode mode);
   Status EraseProbe(const Probe& p);
   // Stores `m` as b's meta word and persists it; with a write-back policy b is named in
@@ -487,26 +482,16 @@ class Turbo {
   Status Create();
   Status Recover();
 
-  std::unique_ptr<pm::Pool> pool_;
-  const Config params_;
   const uint32_t nshards_;
   uint64_t chunk_ = 256;
-  Hasher hash_;
-  pm::Persister<P> persist_;
   PmShardDesc* pm_dir_ = nullptr;
   std::unique_ptr<ShardRef[]> shards_;
   std::unique_ptr<pm::RecordHeap> heap_;  // turbo-kv only; over pool_'s chunk allocator
   mutable EpochManager epoch_;  // after pool_ and heap_: its destructor frees into them
 
-  StripedCounter size_;
-  std::atomic<uint64_t> doublings_{0};
   std::atomic<uint64_t> gcs_{0};
   std::atomic<uint64_t> gc_dist_before_{0}, gc_dist_after_{0}, gc_items_{0};
   mutable std::atomic<uint64_t> read_retries_{0};  // lock-free reads that re-read a bucket
-  ResizeLog resize_log_;
-  bool recovered_ = false;
-  double recovery_seconds_ = 0;
-  index::Lifecycle life_;
 };
 
 // ============================================================================================
@@ -515,11 +500,8 @@ class Turbo {
 
 template <pm::PersistPolicy P, bool R>
 Turbo<P, R>::Turbo(std::unique_ptr<pm::Pool> pool, const Config& config)
-    : pool_(std::move(pool)),
-      params_(config),
-      nshards_(1u << config.shard_bits),
-      hash_(pool_->hash_mode(), pool_->hash_seed()),
-      persist_(pool_->persist_target()) {
+    : Base(std::move(pool), config),
+      nshards_(1u << config.shard_bits) {
   chunk_ = pool_->allocator().chunk_size();
 }
 
@@ -558,13 +540,13 @@ Status Turbo<P, R>::Create() {
   if (!dir.ok()) return dir.status();
   alignas(256) static constexpr uint8_t kZero[256] = {};
   const uint32_t log2n = static_cast<uint32_t>(std::countr_zero(params_.initial_buckets));
-  auto* d = pool_->At<PmShardDesc>(dir.value());
+  auto* d = pool_->template At<PmShardDesc>(dir.value());
   // Descriptors first (in DRAM cache), then the shards; one fence before the root is set.
   for (uint32_t s = 0; s < nshards_; s++) {
     auto off = alloc.Allocate(params_.initial_buckets);
     if (!off.ok()) return off.status();
     for (uint32_t i = 0; i < params_.initial_buckets; i++) {
-      persist_.NtCopy(pool_->At<Bucket>(off.value()) + i, kZero, sizeof(Bucket));
+      persist_.NtCopy(pool_->template At<Bucket>(off.value()) + i, kZero, sizeof(Bucket));
     }
     d[s].set[0].store(PackShard(off.value(), log2n), std::memory_order_relaxed);
     d[s].set[1].store(0, std::memory_order_relaxed);
@@ -591,7 +573,7 @@ Status Turbo<P, R>::Recover() {
                               " is outside the heap");
   }
   PMHASH_RETURN_IF_ERROR(alloc.MarkReachable(dir, dir_chunks));
-  pm_dir_ = pool_->At<PmShardDesc>(dir);
+  pm_dir_ = pool_->template At<PmShardDesc>(dir);
   const uint32_t min_log = static_cast<uint32_t>(std::countr_zero(params_.initial_buckets));
   const uint32_t max_log = static_cast<uint32_t>(std::countr_zero(params_.max_shard_buckets));
   uint64_t live = 0;
@@ -807,7 +789,7 @@ Result<uint64_t> Turbo<P, R>::NewRecord(std::string_view k, std::string_view v) 
     off = heap_->Allocate(bytes, persist_);
   }
   if (!off.ok()) return off.status();
-  char* dst = pool_->At<char>(off.value());
+  char* dst = pool_->template At<char>(off.value());
   RecordHeader h{static_cast<uint32_t>(k.size()), static_cast<uint32_t>(v.size())};
   std::memcpy(dst, &h, sizeof(h));
   if (!k.empty()) std::memcpy(dst + kRecordHeader, k.data(), k.size());
@@ -822,7 +804,7 @@ void Turbo<P, R>::RetireRecord(uint64_t off) {
 }
 
 template <pm::PersistPolicy P, bool R>
-Status Turbo<P, R>::Write64(Key k, Value v, WriteMode mode) {
+Status Turbo<P, R>::Write(Key k, Value v, WriteMode mode) {
   if constexpr (R) {
     char kb[8], vb[8];
     std::memcpy(kb, &k, 8);
@@ -1016,7 +998,7 @@ Status Turbo<P, R>::Rehash(ShardRef& r, bool force_gc) {
   const uint32_t n = 1u << log2n;
   auto off = pool_->allocator().Allocate(n);
   if (!off.ok()) return off.status();
-  Bucket* nb = pool_->At<Bucket>(off.value());
+  Bucket* nb = pool_->template At<Bucket>(off.value());
   persist_.NtCopy(nb, img.get(), uint64_t{n} * sizeof(Bucket));
   persist_.Fence();
   // I5: inactive set, then the version flip.
@@ -1123,6 +1105,7 @@ void Turbo<P, R>::ForEachBytes(
 template <pm::PersistPolicy P, bool R>
 IndexStats Turbo<P, R>::Stats() const {
   IndexStats st;
+  this->FillCommonStats(&st);
   st.size = Size();
   uint64_t buckets = 0, deleted = 0;
   uint64_t pos_sum = 0, pos_items = 0, pos_max = 0, neg_sum = 0, neg_max = 0;
@@ -1160,13 +1143,7 @@ IndexStats Turbo<P, R>::Stats() const {
   st.pm_bytes = pm::kHeaderBytes + dir_bytes + buckets * sizeof(Bucket) + rs.bytes;
   st.dram_bytes = uint64_t{nshards_} * sizeof(ShardRef) + pool_->allocator().dram_bytes() +
                   (R ? heap_->dram_bytes() : 0);
-  st.pool_bytes = pool_->size();
   st.splits = doublings_.load(std::memory_order_relaxed) + gcs_.load(std::memory_order_relaxed);
-  st.doublings = doublings_.load(std::memory_order_relaxed);
-  st.resize_ns = resize_log_.Snapshot();
-  st.recovered = recovered_;
-  st.recovery_seconds = recovery_seconds_;
-  st.traffic = pool_->counters().Snapshot();
   auto add = [&](const char* name, double value) { st.details.push_back({name, value}); };
   const uint64_t gci = gc_items_.load(std::memory_order_relaxed);
   add("turbo.shards", nshards_);
@@ -1290,23 +1267,12 @@ Status Turbo<P, R>::CheckInvariants() const {
   return Status::OK();
 }
 
-template <pm::PersistPolicy P, bool R>
-Status Turbo<P, R>::Close() {
-  return life_.Close(*pool_, [this] { epoch_.Drain(); });
-}
-
 template <pm::PersistPolicy P>
 using TurboKv = Turbo<P, true>;
 
 // Instantiated once, in the library (turbo.cc); users of this header link to those
 // instead of compiling the whole index again in every translation unit.
-extern template class Turbo<pm::Dram, false>;
-extern template class Turbo<pm::Adr, false>;
-extern template class Turbo<pm::Eadr, false>;
-extern template class Turbo<pm::Sim, false>;
-extern template class Turbo<pm::Dram, true>;
-extern template class Turbo<pm::Adr, true>;
-extern template class Turbo<pm::Eadr, true>;
-extern template class Turbo<pm::Sim, true>;
+PMHASH_ENGINE_INSTANTIATIONS(extern, Turbo, false);
+PMHASH_ENGINE_INSTANTIATIONS(extern, Turbo, true);
 
 }  // namespace pmhash::turbo

@@ -1,0 +1,119 @@
+// src/index/engine_base.h — the part of an engine that every index design has in common.
+//
+// Every engine (REH, Pea, Turbo, and the ones to come) owns a pool, runs with a Config (the
+// pool's stored parameters plus this open's options), hashes keys with the pool's seed and mode,
+// persists through one Persister, counts its size and its resizes, remembers how its last open
+// went, and follows one lifecycle (src/index/lifecycle.h). EngineBase holds exactly that, so an
+// engine declares only what makes it different — its layout, its write path, its recovery.
+// It is a base class in the CRTP style (Boost.Unordered FOA: one core, variation by small
+// template parameters): the uint64 write calls dispatch to the engine's
+//
+//     Status Write(Key, Value, index::WriteMode);     // insert, update or upsert one pair
+//
+// which the engine may keep private (declare `friend class index::EngineBase<...>`).
+//
+// Members are protected, not private: they are the engine's own state, shared with it only to
+// avoid declaring them three times. Destruction order: members of the engine are destroyed
+// before this base, so the pool (here) outlives every engine member that points into it.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "common/hash.h"
+#include "common/resize_log.h"
+#include "common/striped_counter.h"
+#include "index/lifecycle.h"
+#include "pm/persist.h"
+#include "pm/pool.h"
+#include "pmhash/stats.h"
+#include "pmhash/status.h"
+#include "pmhash/index.h"
+
+namespace pmhash::index {
+
+enum class WriteMode { kInsert, kUpdate, kUpsert };
+
+template <class Engine, pm::PersistPolicy P, class Config>
+class EngineBase {
+ public:
+  using Policy = P;
+
+  EngineBase(const EngineBase&) = delete;
+  EngineBase& operator=(const EngineBase&) = delete;
+
+  Status Insert(Key k, Value v) { return self().Write(k, v, WriteMode::kInsert); }
+  Status Update(Key k, Value v) { return self().Write(k, v, WriteMode::kUpdate); }
+  Status Upsert(Key k, Value v) { return self().Write(k, v, WriteMode::kUpsert); }
+  // Live pairs (an engine that counts otherwise declares its own Size()).
+  uint64_t Size() const { return static_cast<uint64_t>(size_.Sum()); }
+  // Clean shutdown (src/index/lifecycle.h): the engine's Quiesce() — epoch drain, background
+  // work; none by default — then the pool's clean mark. Idempotent.
+  Status Close() {
+    return life_.Close(*pool_, [this] { return self().Quiesce(); });
+  }
+  // The destructor will leave the pool as a crash would (src/index/lifecycle.h).
+  void Abandon() { life_.Abandon(); }
+  void ResetCounters() { pool_->counters().Reset(); }
+
+  // For tests and tools.
+  pm::Pool& pool() { return *pool_; }
+
+ protected:
+  EngineBase(std::unique_ptr<pm::Pool> pool, const Config& config)
+      : pool_(std::move(pool)),
+        params_(config),
+        hash_(pool_->hash_mode(), pool_->hash_seed()),
+        persist_(pool_->persist_target()) {}
+  ~EngineBase() = default;
+
+  // For the engine's destructor (the base's runs too late: the engine is gone by then).
+  void CloseUnlessAbandoned() {
+    if (life_.CloseOnDestroy()) (void)Close();
+  }
+  void Quiesce() {}
+
+  // The IndexStats fields every engine fills the same way: pool size, resize counts and
+  // durations, how the last open went, traffic and mapping. `splits` counts the engine's own
+  // structural growth events (splits_ unless it says otherwise).
+  void FillCommonStats(IndexStats* s) const {
+    s->pool_bytes = pool_->size();
+    s->splits = splits_.load(std::memory_order_relaxed);
+    s->doublings = doublings_.load(std::memory_order_relaxed);
+    s->resize_ns = resize_log_.Snapshot();
+    s->recovered = recovered_;
+    s->recovery_seconds = recovery_seconds_;
+    s->traffic = pool_->counters().Snapshot();
+    s->mapping = std::string(pm::MappingName(pool_->mapping()));
+  }
+
+  std::unique_ptr<pm::Pool> pool_;
+  const Config params_;
+  Hasher hash_;
+  pm::Persister<P> persist_;
+
+  StripedCounter size_;
+  std::atomic<uint64_t> splits_{0};
+  std::atomic<uint64_t> doublings_{0};
+  ResizeLog resize_log_;  // durations of the events counted in splits_ and doublings_
+  bool recovered_ = false;
+  double recovery_seconds_ = 0;
+  Lifecycle life_;
+
+ private:
+  Engine& self() { return static_cast<Engine&>(*this); }
+};
+
+}  // namespace pmhash::index
+
+// The explicit instantiations of an engine for every durability policy: once with `extern` in
+// its header (users link to the library's copy instead of compiling the engine again), once
+// without in its .cc. Extra template arguments follow the engine's name:
+//   PMHASH_ENGINE_INSTANTIATIONS(extern, Reh)   PMHASH_ENGINE_INSTANTIATIONS(, Turbo, true)
+#define PMHASH_ENGINE_INSTANTIATIONS(EXTERN, ENGINE, ...)                        \
+  EXTERN template class ENGINE<::pmhash::pm::Dram __VA_OPT__(, ) __VA_ARGS__>; \
+  EXTERN template class ENGINE<::pmhash::pm::Adr __VA_OPT__(, ) __VA_ARGS__>;  \
+  EXTERN template class ENGINE<::pmhash::pm::Eadr __VA_OPT__(, ) __VA_ARGS__>; \
+  EXTERN template class ENGINE<::pmhash::pm::Sim __VA_OPT__(, ) __VA_ARGS__>
