@@ -47,6 +47,9 @@ Options PeaOptions(const std::string& path, Durability d, uint32_t buckets) {
   o.pea.segment_buckets = buckets;
   o.pea.initial_depth = 0;
   o.pea.max_depth = 32;
+  // A fixed hash seed: which buckets fill first, and so whether one insert moves a segment
+  // through two strategies at once, depends on it (a random seed made the sequence test flaky).
+  o.hash_seed = TestSeed(0x9ea);
   return o;
 }
 
@@ -78,11 +81,20 @@ TEST(PeaStrategy, SequenceAndContainment) {
     }
     max_stash_entries = std::max(max_stash_entries, Detail(ix.Stats(), "pea.stash.entries"));
   }
-  ASSERT_GE(seen.size(), 4u);
+  // The probe's segment starts under single hashing and climbs the strategies before it splits.
+  // One insert may take it through two transitions (its bucket and its 2-choice partner both
+  // full): then the 2-choice state is not seen between two inserts, but the transition counters
+  // show that no segment went to the stash without passing through 2-choice.
+  ASSERT_GE(seen.size(), 3u);
   EXPECT_EQ(seen[0], (std::pair<uint32_t, uint32_t>{0, pea::kSingleHash}));
-  EXPECT_EQ(seen[1], (std::pair<uint32_t, uint32_t>{0, pea::kTwoChoice}));
-  EXPECT_EQ(seen[2], (std::pair<uint32_t, uint32_t>{0, pea::kStash}));
-  EXPECT_EQ(seen[3].first, 2u) << "a full 2-choice + stash segment splits into four (depth + 2)";
+  size_t first_split = 1;
+  while (first_split < seen.size() && seen[first_split].first == 0) first_split++;
+  ASSERT_LT(first_split, seen.size()) << "the probe's segment never split";
+  EXPECT_EQ(seen[first_split - 1].second, pea::kStash) << "splits only from 2-choice + stash";
+  EXPECT_EQ(seen[first_split].first, 2u) << "a full 2-choice + stash segment splits into four";
+  const IndexStats counts = ix.Stats();
+  EXPECT_GE(Detail(counts, "pea.transitions.two_choice"), Detail(counts, "pea.transitions.stash"));
+  EXPECT_GT(Detail(counts, "pea.transitions.stash"), 0);
   // Local depths only grow by splits of 2 (or 4, 6.. if a quarter needed a further split).
   for (size_t x = 1; x < seen.size(); x++) {
     EXPECT_TRUE(seen[x].first == seen[x - 1].first ? seen[x].second > seen[x - 1].second

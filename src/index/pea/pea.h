@@ -167,6 +167,7 @@
 #include "index/lifecycle.h"
 #include "pm/persist.h"
 #include "pm/pool.h"
+#include "pm/slot.h"
 #include "pmhash/index.h"
 
 namespace pmhash::pea {
@@ -182,19 +183,14 @@ inline constexpr int kBucketLocks = 8;
 
 enum Strategy : uint32_t { kSingleHash = 0, kTwoChoice = 1, kStash = 2 };
 
-struct PmSlot {
-  std::atomic<uint64_t> key;
-  std::atomic<uint64_t> value;
-};
+using pm::PmSlot;  // src/pm/slot.h
 
 struct alignas(256) PmBucket {
   std::atomic<uint64_t> hdr[2];  // [bitmap:16 | fp0..fp5], [fp6..fp13]
   PmSlot slots[kSlots];
 };
-static_assert(sizeof(PmSlot) == 16, "a slot is one 16 B key/value unit");
 static_assert(sizeof(PmBucket) == 256, "a bucket is one 256 B Optane XPLine");
 static_assert(offsetof(PmBucket, slots) == 16, "16 B header, then 15 slots");
-static_assert(std::atomic<uint64_t>::is_always_lock_free, "8-byte failure-atomic stores");
 
 // The same bytes as a plain image, for building segments in DRAM before NtCopy.
 struct alignas(256) BucketImage {

@@ -111,6 +111,7 @@
 #include "index/lifecycle.h"
 #include "pm/persist.h"
 #include "pm/pool.h"
+#include "pm/slot.h"
 #include "pmhash/index.h"
 
 namespace pmhash::reh {
@@ -120,20 +121,15 @@ inline constexpr uint16_t kFullMask = (1u << kSlots) - 1;
 inline constexpr uint64_t kOffsetMask = (uint64_t{1} << 48) - 1;
 inline constexpr uint32_t kMaxDepthLimit = 40;  // 2^40 directory entries: far beyond any pool
 
-struct PmSlot {
-  std::atomic<uint64_t> key;
-  std::atomic<uint64_t> value;
-};
+using pm::PmSlot;  // src/pm/slot.h
 
 struct alignas(256) PmBucket {
   PmSlot slots[kSlots];
   std::atomic<uint64_t> header;  // LD:16 | sibling offset:48
   uint64_t reserved;
 };
-static_assert(sizeof(PmSlot) == 16, "a slot is one 16 B key/value unit");
 static_assert(sizeof(PmBucket) == 256, "a bucket is one 256 B Optane XPLine");
 static_assert(offsetof(PmBucket, header) == 240, "header is the first word of the last unit");
-static_assert(std::atomic<uint64_t>::is_always_lock_free, "8-byte failure-atomic stores");
 
 inline constexpr uint64_t PackHeader(uint32_t ld, uint64_t offset) {
   return (uint64_t{ld} << 48) | (offset & kOffsetMask);

@@ -158,6 +158,7 @@
 #include "index/lifecycle.h"
 #include "pm/persist.h"
 #include "pm/pool.h"
+#include "pm/slot.h"
 #include "pm/record_heap.h"
 #include "pmhash/index.h"
 
@@ -171,10 +172,8 @@ inline constexpr uint32_t kMaxLog2Buckets = 24;
 inline constexpr uint32_t kMaxScope = 1024;
 inline constexpr uint64_t kRecordHeader = 8;
 
-struct Slot {
-  std::atomic<uint64_t> key;    // turbo: the key; turbo-kv: hash of the key
-  std::atomic<uint64_t> value;  // turbo: the value; turbo-kv: record offset
-};
+// A slot (src/pm/slot.h): turbo: key and value; turbo-kv: hash of the key and record offset.
+using Slot = pm::PmSlot;
 
 struct alignas(256) Bucket {
   std::atomic<uint64_t> meta;     // valid:16 | deleted:16 | seq:32
