@@ -1,0 +1,259 @@
+// src/index/pea/pea_inspect.h — Pea Hash, walks over the whole table: ForEach, Size, per-key strategy and depth, Stats and CheckInvariants.
+//
+// Part of the Pea engine (src/index/pea/pea.h: the paper, the design summary, the layout and
+// the crash invariants I1..I7 that this code keeps); pea.h includes it at its end.
+#pragma once
+
+#include "index/pea/pea.h"
+
+namespace pmhash::pea {
+
+template <pm::PersistPolicy P>
+uint64_t Pea<P>::LockSegmentFor(uint64_t h) const {
+  for (;;) {
+    const Directory* d = dir_.load(std::memory_order_acquire);
+    const uint64_t i = DirIndex(h, d->depth);
+    const uint64_t e = d->entries[i].load(std::memory_order_acquire);
+    SegLocks& L = locks_[EntrySid(e)];
+    if (TryLockWord(L.seg)) {
+      if (d->entries[i].load(std::memory_order_acquire) == e &&
+          dir_.load(std::memory_order_acquire) == d) {
+        for (int x = 0; x < kBucketLocks; x++) LockWord(L.bucket[x]);
+        return e;
+      }
+      UnlockWordUnchanged(L.seg);
+    }
+    CpuRelax();
+  }
+}
+
+template <pm::PersistPolicy P>
+void Pea<P>::CollectSegment(uint64_t e, std::vector<std::pair<Key, Value>>* out) const {
+  const uint64_t sid = EntrySid(e);
+  auto take = [&](const PmBucket* b) {
+    for (uint32_t m = Occupancy(b); m; m &= m - 1) {
+      const int j = std::countr_zero(m);
+      out->emplace_back(b->slots[j].key.load(std::memory_order_relaxed),
+                        b->slots[j].value.load(std::memory_order_relaxed));
+    }
+  };
+  for (uint32_t b = 0; b < params_.segment_buckets; b++) take(BucketAt(sid, b));
+  if (EntryStrategy(e) == kStash) {
+    take(StashBucket(sid, 0));
+    take(StashBucket(sid, 1));
+  }
+}
+
+template <pm::PersistPolicy P>
+void Pea<P>::ForEach(const std::function<void(Key, Value)>& fn) const {
+  // Walk the hash space by segment ranges (as REH): splits only cut ranges, so a key present
+  // for the whole walk is visited exactly once.
+  std::vector<std::pair<Key, Value>> pairs;
+  for (uint64_t cursor = 0;;) {
+    pairs.clear();
+    const uint64_t e = LockSegmentFor(cursor);
+    SegLocks& L = locks_[EntrySid(e)];
+    CollectSegment(e, &pairs);
+    for (int x = 0; x < kBucketLocks; x++) UnlockWordUnchanged(L.bucket[x]);
+    UnlockWordUnchanged(L.seg);
+    for (const auto& [k, v] : pairs) fn(k, v);
+    const uint32_t ld = EntryDepth(e);
+    if (ld == 0) break;
+    const uint32_t shift = 64 - ld;
+    if ((cursor >> shift) == (~uint64_t{0} >> shift)) break;
+    cursor = ((cursor >> shift) + 1) << shift;
+  }
+}
+
+template <pm::PersistPolicy P>
+template <class Fn>
+void Pea<P>::ForEachSegment(const Directory* d, Fn&& fn) const {
+  for (uint64_t i = 0; i < d->size();) {
+    const uint64_t e = d->entries[i].load(std::memory_order_acquire);
+    fn(i, e);
+    i += uint64_t{1} << (d->depth - std::min(EntryDepth(e), d->depth));
+  }
+}
+
+template <pm::PersistPolicy P>
+uint64_t Pea<P>::CountLive() const {
+  EpochManager::Guard guard(epoch_);
+  uint64_t live = 0;
+  ForEachSegment(dir_.load(std::memory_order_acquire), [&](uint64_t, uint64_t e) {
+    const uint64_t sid = EntrySid(e);
+    for (uint32_t b = 0; b < params_.segment_buckets; b++) {
+      live += std::popcount(Occupancy(BucketAt(sid, b)));
+    }
+    if (EntryStrategy(e) == kStash) {
+      live += std::popcount(Occupancy(StashBucket(sid, 0)));
+      live += std::popcount(Occupancy(StashBucket(sid, 1)));
+    }
+  });
+  return live;
+}
+
+template <pm::PersistPolicy P>
+uint64_t Pea<P>::Size() const {
+  if (!size_known_.load(std::memory_order_acquire)) {
+    // After a crash: one scan of the bucket headers (see "paper is vague" in the header).
+    LockGuard<SpinLock> g(size_mu_);
+    if (!size_known_.load(std::memory_order_relaxed)) {
+      const int64_t before = size_.Sum();
+      size_base_.store(static_cast<int64_t>(CountLive()) - before, std::memory_order_relaxed);
+      size_known_.store(true, std::memory_order_release);
+    }
+  }
+  const int64_t s = size_.Sum() + size_base_.load(std::memory_order_relaxed);
+  return s < 0 ? 0 : static_cast<uint64_t>(s);
+}
+
+template <pm::PersistPolicy P>
+uint32_t Pea<P>::StrategyOf(Key k) const {
+  const Directory* d = dir_.load(std::memory_order_acquire);
+  return EntryStrategy(d->entries[DirIndex(hash_(k), d->depth)].load());
+}
+
+template <pm::PersistPolicy P>
+uint32_t Pea<P>::LocalDepthOf(Key k) const {
+  const Directory* d = dir_.load(std::memory_order_acquire);
+  return EntryDepth(d->entries[DirIndex(hash_(k), d->depth)].load());
+}
+
+template <pm::PersistPolicy P>
+IndexStats Pea<P>::Stats() const {
+  IndexStats s;
+  this->FillCommonStats(&s);
+  const Directory* d = dir_.load(std::memory_order_acquire);
+  uint64_t per[3] = {0, 0, 0};
+  uint64_t stash_entries = 0;
+  EpochManager::Guard guard(epoch_);  // the walk may read segments that a split retires
+  ForEachSegment(d, [&](uint64_t, uint64_t e) {
+    const uint32_t st = std::min<uint32_t>(EntryStrategy(e), 2);
+    per[st]++;
+    if (st == kStash) {
+      stash_entries += std::popcount(Occupancy(StashBucket(EntrySid(e), 0)));
+      stash_entries += std::popcount(Occupancy(StashBucket(EntrySid(e), 1)));
+    }
+  });
+  const uint64_t segments = per[0] + per[1] + per[2];
+  s.size = Size();
+  s.buckets = segments * params_.segment_buckets + per[2] * 2;
+  s.capacity_slots = s.buckets * kSlots;
+  s.load_factor = s.capacity_slots ? static_cast<double>(s.size) / s.capacity_slots : 0;
+  s.pm_bytes = pool_->allocator().used_chunks() * seg_bytes_ + pm::kHeaderBytes;
+  s.dram_bytes = locks_.bytes() + pool_->allocator().dram_bytes();
+  s.global_depth = d->depth;
+  auto add = [&](const char* name, double v) { s.details.push_back({name, v}); };
+  add("pea.segments", static_cast<double>(segments));
+  add("pea.segments.single", static_cast<double>(per[0]));
+  add("pea.segments.two_choice", static_cast<double>(per[1]));
+  add("pea.segments.stash", static_cast<double>(per[2]));
+  add("pea.transitions.two_choice", static_cast<double>(to_two_choice_.load()));
+  add("pea.transitions.stash", static_cast<double>(to_stash_.load()));
+  add("pea.stash.segments", static_cast<double>(stash_segments_.load()));
+  add("pea.stash.entries", static_cast<double>(stash_entries));
+  add("pea.segment_buckets", static_cast<double>(params_.segment_buckets));
+  add("pea.directory.max_stride", static_cast<double>(max_stride_.load()));
+  add("pea.splits.stash", static_cast<double>(stash_splits_.load()));
+  add("pea.stash.stale_cleared", static_cast<double>(stale_stash_cleared_.load()));
+  add("alloc.reused", static_cast<double>(pool_->allocator().reused_allocations()));
+  return s;
+}
+
+// REQUIRES: no concurrent writers.
+template <pm::PersistPolicy P>
+Status Pea<P>::CheckInvariants() const {
+  auto fail = [](const std::string& what) { return Status::Corruption("pea invariant: " + what); };
+  const Directory* d = dir_.load(std::memory_order_acquire);
+  const uint32_t g = d->depth;
+  const pm::ChunkAllocator& alloc = pool_->allocator();
+  std::unordered_set<Key> keys;
+  std::unordered_set<uint64_t> sids;
+  uint64_t live = 0;
+  std::string err;
+  auto check_bucket = [&](const PmBucket* b, uint64_t prefix, uint32_t ld, uint32_t st,
+                          uint32_t bidx, uint64_t sid, bool stash) {
+    const uint64_t w[2] = {b->hdr[0].load(), b->hdr[1].load()};
+    if (w[0] != 0 && (w[0] & kKvFormat) == 0)
+      err = "bucket header without the key/value format bit";
+    for (uint32_t m = static_cast<uint32_t>(w[0] >> 1) & kOccMask; m && err.empty(); m &= m - 1) {
+      const int j = std::countr_zero(m);
+      const Key k = b->slots[j].key.load();
+      const uint64_t h = hash_(k);
+      if (ld > 0 && (h >> (64 - ld)) != prefix) {
+        err = "key " + std::to_string(k) + " in segment " + std::to_string(sid) +
+              " outside its hash range";
+        break;
+      }
+      if (j < kFpSlots && GetFpByte(w, j) != Fp(h)) {
+        err = "stale fingerprint for key " + std::to_string(k);
+        break;
+      }
+      if (!stash) {
+        const uint32_t b1 = Bucket1(h);
+        const bool ok = bidx == b1 || (st >= kTwoChoice && bidx == Bucket2(h, b1));
+        if (!ok) {
+          err = "key " + std::to_string(k) + " in a bucket its strategy does not probe";
+          break;
+        }
+      }
+      if (!keys.insert(k).second) {
+        err = "duplicate key " + std::to_string(k);
+        break;
+      }
+      live++;
+    }
+  };
+  uint64_t segments = 0;
+  for (uint64_t i = 0; i < d->size() && err.empty();) {
+    const uint64_t e = d->entries[i].load();
+    const uint32_t ld = EntryDepth(e);
+    const uint32_t st = EntryStrategy(e);
+    if (ld > g) return fail("local depth above global depth");
+    if (st < first_strategy_ || st > last_strategy_) return fail("strategy out of range");
+    const uint64_t stride = uint64_t{1} << (g - ld);
+    if (i % stride != 0) return fail("directory does not tile");
+    for (uint64_t x = i; x < i + stride; x++) {
+      if (d->entries[x].load() != e)
+        return fail("directory stride not uniform at " + std::to_string(x));
+    }
+    const uint64_t sid = EntrySid(e);
+    if (sid >= chunk_count_ || !alloc.IsUsed(OffsetOfSid(sid)))
+      return fail("segment not allocated");
+    if (!sids.insert(sid).second) return fail("segment referenced by two strides");
+    const SegLocks& L = locks_[sid];
+    if (L.seg.load() & 1) return fail("segment lock held at rest");
+    for (int x = 0; x < kBucketLocks; x++) {
+      if (L.bucket[x].load() & 1) return fail("bucket lock held at rest");
+    }
+    const uint64_t prefix = ld == 0 ? 0 : i >> (g - ld);
+    for (uint32_t b = 0; b < params_.segment_buckets && err.empty(); b++) {
+      check_bucket(BucketAt(sid, b), prefix, ld, st, b, sid, false);
+    }
+    if (st == kStash) {
+      if (StashSidWord(sid).load() == 0) return fail("stash segment missing");
+      check_bucket(StashBucket(sid, 0), prefix, ld, st, 0, sid, true);
+      check_bucket(StashBucket(sid, 1), prefix, ld, st, 0, sid, true);
+    }
+    segments++;
+    i += stride;
+  }
+  if (!err.empty()) return fail(err);
+  // Allocation: segments + stash segments + StashSid array + current and retired directories.
+  uint64_t expect = segments + ChunksFor(StashArrayWords() * 8) + limbo_chunks_.load();
+  for (uint64_t w = 0; w < StashArrayWords(); w++) expect += stash_sids_[w].load() != 0;
+  {
+    LockGuard<RwSpinLock> gd(const_cast<RwSpinLock&>(dir_lock_));
+    for (const auto& x : dirs_) expect += x->chunks;
+  }
+  if (alloc.used_chunks() != expect) {
+    return fail("allocated chunks (" + std::to_string(alloc.used_chunks()) +
+                ") != reachable chunks (" + std::to_string(expect) + "): leak");
+  }
+  if (live != Size()) {
+    return fail("Size() " + std::to_string(Size()) + " != live slots " + std::to_string(live));
+  }
+  return Status::OK();
+}
+
+}  // namespace pmhash::pea

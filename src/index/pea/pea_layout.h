@@ -1,0 +1,199 @@
+// src/index/pea/pea_layout.h — Pea Hash, the persistent layout: bucket and segment formats, the
+// directory entry and descriptor words, the DRAM lock line, and the pool's parameter block.
+//
+// The ASCII layout and the crash invariants are in src/index/pea/pea.h, which includes this.
+#pragma once
+
+#include <algorithm>
+#include <atomic>
+#include <bit>
+#include <chrono>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <new>
+#include <string>
+#include <type_traits>
+#include <unordered_set>
+#include <vector>
+#include "common/epoch.h"
+#include "common/fingerprint.h"
+#include "common/hash.h"
+#include "common/huge_array.h"
+#include "common/locks.h"
+#include "common/resize_log.h"
+#include "common/striped_counter.h"
+#include "index/descriptor.h"
+#include "index/engine_base.h"
+#include "index/lifecycle.h"
+#include "pm/persist.h"
+#include "pm/pool.h"
+#include "pm/slot.h"
+#include "pmhash/index.h"
+
+namespace pmhash::pea {
+
+inline constexpr int kSlots = 15;
+inline constexpr int kFpSlots = 14;           // slot 14 has no fingerprint
+inline constexpr uint32_t kOccMask = 0x7FFF;  // occupancy bits (bitmap >> 1)
+inline constexpr uint64_t kKvFormat = 1;      // bitmap bit 0: all slots are key/value
+inline constexpr uint64_t kSidMask = (uint64_t{1} << 48) - 1;
+inline constexpr uint64_t kDescOffsetMask = (uint64_t{1} << 56) - 1;
+inline constexpr uint32_t kMaxDepthLimit = 48;
+inline constexpr int kBucketLocks = 8;
+
+enum Strategy : uint32_t { kSingleHash = 0, kTwoChoice = 1, kStash = 2 };
+
+using pm::PmSlot;  // src/pm/slot.h
+
+struct alignas(256) PmBucket {
+  std::atomic<uint64_t> hdr[2];  // [bitmap:16 | fp0..fp5], [fp6..fp13]
+  PmSlot slots[kSlots];
+};
+static_assert(sizeof(PmBucket) == 256, "a bucket is one 256 B Optane XPLine");
+static_assert(offsetof(PmBucket, slots) == 16, "16 B header, then 15 slots");
+
+// The same bytes as a plain image, for building segments in DRAM before NtCopy.
+struct alignas(256) BucketImage {
+  uint64_t hdr[2];
+  uint64_t kv[2 * kSlots];
+};
+static_assert(sizeof(BucketImage) == sizeof(PmBucket));
+
+// Line of slot j (0..3): slots 0..2 share line 0 with the header.
+inline constexpr int SlotLine(int j) { return (16 + 16 * j) / 64; }
+inline constexpr uint32_t kLine0Slots = 0x7;  // slots 0..2
+inline constexpr uint32_t kLineSlots[4] = {0x7, 0x78, 0x780, 0x7800};
+
+inline constexpr uint64_t PackEntry(uint64_t sid, uint32_t ld, uint32_t strategy) {
+  return (sid & kSidMask) | (uint64_t{ld & 0xFF} << 48) | (uint64_t{strategy & 0xFF} << 56);
+}
+inline constexpr uint64_t EntrySid(uint64_t e) { return e & kSidMask; }
+inline constexpr uint32_t EntryDepth(uint64_t e) { return static_cast<uint32_t>(e >> 48) & 0xFF; }
+inline constexpr uint32_t EntryStrategy(uint64_t e) { return static_cast<uint32_t>(e >> 56); }
+inline constexpr uint64_t PackDesc(uint32_t g, uint64_t off) {
+  return (uint64_t{g} << 56) | (off & kDescOffsetMask);
+}
+inline constexpr uint32_t DescDepth(uint64_t d) { return static_cast<uint32_t>(d >> 56); }
+inline constexpr uint64_t DescOffset(uint64_t d) { return d & kDescOffsetMask; }
+
+// Strategy range [first, last] of each ablation mode.
+inline constexpr uint32_t FirstStrategy(PeaStrategies m) {
+  switch (m) {
+    case PeaStrategies::kTwoChoice:
+      return kTwoChoice;
+    case PeaStrategies::kTwoChoiceStash:
+      return kStash;
+    default:
+      return kSingleHash;
+  }
+}
+inline constexpr uint32_t LastStrategy(PeaStrategies m) {
+  switch (m) {
+    case PeaStrategies::kSingle:
+      return kSingleHash;
+    case PeaStrategies::kTwoChoice:
+    case PeaStrategies::kSingleTwoChoice:
+      return kTwoChoice;
+    default:
+      return kStash;
+  }
+}
+
+// Per-segment DRAM lock line: segment lock + b = 8 bucket locks, each [version:31 | locked:1].
+struct alignas(64) SegLocks {
+  std::atomic<uint32_t> seg{0};
+  std::atomic<uint32_t> bucket[kBucketLocks] = {};
+};
+static_assert(sizeof(SegLocks) == 64, "one cache line per segment");
+// The lock table lives in a HugeArray (raw mapped storage): Recover() constructs the lines in
+// place, and the array unmaps them without running destructors.
+static_assert(std::is_trivially_destructible_v<SegLocks>, "HugeArray never destroys elements");
+
+inline bool TryLockWord(std::atomic<uint32_t>& w) {
+  uint32_t v = w.load(std::memory_order_relaxed);
+  return (v & 1) == 0 && w.compare_exchange_strong(v, v | 1, std::memory_order_acquire);
+}
+inline void LockWord(std::atomic<uint32_t>& w) {
+  while (!TryLockWord(w)) CpuRelax();
+}
+// Releases and bumps the version (readers that overlapped retry).
+inline void UnlockWord(std::atomic<uint32_t>& w) {
+  w.store(w.load(std::memory_order_relaxed) + 1, std::memory_order_release);
+}
+// Releases without a version change: nothing was modified under the lock.
+inline void UnlockWordUnchanged(std::atomic<uint32_t>& w) {
+  w.store(w.load(std::memory_order_relaxed) & ~1u, std::memory_order_release);
+}
+
+// The pool properties, as stored in the pool header (src/index/descriptor.h).
+struct PersistentParams {
+  uint32_t layout_version = 1;
+  uint32_t bucket_bytes = sizeof(PmBucket);
+  uint32_t slots = kSlots;
+  uint32_t segment_buckets = 0;
+  uint32_t initial_depth = 0;
+  uint32_t max_depth = 0;
+  uint32_t strategies = 0;
+  uint32_t reserved = 0;
+};
+
+// What an open index runs with: the pool's properties and this open's options.
+struct Config : PersistentParams {
+  bool entry_moving = true;
+  bool tear_safe = false;
+};
+
+template <pm::PersistPolicy P>
+class Pea;
+
+struct Descriptor {
+  static constexpr std::string_view kName = "pea";
+  static constexpr std::string_view kPaper =
+      "Liu, Chen: Pea Hash: A Performant Extendible Adaptive Hashing Index (SIGMOD 2023)";
+  static constexpr std::string_view kSummary =
+      "extendible hashing, 512 KB segments, adaptive single/2-choice/stash strategy, 4-way split";
+  using Params = PeaParams;
+  using Stored = PersistentParams;
+  template <class P>
+  using Engine = Pea<P>;
+  static const Params& Given(const Options& o) { return o.pea; }
+  static constexpr auto kProperties = std::tuple{
+      index::PoolProperty{"pea.segment_buckets", &Params::segment_buckets,
+                          &Stored::segment_buckets, 2048u},
+      index::PoolProperty{"pea.initial_depth", &Params::initial_depth, &Stored::initial_depth, 2u},
+      index::PoolProperty{"pea.max_depth", &Params::max_depth, &Stored::max_depth, 32u},
+      index::PoolProperty{"pea.strategies", &Params::strategies, &Stored::strategies,
+                          PeaStrategies::kAdaptive},
+  };
+  static std::string Check(const Stored& s) {
+    if (s.segment_buckets < 4 || s.segment_buckets > 65536 ||
+        !std::has_single_bit(s.segment_buckets)) {
+      return "segment_buckets must be a power of two in [4, 65536]";
+    }
+    if (s.max_depth < 2 || s.max_depth > kMaxDepthLimit) return "max_depth must be in [2, 48]";
+    if (s.initial_depth > s.max_depth || s.initial_depth > 20) {
+      return "initial_depth must be in [0, min(max_depth, 20)]";
+    }
+    if (s.strategies > static_cast<uint32_t>(PeaStrategies::kSingleTwoChoice)) {
+      return "strategies: unknown strategy sequence " + std::to_string(s.strategies);
+    }
+    if (s.reserved != 0) return "reserved word is not zero";
+    return "";
+  }
+  // Initial segments, directory, StashSid array and one stash segment at least.
+  static index::PoolLayout Layout(const Stored& s) {
+    const uint32_t chunk = s.segment_buckets * static_cast<uint32_t>(sizeof(PmBucket));
+    const uint64_t dir_bytes = uint64_t{8} << s.initial_depth;
+    return {chunk, (uint64_t{1} << s.initial_depth) + (dir_bytes + chunk - 1) / chunk + 2};
+  }
+  // 256 B bucket per 15 slots; a 4-way split leaves segments near 0.22 load and uniform keys
+  // fill them in waves, so the whole table can dip that low. Plan for 0.2 (the directory,
+  // retired directories and stash segments are well under 1% on top).
+  static uint64_t EstimatePoolBytes(uint64_t keys) {
+    return static_cast<uint64_t>(static_cast<double>(keys) * sizeof(PmBucket) / kSlots / 0.2);
+  }
+};
+
+}  // namespace pmhash::pea
