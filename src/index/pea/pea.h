@@ -357,7 +357,7 @@ class Pea {
   Status Find(Key k, Value* v) const;
   Status Erase(Key k);
   uint64_t Size() const;
-  void ForEach(const std::function<void(Key, Value)>& fn) const;
+  Status ForEach(const std::function<void(Key, Value)>& fn) const;
   IndexStats Stats() const;
   Status CheckInvariants() const;
   void ResetCounters() { pool_->counters().Reset(); }
@@ -1402,7 +1402,7 @@ void Pea<P>::CollectSegment(uint64_t e, std::vector<std::pair<Key, Value>>* out)
 }
 
 template <pm::PersistPolicy P>
-void Pea<P>::ForEach(const std::function<void(Key, Value)>& fn) const {
+Status Pea<P>::ForEach(const std::function<void(Key, Value)>& fn) const {
   // Walk the hash space by segment ranges (as REH): splits only cut ranges, so a key present
   // for the whole walk is visited exactly once.
   std::vector<std::pair<Key, Value>> pairs;
@@ -1420,6 +1420,7 @@ void Pea<P>::ForEach(const std::function<void(Key, Value)>& fn) const {
     if ((cursor >> shift) == (~uint64_t{0} >> shift)) break;
     cursor = ((cursor >> shift) + 1) << shift;
   }
+  return Status::OK();
 }
 
 template <pm::PersistPolicy P>

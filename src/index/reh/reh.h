@@ -238,7 +238,7 @@ class Reh {
   Status Find(Key k, Value* v) const;
   Status Erase(Key k);
   uint64_t Size() const { return static_cast<uint64_t>(size_.Sum()); }
-  void ForEach(const std::function<void(Key, Value)>& fn) const;
+  Status ForEach(const std::function<void(Key, Value)>& fn) const;
   IndexStats Stats() const;
   Status CheckInvariants() const;
   void ResetCounters() { pool_->counters().Reset(); }
@@ -756,7 +756,7 @@ Status Reh<P>::Double(const Directory* seen) {
 }
 
 template <pm::PersistPolicy P>
-void Reh<P>::ForEach(const std::function<void(Key, Value)>& fn) const {
+Status Reh<P>::ForEach(const std::function<void(Key, Value)>& fn) const {
   // Walk the hash space in prefix order: lock the bucket covering `cursor`, take its pairs, move
   // the cursor past its range. Splits only cut ranges and never move a key out of the range of
   // its hash, so a key present for the whole walk is visited exactly once.
@@ -777,6 +777,7 @@ void Reh<P>::ForEach(const std::function<void(Key, Value)>& fn) const {
     if (last) break;
     cursor = ((cursor >> shift) + 1) << shift;
   }
+  return Status::OK();
 }
 
 template <pm::PersistPolicy P>
