@@ -80,6 +80,11 @@ constexpr FlagSpec kBenchFlags[] = {
     {"repeat", "R",
      "run every timed row R times on fresh tables and report each phase's\n"
      "fastest run (default 1; for shared, noisy machines)"},
+    {"key-bytes", "N",
+     "variable-size items: N-byte keys (8..65536) expanded from the generated\n"
+     "keys, through the bytes API of the kinds that offer it (others are\n"
+     "skipped); reference absl::flat_hash_map<string,string> (TURBO30: 15)"},
+    {"value-bytes", "M", "variable-size items: M-byte values (8..65536; default 8 with --key-bytes)"},
     {"experiment", "NAME",
      "a preset named after a paper's figure (see --experiment list);\n"
      "options given with it override the preset (e.g. --keys scales it)"},
