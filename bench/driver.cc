@@ -35,6 +35,13 @@ uint64_t ProbeRegionBytes(uint64_t keys) {
   const uint64_t bytes = std::clamp<uint64_t>(keys * 32, 64 * kMiB, 4096 * kMiB);
   return (bytes + kMiB - 1) / kMiB * kMiB;
 }
+// The pool of a row: the kind's estimate, plus room for records larger than the 24 B one it
+// plans for (header, key, value, in a slot up to twice as large; the file is sparse).
+uint64_t PoolBytes(std::string_view index, uint64_t keys, ItemBytes items) {
+  const uint64_t records = items.on() ? keys * 2 * (items.key + items.value + 16) : 0;
+  return EstimatePoolBytes(index, keys) + records;
+}
+
 uint64_t ProbeOps(uint64_t keys) { return std::clamp<uint64_t>(keys / 4, 200000, 2000000); }
 
 // Repetitions: the first run of a row starts the per-phase samples; later runs add theirs and
@@ -116,6 +123,21 @@ Status ResolveConfig(BenchConfig* c) {
   for (uint64_t n : c->recovery_keys) {
     if (n == 0 || n > kMaxKeys) return Status::InvalidArgument("recovery key counts in [1, 2^36]");
   }
+  if (c->key_bytes != 0 || c->value_bytes != 0) {
+    if (c->key_bytes == 0) c->key_bytes = kMinItemBytes;
+    if (c->value_bytes == 0) c->value_bytes = kMinItemBytes;
+    if (c->key_bytes < kMinItemBytes || c->key_bytes > kMaxItemBytes ||
+        c->value_bytes < kMinItemBytes || c->value_bytes > kMaxItemBytes) {
+      return Status::InvalidArgument(
+          "--key-bytes and --value-bytes must be in [8, 65536] (an item starts with its "
+          "generator key or value)");
+    }
+    if (c->growth || !c->recovery_keys.empty()) {
+      return Status::InvalidArgument(
+          "--key-bytes / --value-bytes apply to the throughput table, not to the growth or "
+          "recovery experiments");
+    }
+  }
   if (!c->count_keys) c->count_keys = c->table ? c->keys : 0;
   if (*c->count_keys > c->keys) {
     return Status::InvalidArgument("the counting pass cannot use more keys than --keys");
@@ -139,6 +161,24 @@ Status RunBench(const BenchConfig& config, BenchListener* listener, BenchReport*
     main_file = std::move(f).value();
   }
   const std::string pool_dir = DirOf(main_file->path());
+  const ItemBytes items{c.key_bytes, c.value_bytes};
+  std::vector<std::string> skipped;  // kinds without the bytes API (items.on())
+  if (items.on()) {
+    std::vector<std::string> runnable;
+    for (const auto& index : c.indexes) {
+      auto caps = KindCapabilities(index);
+      if (!caps.ok()) return caps.status();
+      (caps.value().bytes ? runnable : skipped).push_back(index);
+    }
+    if (runnable.empty()) {
+      const std::string offer = KindsWith(&Capabilities::bytes);
+      return Status::NotSupported(
+          "--key-bytes / --value-bytes: no chosen index kind has variable-size keys" +
+          (offer.empty() ? std::string() : " (" + offer + " has)"));
+    }
+    c.indexes = std::move(runnable);
+  }
+  const size_t total_rows = c.threads.size() * c.indexes.size() * c.durabilities.size();
   std::unique_ptr<PoolFile> count_file;
   if (*c.count_keys > 0) {
     auto f = PoolFile::CreateTemp(pool_dir, "count");
@@ -153,10 +193,24 @@ Status RunBench(const BenchConfig& config, BenchListener* listener, BenchReport*
   report->machine = CollectMachineInfo(pool_dir);
   report->started_at = UtcTimestamp();
   report->notes = notes;
+  if (items.on()) {
+    report->notes.push_back("variable-size items: " + std::to_string(items.key) + " B keys, " +
+                            std::to_string(items.value) +
+                            " B values (the generator's keys expanded), through the bytes API; "
+                            "reference absl::flat_hash_map<string,string>");
+    for (const auto& index : skipped) {
+      report->notes.push_back("kind '" + index + "' skipped: it has no variable-size keys");
+    }
+  }
+  const bool concurrent_reference = HaveConcurrentReference() && !items.on();
   if (c.table && c.reference) {
     bool multi = false;
     for (int t : c.threads) multi |= t > 1;
-    if (multi && HaveConcurrentReference()) {
+    if (multi && items.on()) {
+      report->notes.push_back(
+          "T > 1: no concurrent reference for variable-size items: ratios compare T index "
+          "threads with one absl::flat_hash_map<string,string> thread");
+    } else if (multi && concurrent_reference) {
       report->notes.push_back(
           "T > 1: ratios are against tbb::concurrent_hash_map with the same T threads "
           "(absl::flat_hash_map, one thread, is shown too)");
@@ -179,7 +233,6 @@ Status RunBench(const BenchConfig& config, BenchListener* listener, BenchReport*
   const std::span<const uint64_t> present_keys =
       drawn.empty() ? std::span<const uint64_t>(keys.find_order) : std::span<const uint64_t>(drawn);
   const std::span<const uint64_t> count_keys(keys.insert_order.data(), *c.count_keys);
-  const size_t total_rows = c.threads.size() * c.indexes.size() * c.durabilities.size();
 
   size_t row_number = 0;
   for (const int threads : c.threads) {
@@ -259,7 +312,8 @@ Status RunBench(const BenchConfig& config, BenchListener* listener, BenchReport*
       if (c.reference) {
         const std::string prefix = tag + "absl: ";
         RowResult ref = RunReferenceRow(
-            phases, ro, [&](std::string_view what) { l.OnProgress(prefix + std::string(what)); });
+            phases, ro, [&](std::string_view what) { l.OnProgress(prefix + std::string(what)); },
+            items);
         if (rep == 0) {
           table.reference = std::move(ref);
           StartSamples(&*table.reference);
@@ -269,7 +323,7 @@ Status RunBench(const BenchConfig& config, BenchListener* listener, BenchReport*
       }
       const bool any_multi =
           std::any_of(c.threads.begin(), c.threads.end(), [](int t) { return t > 1; });
-      if (c.reference && any_multi && HaveConcurrentReference()) {
+      if (c.reference && any_multi && concurrent_reference) {
         const std::string prefix = tag + std::string(kConcurrentReferenceName) + ": ";
         RowResult ref = RunConcurrentReferenceRow(
             phases, ro, [&](std::string_view what) { l.OnProgress(prefix + std::string(what)); });
@@ -288,17 +342,18 @@ Status RunBench(const BenchConfig& config, BenchListener* listener, BenchReport*
           rc.durability = d;
           rc.options.path = main_file->path();
           rc.options.mode = OpenMode::kOpenOrCreate;  // the file is empty: a new pool
-          rc.options.pool_size = c.pool_size ? c.pool_size : EstimatePoolBytes(index, c.keys);
+          rc.options.pool_size = c.pool_size ? c.pool_size : PoolBytes(index, c.keys, items);
           // Pools get a random hash seed by default; a benchmark derives it from its own seed,
           // so a run (and its printed seed) is reproducible.
           rc.options.hash_seed = c.seed * 0x9E3779B97F4A7C15ULL + 1;
           rc.runner = ro;
           rc.phases = phases;
           rc.check = c.check;
+          rc.items = items;
           if (count_file && rep == 0) {
             rc.count_path = count_file->path();
             rc.count_pool_size =
-                c.pool_size ? c.pool_size : EstimatePoolBytes(index, count_keys.size());
+                c.pool_size ? c.pool_size : PoolBytes(index, count_keys.size(), items);
             rc.count_keys = count_keys;
           }
           row_number++;

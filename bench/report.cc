@@ -386,6 +386,7 @@ void WriteBanner(std::ostream& os, const BenchReport& r) {
     os << "phases:  " << Join(c.phases, ",") << " | keys of find+/update/mixes: " << c.dist.Name();
     if (c.mix.Total() > 0) os << " | mix " << c.mix.Name();
     if (c.warmup_ops > 0) os << " | warm-up " << c.warmup_ops << " find+";
+    if (c.key_bytes > 0) os << " | items " << c.key_bytes << " B key + " << c.value_bytes << " B";
     os << " | latency: "
        << (c.latency_every == 0   ? std::string("off")
            : c.latency_every == 1 ? std::string("every op")
@@ -512,7 +513,9 @@ void WriteTable(std::ostream& os, const BenchReport& r, const TableResult& t) {
       if (row.counting) block = row.counting->insert.media_block_bytes;
     }
     os << "  (flushed: 64 B lines written back; nt bytes: non-temporal stores; media wr: estimated "
-       << block << " B media-block writes;\n   write amp: media bytes / 16 B of key+value)\n";
+       << block << " B media-block writes;\n   write amp: media bytes / "
+       << (r.config.key_bytes > 0 ? r.config.key_bytes + r.config.value_bytes : 16)
+       << " B of key+value)\n";
   }
 
   // Latency percentiles (sampled).
@@ -674,6 +677,8 @@ std::string ToJson(const BenchReport& r) {
   j.UintMember("pool_size", c.pool_size);
   j.BoolMember("pin", c.pin);
   j.BoolMember("reference", c.reference);
+  j.UintMember("key_bytes", c.key_bytes);
+  j.UintMember("value_bytes", c.value_bytes);
   j.UintMember("count_keys", c.count_keys.value_or(0));
   j.BoolMember("check", c.check);
   j.BoolMember("persist_probe", c.persist_probe);

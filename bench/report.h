@@ -11,12 +11,14 @@
 //   machine {cpu_model, logical_cpus, flush_instruction, simd, kernel, pool_fs,
 //            clock_overhead_ns (two steady_clock reads: included in every latency sample)}
 //   config  {indexes[], durabilities[], keys, threads[], seed, pool_path, keep_pool, pool_size,
-//            pin, reference, count_keys, check, persist_probe, repeat,
+//            pin, reference, key_bytes, value_bytes (0: uint64 items), count_keys, check,
+//            persist_probe, repeat,
 //            experiment, phases[], distribution, mix, ops, warmup_ops, latency_every, table,
 //            growth, growth_steps, sample_ops, recovery_keys[]}
 //   notes[] strings (skipped parts of a preset, unsupported workloads, the reference used)
 //   tables[] {threads, reference: row|null (absl, 1 thread), concurrent_reference: row|null
-//             (tbb::concurrent_hash_map, same threads; T > 1 with TBB only), rows[]: row,
+//             (tbb::concurrent_hash_map, same threads; T > 1 with TBB only, not with
+//             variable-size items), rows[]: row,
 //             persist_limits[]: probe}
 //   row     {index, durability, kind, threads, pool_size, kept_pool, error: string|null,
 //            load_factor, dram_bytes,
@@ -32,7 +34,8 @@
 //            resize {count, min_ns, p50_ns, p90_ns, p99_ns, max_ns, total_ns} | null,
 //            counting {keys, error, insert: traffic, erase: traffic} | null}
 //   traffic {ops, persists, fences, flushed_lines, nt_bytes, media_writes, media_block_bytes,
-//            write_amplification} (per operation; write amp = media bytes / 16 B payload)
+//            write_amplification} (per operation; write amp = media bytes / 16 B payload, or
+//            / key_bytes + value_bytes)
 //   probe   {durability, threads, region_bytes, ops, seconds, mops, error}
 //   series[] {experiment: "growth"|"recovery", index, durability, error,
 //             summary {NAME: number}, points[] {NAME: number}}

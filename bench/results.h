@@ -34,6 +34,13 @@ struct BenchConfig {
   uint64_t pool_size = 0;  // bytes; 0: estimated from the key count per index
   bool pin = false;
   bool reference = true;  // run the absl::flat_hash_map row
+  // Variable-size items (bench/bytes_table.h): keys of key_bytes and values of value_bytes
+  // bytes, expanded from the generator's 64-bit keys, through the bytes API of the kinds whose
+  // Capabilities have `bytes` (the others are skipped with a note); the reference row is then
+  // absl::flat_hash_map<std::string, std::string>. Both 0: the uint64 API. Setting one sets the
+  // other to 8 if it is 0; each in [8, 65536].
+  uint32_t key_bytes = 0;
+  uint32_t value_bytes = 0;
   // Keys inserted (then erased) by the separate persistence-counting pass; 0 skips it.
   // The driver's default is `keys`, so the counters describe the same table size.
   std::optional<uint64_t> count_keys;
@@ -96,7 +103,8 @@ struct TrafficPerOp {
   double media_writes = 0;
   uint32_t media_block_bytes = 256;
   // Media bytes / payload bytes: media_writes * media_block_bytes / 16 (an 8 B key + 8 B value
-  // per operation; ElimDA Figure 4, TurboHash Figure 6).
+  // per operation; ElimDA Figure 4, TurboHash Figure 6), or / (key_bytes + value_bytes) in a
+  // run of variable-size items.
   double write_amplification = 0;
 };
 constexpr double kPayloadBytes = 16;

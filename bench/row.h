@@ -17,7 +17,7 @@ namespace pmhash::bench {
 
 namespace detail {
 
-inline TrafficPerOp PerOp(const TrafficStats& t, uint64_t ops) {
+inline TrafficPerOp PerOp(const TrafficStats& t, uint64_t ops, uint32_t payload_bytes) {
   TrafficPerOp r;
   r.ops = ops;
   r.media_block_bytes = t.media_block_bytes;
@@ -28,7 +28,7 @@ inline TrafficPerOp PerOp(const TrafficStats& t, uint64_t ops) {
   r.flushed_lines = static_cast<double>(t.flushed_lines) / n;
   r.nt_bytes = static_cast<double>(t.nt_bytes) / n;
   r.media_writes = static_cast<double>(t.media_writes) / n;
-  r.write_amplification = r.media_writes * t.media_block_bytes / kPayloadBytes;
+  r.write_amplification = r.media_writes * t.media_block_bytes / payload_bytes;
   return r;
 }
 
@@ -100,7 +100,7 @@ CountingPass RunCountingPass(OpenFn&& open, const RowConfig& c) {
       cp.failure = pr.failure;
       break;
     }
-    const TrafficPerOp t = detail::PerOp(table.Stats().traffic, pr.ops);
+    const TrafficPerOp t = detail::PerOp(table.Stats().traffic, pr.ops, c.items.payload());
     (spec.op == Op::kInsert ? cp.insert : cp.erase) = t;
   }
   if (Status s = table.Close(); !s.ok() && cp.failure.ok()) cp.failure = s;
@@ -175,10 +175,60 @@ RowResult RunRowWith(OpenFn&& open, RowKind kind, const RowConfig& c) {
   return row;
 }
 
-// The template fast path for a concrete index type.
+// A failed row that ran nothing (the table cannot run this configuration).
+inline RowResult RefusedRow(const RowConfig& c, RowKind kind, Status why) {
+  RowResult row;
+  row.index = c.index;
+  row.durability = std::string(DurabilityName(c.durability));
+  row.kind = kind;
+  row.threads = c.runner.threads;
+  row.error = std::move(why);
+  return row;
+}
+
+// The template fast path for a concrete index type; with c.items.on(), its bytes API
+// (BytesIndex) through a BytesView, still without a virtual call.
 template <HashIndex I>
 RowResult RunTemplateRow(const RowConfig& c) {
-  return RunRowWith([](const Options& o) { return I::Open(o); }, RowKind::kTemplate, c);
+  if (!c.items.on()) {
+    return RunRowWith([](const Options& o) { return I::Open(o); }, RowKind::kTemplate, c);
+  }
+  if constexpr (BytesIndex<I>) {
+    using View = BytesView<I>;
+    const ItemBytes items = c.items;
+    return RunRowWith(
+        [items](const Options& o) -> Result<std::unique_ptr<View>> {
+          auto r = I::Open(o);
+          if (!r.ok()) return r.status();
+          if (!r.value()->SupportsBytes()) return NoBytesApi(I::kKindName);
+          I* api = r.value().get();
+          return std::make_unique<View>(std::move(r).value(), api, items);
+        },
+        RowKind::kTemplate, c);
+  } else {
+    return RefusedRow(c, RowKind::kTemplate, NoBytesApi(I::kKindName));
+  }
+}
+
+// The facade (pmhash::Open) for a kind without a template target; with c.items.on(), its
+// BytesApi (Index::bytes()).
+inline RowResult RunFacadeRow(const RowConfig& c) {
+  const std::string kind = c.index;
+  if (!c.items.on()) {
+    return RunRowWith([&kind](const Options& o) { return pmhash::Open(kind, o); },
+                      RowKind::kFacade, c);
+  }
+  using View = BytesView<Index, BytesApi>;
+  const ItemBytes items = c.items;
+  return RunRowWith(
+      [&kind, items](const Options& o) -> Result<std::unique_ptr<View>> {
+        auto r = pmhash::Open(kind, o);
+        if (!r.ok()) return r.status();
+        BytesApi* api = r.value()->bytes();
+        if (api == nullptr) return NoBytesApi(kind);
+        return std::make_unique<View>(std::move(r).value(), api, items);
+      },
+      RowKind::kFacade, c);
 }
 
 }  // namespace pmhash::bench

@@ -65,24 +65,31 @@ uint64_t EstimatePoolBytes(std::string_view index, uint64_t keys) {
 
 RowResult RunIndexRow(const RowConfig& c) {
   if (const Target* t = FindTemplateTarget(c.index, c.durability)) return t->run(c);
-  const std::string kind = c.index;
-  return RunRowWith([&kind](const Options& o) { return pmhash::Open(kind, o); }, RowKind::kFacade,
-                    c);
+  return RunFacadeRow(c);
 }
 
 RowResult RunReferenceRow(std::span<const PhaseSpec> phases, const RunnerOptions& ro,
-                          const std::function<void(std::string_view)>& progress) {
+                          const std::function<void(std::string_view)>& progress, ItemBytes items) {
   RowResult row;
-  row.index = std::string(AbslReference::kName);
+  row.index = std::string(items.on() ? AbslBytesReference::kName : AbslReference::kName);
   row.durability = "dram";
   row.kind = RowKind::kReference;
   const RunnerOptions one{1, ro.pin, ro.latency_every};
   row.threads = 1;
-  AbslReference table;
-  RunReferencePhases(table, phases, one, progress, &row, [&row](const AbslReference& t) {
+  auto measure = [&row](const auto& t) {
     row.load_factor = t.LoadFactor();
     row.dram_bytes = t.DramBytes();
-  });
+  };
+  if (items.on()) {
+    auto owner = std::make_unique<AbslBytesReference>();
+    AbslBytesReference* api = owner.get();
+    BytesView<AbslBytesReference> table(std::move(owner), api, items);
+    RunReferencePhases(table, phases, one, progress, &row,
+                       [&](const auto& view) { measure(view.owner()); });
+  } else {
+    AbslReference table;
+    RunReferencePhases(table, phases, one, progress, &row, measure);
+  }
   return row;
 }
 

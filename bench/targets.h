@@ -17,6 +17,7 @@
 #include <string>
 #include <string_view>
 
+#include "bench/bytes_table.h"
 #include "bench/results.h"
 #include "bench/runner.h"
 #include "pmhash/options.h"
@@ -30,6 +31,9 @@ struct RowConfig {
   RunnerOptions runner;
   std::span<const PhaseSpec> phases;
   bool check = false;  // CheckInvariants after each insert phase (untimed)
+  // Variable-size items through the bytes API (bytes_table.h); off: the uint64 API. A kind
+  // without the bytes API gives a row failed with NoBytesApi (the driver skips such kinds).
+  ItemBytes items;
 
   // The counting pass (CountingPass in results.h): skipped when count_keys is empty.
   std::string count_path;
@@ -59,8 +63,10 @@ uint64_t EstimatePoolBytes(std::string_view index, uint64_t keys);
 // Runs a row through its template target, or through the facade when there is none.
 RowResult RunIndexRow(const RowConfig& c);
 
-// The reference row: absl::flat_hash_map, one thread (pinned if ro.pin), same phases.
+// The reference row: absl::flat_hash_map, one thread (pinned if ro.pin), same phases; with
+// items.on(), AbslBytesReference (string keys and values of those sizes).
 RowResult RunReferenceRow(std::span<const PhaseSpec> phases, const RunnerOptions& ro,
-                          const std::function<void(std::string_view)>& progress);
+                          const std::function<void(std::string_view)>& progress,
+                          ItemBytes items = {});
 
 }  // namespace pmhash::bench

@@ -1,7 +1,11 @@
 // src/index_adapter.h — wraps any HashIndex in the virtual Index facade.
 #pragma once
 
+#include <functional>
 #include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
 
 #include "index/lifecycle.h"
 #include "pm/pool.h"
@@ -9,12 +13,62 @@
 
 namespace pmhash {
 
-// After Close every call but Close/kind/durability returns kInvalidArgument, also on the
-// reads the engine itself would still answer (its pool stays mapped until destruction).
+// The BytesApi of an engine that satisfies BytesIndex and offers it (SupportsBytes()), for
+// IndexAdapter. `closed` is the adapter's flag: after Close every call returns kInvalidArgument.
+template <BytesIndex T>
+class BytesAdapter final : public BytesApi {
+ public:
+  BytesAdapter(T* impl, const bool* closed) : impl_(impl), closed_(closed) {}
+  Status Insert(std::string_view k, std::string_view v) override {
+    return *closed_ ? Closed() : impl_->InsertBytes(k, v);
+  }
+  Status Update(std::string_view k, std::string_view v) override {
+    return *closed_ ? Closed() : impl_->UpdateBytes(k, v);
+  }
+  Status Upsert(std::string_view k, std::string_view v) override {
+    return *closed_ ? Closed() : impl_->UpsertBytes(k, v);
+  }
+  Status Find(std::string_view k, std::string* v) const override {
+    return *closed_ ? Closed() : impl_->FindBytes(k, v);
+  }
+  Status Erase(std::string_view k) override { return *closed_ ? Closed() : impl_->EraseBytes(k); }
+  Status ForEach(
+      const std::function<void(std::string_view, std::string_view)>& fn) const override {
+    if (*closed_) return Closed();
+    impl_->ForEachBytes(fn);
+    return Status::OK();
+  }
+
+ private:
+  static Status Closed() { return index::Lifecycle::ClosedError(T::kKindName); }
+
+  T* impl_;
+  const bool* closed_;
+};
+
+// Where IndexAdapter<T> keeps its BytesAdapter: nothing for an engine without the bytes API.
+template <class T>
+struct BytesSlot {
+  struct type {};
+};
+template <BytesIndex T>
+struct BytesSlot<T> {
+  using type = std::optional<BytesAdapter<T>>;
+};
+
+// After Close every call but Close/kind/durability/capabilities returns kInvalidArgument, also
+// on the reads the engine itself would still answer (its pool stays mapped until destruction).
+// Optional APIs: bytes() when T satisfies BytesIndex and this instance SupportsBytes().
 template <HashIndex T>
 class IndexAdapter final : public Index {
  public:
-  explicit IndexAdapter(std::unique_ptr<T> impl) : impl_(std::move(impl)) {}
+  explicit IndexAdapter(std::unique_ptr<T> impl) : impl_(std::move(impl)) {
+    if constexpr (BytesIndex<T>) {
+      if (impl_->SupportsBytes()) bytes_api_ = &bytes_.emplace(impl_.get(), &closed_);
+    }
+  }
+  IndexAdapter(const IndexAdapter&) = delete;  // bytes_ points at closed_
+  IndexAdapter& operator=(const IndexAdapter&) = delete;
   std::string_view kind() const override { return T::kKindName; }
   Durability durability() const override { return T::Policy::kDurability; }
   Status Insert(Key k, Value v) override { return Live() ? impl_->Insert(k, v) : Closed(); }
@@ -23,8 +77,8 @@ class IndexAdapter final : public Index {
   Status Find(Key k, Value* v) const override { return Live() ? impl_->Find(k, v) : Closed(); }
   Status Erase(Key k) override { return Live() ? impl_->Erase(k) : Closed(); }
   uint64_t Size() const override { return Live() ? impl_->Size() : 0; }
-  void ForEach(const std::function<void(Key, Value)>& fn) const override {
-    if (Live()) impl_->ForEach(fn);
+  Status ForEach(const std::function<void(Key, Value)>& fn) const override {
+    return Live() ? impl_->ForEach(fn) : Closed();
   }
   IndexStats Stats() const override {
     IndexStats s = impl_->Stats();
@@ -41,40 +95,9 @@ class IndexAdapter final : public Index {
   }
   void Abandon() override { impl_->Abandon(); }
 
-  bool SupportsBytes() const override {
-    if constexpr (BytesIndex<T>) return impl_->SupportsBytes();
-    return false;
-  }
-  Status InsertBytes(std::string_view k, std::string_view v) override {
-    if (!Live()) return Closed();
-    if constexpr (BytesIndex<T>) return impl_->InsertBytes(k, v);
-    return Index::InsertBytes(k, v);
-  }
-  Status UpdateBytes(std::string_view k, std::string_view v) override {
-    if (!Live()) return Closed();
-    if constexpr (BytesIndex<T>) return impl_->UpdateBytes(k, v);
-    return Index::UpdateBytes(k, v);
-  }
-  Status UpsertBytes(std::string_view k, std::string_view v) override {
-    if (!Live()) return Closed();
-    if constexpr (BytesIndex<T>) return impl_->UpsertBytes(k, v);
-    return Index::UpsertBytes(k, v);
-  }
-  Status FindBytes(std::string_view k, std::string* v) const override {
-    if (!Live()) return Closed();
-    if constexpr (BytesIndex<T>) return impl_->FindBytes(k, v);
-    return Index::FindBytes(k, v);
-  }
-  Status EraseBytes(std::string_view k) override {
-    if (!Live()) return Closed();
-    if constexpr (BytesIndex<T>) return impl_->EraseBytes(k);
-    return Index::EraseBytes(k);
-  }
-  void ForEachBytes(
-      const std::function<void(std::string_view, std::string_view)>& fn) const override {
-    if (!Live()) return;
-    if constexpr (BytesIndex<T>) impl_->ForEachBytes(fn);
-  }
+  Capabilities capabilities() const override { return {.bytes = bytes_api_ != nullptr}; }
+  BytesApi* bytes() override { return bytes_api_; }
+  const BytesApi* bytes() const override { return bytes_api_; }
 
   T& impl() { return *impl_; }
 
@@ -84,6 +107,8 @@ class IndexAdapter final : public Index {
 
   std::unique_ptr<T> impl_;
   bool closed_ = false;
+  [[no_unique_address]] typename BytesSlot<T>::type bytes_;
+  BytesApi* bytes_api_ = nullptr;  // &*bytes_ when this instance offers the bytes API
 };
 
 // Opens T and wraps it.

@@ -113,6 +113,25 @@ Result<std::unique_ptr<Index>> Open(const Options& options) {
   return Open(kind, options);
 }
 
+Result<Capabilities> KindCapabilities(std::string_view kind) {
+  Options o;  // path empty: an anonymous, lazily mapped region
+  o.durability = Durability::kDram;
+  auto opened = Open(kind, o);
+  if (!opened.ok()) return opened.status();
+  const Capabilities caps = opened.value()->capabilities();
+  PMHASH_RETURN_IF_ERROR(opened.value()->Close());
+  return caps;
+}
+
+std::string KindsWith(bool Capabilities::*has) {
+  std::string list;
+  for (const auto& e : kEntries) {
+    auto caps = KindCapabilities(e.info.name);
+    if (caps.ok() && caps.value().*has) list += (list.empty() ? "" : ", ") + std::string(e.info.name);
+  }
+  return list;
+}
+
 Result<std::string> DescribePoolParams(std::string_view kind, std::span<const uint8_t> params) {
   const Entry* e = FindEntry(kind);
   if (!e) return UnknownKind(kind);

@@ -8,11 +8,13 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "bench/bytes_table.h"
 #include "bench/driver.h"
 #include "bench/histogram.h"
 #include "bench/keys.h"
@@ -329,6 +331,87 @@ TEST(Report, JsonParsesAndHasTheSchemaFields) {
     line_start = end + 1;
   }
   EXPECT_NE(ToSeriesCsv(report).find("average_utility"), std::string::npos);
+}
+
+// Variable-size items: the expansion keeps the generator's key as its prefix (distinct keys stay
+// distinct) and is deterministic.
+TEST(BytesItems, ExpansionIsDeterministicAndKeepsTheKey) {
+  std::string a, b;
+  for (uint32_t n : {8u, 15u, 16u, 30u, 1000u}) {
+    ExpandItem(0x0123456789abcdefULL, n, &a);
+    ASSERT_EQ(a.size(), n);
+    uint64_t prefix = 0;
+    std::memcpy(&prefix, a.data(), 8);
+    EXPECT_EQ(prefix, 0x0123456789abcdefULL);
+    ExpandItem(0x0123456789abcdefULL, n, &b);
+    EXPECT_EQ(a, b);
+    ExpandItem(0x0123456789abcdeeULL, n, &b);
+    EXPECT_NE(a, b);
+  }
+  ExpandItem(7, 30, &a);
+  ExpandItem(7, 15, &b);
+  EXPECT_EQ(a.substr(0, 15), b);  // a shorter item is a prefix of a longer one
+}
+
+// A tiny TURBO30-style run (15 B keys, 15 B values): only the kinds with the bytes API run,
+// the others are named in a note, and the reference uses string keys.
+TEST(BytesItems, TinyBytesBench) {
+  BenchConfig c;  // every registered kind
+  c.durabilities = {Durability::kAdr, Durability::kDram};
+  c.keys = 2000;
+  c.threads = {1, 2};
+  c.phases = {"insert", "find+", "find-", "update", "ycsb-a", "erase"};
+  c.key_bytes = 15;
+  c.value_bytes = 15;
+  c.persist_probe = false;
+  BenchReport report;
+  const Status s = RunBench(c, nullptr, &report);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  ASSERT_TRUE(report.ok());
+  EXPECT_EQ(report.config.indexes, std::vector<std::string>{"turbo-kv"});
+  for (const char* kind : {"reh", "pea", "turbo"}) {
+    const std::string note = std::string("kind '") + kind + "' skipped";
+    EXPECT_TRUE(std::any_of(report.notes.begin(), report.notes.end(),
+                            [&](const std::string& n) { return n.find(note) == 0; }))
+        << note;
+  }
+  ASSERT_EQ(report.tables.size(), 2u);
+  for (const TableResult& t : report.tables) {
+    ASSERT_TRUE(t.reference.has_value());
+    EXPECT_EQ(t.reference->index, "absl<string,string>");
+    EXPECT_FALSE(t.concurrent_reference.has_value());
+    ASSERT_EQ(t.rows.size(), 2u);  // turbo-kv x {adr, dram}
+    for (const RowResult& row : t.rows) {
+      EXPECT_EQ(row.index, "turbo-kv");
+      EXPECT_TRUE(row.error.ok()) << row.error.ToString();
+      ASSERT_EQ(row.phases.size(), c.phases.size());
+      EXPECT_EQ(row.phases[0].ops, c.keys);
+      EXPECT_EQ(row.stats->size, c.keys);
+      ASSERT_TRUE(row.counting.has_value());
+      if (row.durability == "adr") {
+        EXPECT_GT(row.counting->insert.write_amplification, 0);
+      }
+    }
+  }
+  EXPECT_NE(ToJson(report).find("\"key_bytes\": 15"), std::string::npos);
+
+  // Only kinds without the bytes API: a clear refusal naming the ones that have it.
+  BenchConfig none = c;
+  none.indexes = {"reh"};
+  const Status refused = RunBench(none, nullptr, &report);
+  EXPECT_TRUE(refused.IsNotSupported()) << refused.ToString();
+  EXPECT_NE(refused.ToString().find("(turbo-kv has)"), std::string::npos) << refused.ToString();
+
+  BenchConfig small = c;
+  small.key_bytes = 4;
+  EXPECT_TRUE(ResolveConfig(&small).IsInvalidArgument());
+  BenchConfig growth = c;
+  growth.growth = true;
+  EXPECT_TRUE(ResolveConfig(&growth).IsInvalidArgument());
+  BenchConfig key_only;
+  key_only.key_bytes = 30;
+  ASSERT_TRUE(ResolveConfig(&key_only).ok());
+  EXPECT_EQ(key_only.value_bytes, 8u);
 }
 
 }  // namespace

@@ -137,9 +137,17 @@ TEST(Cli, EveryKindReopensWithoutOptions) {
       } else {
         EXPECT_EQ(put_rc, 2) << out;
         EXPECT_NE(out.find("KEY"), std::string::npos) << out;
+        EXPECT_NE(out.find("kind '" + kind + "' has no variable-size keys; turbo-kv has"),
+                  std::string::npos)
+            << out;
         EXPECT_EQ(RunCli("get " + pool + " 7 --bytes", &out), 2) << out;
-        EXPECT_NE(out.find("no variable-size keys"), std::string::npos) << out;
+        EXPECT_NE(out.find("--bytes: kind '" + kind + "' has no variable-size keys; turbo-kv has"),
+                  std::string::npos)
+            << out;
       }
+      ASSERT_EQ(RunCli("check " + pool, &out), 0) << out;
+      EXPECT_EQ(Field(out, "APIs"), offers_bytes ? "uint64, bytes (variable-size keys)" : "uint64")
+          << out;
       ASSERT_EQ(RunCli("check " + pool, &out), 0) << out;
       EXPECT_EQ(Field(out, "size"), "1 keys") << out;
       // A wrong --index is refused, the right one accepted.

@@ -178,13 +178,14 @@ class ConformanceTest : public ::testing::Test {
     uint64_t visits = 0;
     Key dup = 0;
     bool has_dup = false;
-    idx_->ForEach([&](Key k, Value v) {
+    const Status scanned = idx_->ForEach([&](Key k, Value v) {
       visits++;
       if (!seen.emplace(k, v).second && !has_dup) {
         has_dup = true;
         dup = k;
       }
     });
+    ASSERT_TRUE(scanned.ok()) << scanned.ToString();
     ASSERT_FALSE(has_dup) << "ForEach visited key " << dup << " twice";
     ASSERT_EQ(visits, m.size()) << "ForEach count != oracle size";
     for (const auto& [k, v] : m) {
@@ -731,10 +732,11 @@ TYPED_TEST_P(ConformanceTest, FacadeOpen) {
     EXPECT_EQ(ix.Size(), model.size());
     EXPECT_EQ(ix.Stats().size, model.size());
     uint64_t visits = 0;
-    ix.ForEach([&](Key k, Value val) {
+    const Status scanned = ix.ForEach([&](Key k, Value val) {
       visits++;
       EXPECT_EQ(model.at(k), val);
     });
+    EXPECT_TRUE(scanned.ok()) << scanned.ToString();
     EXPECT_EQ(visits, model.size());
     Status inv = ix.CheckInvariants();
     EXPECT_TRUE(inv.ok()) << inv.ToString();

@@ -249,7 +249,7 @@ TEST_P(KillTest, AcknowledgedOpsSurviveSigkill) {
     Status inv = ix.CheckInvariants();
     ASSERT_TRUE(inv.ok()) << inv.ToString();
     Model found;
-    ix.ForEach([&](Key k, Value v) { found.emplace(k, v); });
+    ASSERT_TRUE(ix.ForEach([&](Key k, Value v) { found.emplace(k, v); }).ok());
     ASSERT_EQ(found.size(), ix.Size());
     if (inflight) {
       Model after = model;

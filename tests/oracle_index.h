@@ -111,13 +111,14 @@ class OracleIndex {
     std::lock_guard<std::mutex> g(mu_);
     return map_.size();
   }
-  void ForEach(const std::function<void(Key, Value)>& fn) const {
+  Status ForEach(const std::function<void(Key, Value)>& fn) const {
     std::vector<std::pair<Key, Value>> copy;
     {
       std::lock_guard<std::mutex> g(mu_);
       copy.assign(map_.begin(), map_.end());
     }
     for (const auto& [k, v] : copy) fn(k, v);
+    return Status::OK();
   }
   IndexStats Stats() const {
     std::lock_guard<std::mutex> g(mu_);

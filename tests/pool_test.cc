@@ -1026,7 +1026,7 @@ TEST_F(HostileChain, GarbageSlotsDoNotCrash) {
   auto r = Reh::Open(RehOptions(path_.path(), OpenMode::kOpenExisting));
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   uint64_t n = 0;
-  (*r)->ForEach([&](Key, Value) { n++; });
+  ASSERT_TRUE((*r)->ForEach([&](Key, Value) { n++; }).ok());
   EXPECT_EQ(n, (*r)->Size());
   EXPECT_LE(n, chain_.size() * reh::kSlots);
   Status s = (*r)->CheckInvariants();
@@ -1894,7 +1894,7 @@ TEST_F(PeaHostile, GarbageBucketsDoNotCrash) {
   auto r = Pea::Open(PeaPoolOptions(path_.path(), OpenMode::kOpenExisting));
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   uint64_t n = 0;
-  (*r)->ForEach([&](Key, Value) { n++; });
+  ASSERT_TRUE((*r)->ForEach([&](Key, Value) { n++; }).ok());
   EXPECT_EQ(n, (*r)->Size());
   Status s = (*r)->CheckInvariants();
   EXPECT_TRUE(s.IsCorruption()) << s.ToString();

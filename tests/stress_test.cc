@@ -95,10 +95,10 @@ class StressTest : public ::testing::Test {
     ASSERT_TRUE(s.ok()) << s.ToString();
     std::unordered_map<Key, Value> all;
     uint64_t visits = 0;
-    idx_->ForEach([&](Key k, Value v) {
-      visits++;
-      all.emplace(k, v);
-    });
+    ASSERT_TRUE(idx_->ForEach([&](Key k, Value v) {
+                  visits++;
+                  all.emplace(k, v);
+                }).ok());
     ASSERT_EQ(visits, all.size()) << "ForEach visited a key twice";
     ASSERT_EQ(idx_->Size(), visits);
     for (const auto& [k, v] : all) {
@@ -440,13 +440,14 @@ TYPED_TEST(StressTest, ForEachDuringGrowth) {
   for (uint64_t scan = 0; scan < kScans && !errors.any(); scan++) {
     std::fill(seen.begin(), seen.end(), 0);
     const uint64_t splits_before = ix->Stats().splits;
-    ix->ForEach([&](Key k, Value v) {
+    const Status scanned = ix->ForEach([&](Key k, Value v) {
       auto it = stable_index.find(k);
       if (it != stable_index.end()) {
         seen[it->second]++;
         if (v != it->second) errors.Add("stable key with a foreign value");
       }
     });
+    if (!scanned.ok()) errors.Add("ForEach: " + scanned.ToString());
     uint64_t missed = 0, dups = 0;
     for (uint64_t i = 0; i < stable; i++) {
       missed += seen[i] == 0;

@@ -15,6 +15,7 @@
 #include <string>
 #include <thread>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "crash/crash_harness.h"
@@ -200,43 +201,109 @@ TYPED_TEST(BytesConformance, LimitsAndUint64View) {
   EXPECT_TRUE(ix.CheckInvariants().ok());
 }
 
-TEST(TurboFacade, BytesThroughOpenAndNotSupportedElsewhere) {
+TEST(TurboFacade, BytesThroughOpenAndAbsentElsewhere) {
   ScopedPath p("facade_kv");
   Options o = Small(p.path(), Durability::kAdr);
   {
     auto r = pmhash::Open("turbo-kv", o);
     ASSERT_TRUE(r.ok()) << r.status().ToString();
     Index& ix = *r.value();
-    EXPECT_TRUE(ix.SupportsBytes());
-    ASSERT_TRUE(ix.InsertBytes(std::string("\0key", 4), "value").ok());
+    EXPECT_EQ(ix.capabilities(), (Capabilities{.bytes = true}));
+    BytesApi* kv = ix.bytes();
+    ASSERT_NE(kv, nullptr);
+    EXPECT_EQ(std::as_const(ix).bytes(), kv);
+    ASSERT_TRUE(kv->Insert(std::string("\0key", 4), "value").ok());
+    EXPECT_TRUE(kv->Insert(std::string("\0key", 4), "other").IsExists());
     std::string v;
-    ASSERT_TRUE(ix.FindBytes(std::string("\0key", 4), &v).ok());
+    ASSERT_TRUE(kv->Find(std::string("\0key", 4), &v).ok());
     EXPECT_EQ(v, "value");
-    ASSERT_TRUE(ix.UpdateBytes(std::string("\0key", 4), "v2").ok());
+    ASSERT_TRUE(kv->Update(std::string("\0key", 4), "v2").ok());
     int n = 0;
-    ix.ForEachBytes([&](std::string_view, std::string_view val) {
-      EXPECT_EQ(val, "v2");
-      n++;
-    });
+    ASSERT_TRUE(kv->ForEach([&](std::string_view, std::string_view val) {
+                    EXPECT_EQ(val, "v2");
+                    n++;
+                  }).ok());
     EXPECT_EQ(n, 1);
-    ASSERT_TRUE(ix.EraseBytes(std::string("\0key", 4)).ok());
-    EXPECT_TRUE(ix.FindBytes(std::string("\0key", 4), &v).IsNotFound());
+    ASSERT_TRUE(kv->Erase(std::string("\0key", 4)).ok());
+    EXPECT_TRUE(kv->Find(std::string("\0key", 4), &v).IsNotFound());
+    ASSERT_TRUE(kv->Upsert("k", "v").ok());
     ASSERT_TRUE(ix.Close().ok());
+    // After Close the bytes API refuses like the uint64 one.
+    EXPECT_TRUE(kv->Find("k", &v).IsInvalidArgument());
+    EXPECT_TRUE(kv->Upsert("k", "w").IsInvalidArgument());
+    n = 0;
+    EXPECT_TRUE(kv->ForEach([&](std::string_view, std::string_view) { n++; }).IsInvalidArgument());
+    EXPECT_EQ(n, 0);
+    EXPECT_TRUE(ix.ForEach([&](Key, Value) { n++; }).IsInvalidArgument());
+    EXPECT_EQ(n, 0);
   }
-  for (const char* kind : {"turbo", "reh"}) {
+  for (const char* kind : {"turbo", "reh", "pea"}) {
     ScopedPath q(std::string("facade_") + kind);
     Options oq = Small(q.path(), Durability::kDram);
     auto r = pmhash::Open(kind, oq);
     ASSERT_TRUE(r.ok()) << r.status().ToString();
     Index& ix = *r.value();
-    EXPECT_FALSE(ix.SupportsBytes()) << kind;
-    std::string v;
-    EXPECT_TRUE(ix.InsertBytes("a", "b").IsNotSupported()) << kind;
-    EXPECT_TRUE(ix.UpsertBytes("a", "b").IsNotSupported()) << kind;
-    EXPECT_TRUE(ix.UpdateBytes("a", "b").IsNotSupported()) << kind;
-    EXPECT_TRUE(ix.FindBytes("a", &v).IsNotSupported()) << kind;
-    EXPECT_TRUE(ix.EraseBytes("a").IsNotSupported()) << kind;
+    EXPECT_EQ(ix.capabilities(), Capabilities{}) << kind;
+    EXPECT_EQ(ix.bytes(), nullptr) << kind;
+    EXPECT_EQ(std::as_const(ix).bytes(), nullptr) << kind;
   }
+  // The registry answers without a pool of one's own.
+  auto caps = KindCapabilities("turbo-kv");
+  ASSERT_TRUE(caps.ok()) << caps.status().ToString();
+  EXPECT_TRUE(caps.value().bytes);
+  EXPECT_FALSE(KindCapabilities("reh").value().bytes);
+  EXPECT_TRUE(KindCapabilities("no-such-kind").status().IsInvalidArgument());
+  EXPECT_EQ(KindsWith(&Capabilities::bytes), "turbo-kv");
+  EXPECT_EQ(KindsWith(&Capabilities::multi), "");
+}
+
+// turbo-kv's uint64 ForEach visits the 8-byte records and says how many others it skipped.
+TEST(TurboFacade, Uint64ForEachReportsRecordsItCannotExpress) {
+  ScopedPath p("foreach_kv");
+  auto r = pmhash::Open("turbo-kv", Small(p.path(), Durability::kDram));
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  Index& ix = *r.value();
+  BytesApi* kv = ix.bytes();
+  ASSERT_NE(kv, nullptr);
+  for (Key k = 1; k <= 10; k++) ASSERT_TRUE(ix.Insert(k, k * 100).ok());
+  uint64_t visited = 0;
+  ASSERT_TRUE(ix.ForEach([&](Key, Value) { visited++; }).ok());  // all 8-byte: OK
+  EXPECT_EQ(visited, 10u);
+  ASSERT_TRUE(kv->Insert("a longer key", "v").ok());     // key of 12 bytes
+  ASSERT_TRUE(kv->Insert("12345678", "short").ok());     // 8-byte key, 5-byte value
+  ASSERT_TRUE(kv->Insert("", "").ok());                  // empty key and value
+  visited = 0;
+  std::map<Key, Value> seen;
+  const Status s = ix.ForEach([&](Key k, Value v) {
+    visited++;
+    seen.emplace(k, v);
+  });
+  EXPECT_TRUE(s.IsNotSupported()) << s.ToString();
+  EXPECT_NE(s.ToString().find("turbo-kv: 3 records have keys or values that are not 8 bytes"),
+            std::string::npos)
+      << s.ToString();
+  EXPECT_NE(s.ToString().find("bytes API's ForEach"), std::string::npos) << s.ToString();
+  EXPECT_EQ(visited, 10u);  // every 8-byte pair was still visited
+  for (Key k = 1; k <= 10; k++) EXPECT_EQ(seen[k], k * 100);
+  uint64_t all = 0;
+  ASSERT_TRUE(kv->ForEach([&](std::string_view, std::string_view) { all++; }).ok());
+  EXPECT_EQ(all, 13u);
+  EXPECT_EQ(ix.Size(), 13u);
+  // Erasing the odd ones makes the uint64 view complete again.
+  ASSERT_TRUE(kv->Erase("a longer key").ok());
+  ASSERT_TRUE(kv->Erase("12345678").ok());
+  ASSERT_TRUE(kv->Erase("").ok());
+  EXPECT_TRUE(ix.ForEach([](Key, Value) {}).ok());
+
+  // The engine's own ForEach (HashIndex) reports the same; inline turbo has nothing to skip.
+  ScopedPath q("foreach_kv_engine");
+  auto e = TurboKv<pm::Dram>::Open(Small(q.path(), Durability::kDram));
+  ASSERT_TRUE(e.ok()) << e.status().ToString();
+  ASSERT_TRUE((*e)->Insert(1, 2).ok());
+  ASSERT_TRUE((*e)->InsertBytes("abc", "x").ok());
+  const Status es = (*e)->ForEach([](Key, Value) {});
+  EXPECT_TRUE(es.IsNotSupported()) << es.ToString();
+  EXPECT_NE(es.ToString().find(": 1 records"), std::string::npos) << es.ToString();
 }
 
 // ============================================================================================

@@ -8,10 +8,12 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <iostream>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "bench/driver.h"
@@ -177,6 +179,14 @@ int BenchMain(const ParsedArgs& args) {
     }
     if (args.Has("check")) c.check = true;
     if (args.Has("no-probe")) c.persist_probe = false;
+    for (const auto& [flag, field] : {std::pair{"key-bytes", &c.key_bytes},
+                                      std::pair{"value-bytes", &c.value_bytes}}) {
+      if (auto v = args.Value(flag)) {
+        uint64_t n = 0;
+        PMHASH_RETURN_IF_ERROR(ParseU64(*v, std::string("--") + flag, &n));
+        *field = static_cast<uint32_t>(std::min<uint64_t>(n, UINT32_MAX));  // range: ResolveConfig
+      }
+    }
     if (auto v = args.Value("repeat")) {
       uint64_t r = 0;
       PMHASH_RETURN_IF_ERROR(ParseU64(*v, "--repeat", &r));

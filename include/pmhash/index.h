@@ -37,7 +37,10 @@ using Value = uint64_t;
 //   Update: kNotFound if absent.  Upsert: insert or overwrite.
 //   Find:   OK and *value set, or kNotFound.
 //   Erase:  kNotFound if absent.
-//   ForEach visits every live pair once; concurrent writers may or may not be observed.
+//   ForEach visits every live pair once; concurrent writers may or may not be observed. It
+//   returns OK when it visited every live pair; an index that holds pairs the uint64 API cannot
+//   express (turbo-kv: a key or value that is not 8 bytes) visits the others and then returns
+//   kNotSupported saying how many it skipped (the bytes API visits them).
 //   CheckInvariants walks the whole structure (persistent and volatile parts) and reports the
 //   first violation as kCorruption; it is meant for tests and `pmhash check`.
 //   Close marks a clean shutdown (idempotent); writes after it return kInvalidArgument. The
@@ -54,7 +57,7 @@ concept HashIndex = requires(T& t, const T& ct, Key k, Value v, Value* out,
   { ct.Find(k, out) } -> std::same_as<Status>;
   { t.Erase(k) } -> std::same_as<Status>;
   { ct.Size() } -> std::same_as<uint64_t>;
-  { ct.ForEach(fn) } -> std::same_as<void>;
+  { ct.ForEach(fn) } -> std::same_as<Status>;
   { ct.Stats() } -> std::same_as<IndexStats>;
   { ct.CheckInvariants() } -> std::same_as<Status>;
   { t.ResetCounters() } -> std::same_as<void>;
@@ -69,7 +72,8 @@ concept HashIndex = requires(T& t, const T& ct, Key k, Value v, Value* out,
 //   SupportsBytes() says whether this instance (this kind / pool layout) offers them; when it is
 //   false every *Bytes call returns kNotSupported and ForEachBytes visits nothing.
 //   FindBytes assigns the value to *value (its previous contents are discarded).
-//   Today: "turbo-kv" (TurboHash with records). The facade's defaults serve every other kind.
+//   Engines keep these members; the facade offers them through Index::bytes() (BytesApi).
+//   Today: "turbo-kv" (TurboHash with records).
 template <class T>
 concept BytesIndex = HashIndex<T> &&
     requires(T& t, const T& ct, std::string_view k, std::string_view v, std::string* out,
@@ -81,6 +85,36 @@ concept BytesIndex = HashIndex<T> &&
   { ct.FindBytes(k, out) } -> std::same_as<Status>;
   { t.EraseBytes(k) } -> std::same_as<Status>;
   { ct.ForEachBytes(fn) } -> std::same_as<void>;
+};
+
+// What an open index offers beyond the uint64 API (Index::capabilities()). Each optional API is
+// one flag here and one accessor on Index that returns nullptr when the flag is false, so a new
+// optional API adds a flag and an interface, not a set of NotSupported virtuals on Index.
+struct Capabilities {
+  bool bytes = false;  // variable-size keys and values: Index::bytes() is not null (BytesApi)
+  bool multi = false;  // several values per key (reserved for the coming pea-multi kind; no kind
+                       // sets it yet)
+
+  friend bool operator==(const Capabilities&, const Capabilities&) = default;
+};
+
+// The variable-size API of an Index (BytesIndex's contract, without the "Bytes" suffixes).
+// Obtained from Index::bytes(); owned by that Index and valid as long as it is. After the
+// Index's Close() every call returns kInvalidArgument (ForEach visits nothing).
+class BytesApi {
+ public:
+  virtual Status Insert(std::string_view key, std::string_view value) = 0;
+  virtual Status Update(std::string_view key, std::string_view value) = 0;
+  virtual Status Upsert(std::string_view key, std::string_view value) = 0;
+  // *value is assigned (its previous contents are discarded).
+  virtual Status Find(std::string_view key, std::string* value) const = 0;
+  virtual Status Erase(std::string_view key) = 0;
+  // Visits every live pair once, uint64 ones included (as their 8 little-endian bytes).
+  virtual Status ForEach(
+      const std::function<void(std::string_view key, std::string_view value)>& fn) const = 0;
+
+ protected:
+  ~BytesApi() = default;  // not deleted through this interface: the Index owns it
 };
 
 // Type-erased facade. Obtain one from pmhash::Open().
@@ -95,29 +129,22 @@ class Index {
   virtual Status Find(Key k, Value* v) const = 0;
   virtual Status Erase(Key k) = 0;
   virtual uint64_t Size() const = 0;
-  virtual void ForEach(const std::function<void(Key, Value)>& fn) const = 0;
+  virtual Status ForEach(const std::function<void(Key, Value)>& fn) const = 0;
   virtual IndexStats Stats() const = 0;
   virtual Status CheckInvariants() const = 0;
   virtual void ResetCounters() = 0;
-  // Clean shutdown (idempotent). Every call after it but Close, kind and durability returns
-  // kInvalidArgument (Size: 0, ForEach: nothing). The destructor closes unless Abandon()ed.
+  // Clean shutdown (idempotent). Every call after it but Close, kind, durability and
+  // capabilities returns kInvalidArgument (Size: 0; ForEach visits nothing). The destructor
+  // closes unless Abandon()ed.
   virtual Status Close() = 0;
   // The destructor will leave the pool as a crash would (no clean mark): for crash tests.
   virtual void Abandon() = 0;
 
-  // Variable-size API (see BytesIndex). Defaults: not offered.
-  virtual bool SupportsBytes() const { return false; }
-  virtual Status InsertBytes(std::string_view, std::string_view) { return BytesUnsupported(); }
-  virtual Status UpdateBytes(std::string_view, std::string_view) { return BytesUnsupported(); }
-  virtual Status UpsertBytes(std::string_view, std::string_view) { return BytesUnsupported(); }
-  virtual Status FindBytes(std::string_view, std::string*) const { return BytesUnsupported(); }
-  virtual Status EraseBytes(std::string_view) { return BytesUnsupported(); }
-  virtual void ForEachBytes(const std::function<void(std::string_view, std::string_view)>&) const {}
-
- private:
-  static Status BytesUnsupported() {
-    return Status::NotSupported("this index kind has no variable-size keys (try turbo-kv)");
-  }
+  // Optional APIs (see Capabilities). Defaults: none offered.
+  virtual Capabilities capabilities() const { return {}; }
+  // The variable-size API, or nullptr when capabilities().bytes is false.
+  virtual BytesApi* bytes() { return nullptr; }
+  virtual const BytesApi* bytes() const { return nullptr; }
 };
 
 // One row of the registry.
@@ -139,5 +166,14 @@ Result<std::unique_ptr<Index>> Open(std::string_view kind, const Options& option
 // Opens the existing pool at options.path, whatever kind it holds (read from its header).
 // kNotFound if there is no pool there; a pool is only created by naming its kind.
 Result<std::unique_ptr<Index>> Open(const Options& options);
+
+// The capabilities of a new pool of `kind` with default parameters: it opens (and closes) a
+// small anonymous DRAM instance, so it costs one open (milliseconds), not a table lookup.
+// kInvalidArgument for an unknown kind.
+Result<Capabilities> KindCapabilities(std::string_view kind);
+
+// The registered kinds whose new pools offer capability `has` (e.g. &Capabilities::bytes), as
+// "a, b" for messages ("" if none).
+std::string KindsWith(bool Capabilities::*has);
 
 }  // namespace pmhash

@@ -91,13 +91,14 @@ class LogTable {
     LockGuard<Mutex> g(mu_);
     return map_.size();
   }
-  void ForEach(const std::function<void(Key, Value)>& fn) const {
+  Status ForEach(const std::function<void(Key, Value)>& fn) const {
     std::map<Key, Value> copy;
     {
       LockGuard<Mutex> g(mu_);
       copy = map_;
     }
     for (const auto& [k, v] : copy) fn(k, v);
+    return Status::OK();
   }
   IndexStats Stats() const {
     IndexStats s;

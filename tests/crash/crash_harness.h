@@ -498,7 +498,10 @@ class Harness {
     auto& idx = *r.value();
     Model got;
     bool dup = false;
-    idx.ForEach([&](Key k, Value v) { dup |= !got.emplace(k, v).second; });
+    if (Status s = idx.ForEach([&](Key k, Value v) { dup |= !got.emplace(k, v).second; });
+        !s.ok()) {
+      return "ForEach after recovery: " + s.ToString();
+    }
     if (dup) return "duplicate key after recovery";
     if (after_only && got != after && got == before) {
       return "a completed concurrent read saw the in-flight operation, but recovery undid it "
@@ -533,7 +536,9 @@ class Harness {
         return "background task after recovery: " + s.ToString();
       }
       Model again;
-      idx.ForEach([&](Key k, Value v) { again.emplace(k, v); });
+      if (Status s = idx.ForEach([&](Key k, Value v) { again.emplace(k, v); }); !s.ok()) {
+        return "ForEach after background work: " + s.ToString();
+      }
       if (again != got) return "background work after recovery changed the contents";
       if (Status s = idx.CheckInvariants(); !s.ok()) return "after background work: " + s.ToString();
     }

@@ -190,7 +190,7 @@ class Pea : public index::EngineBase<Pea<P>, P, Config> {
   Status Find(Key k, Value* v) const;
   Status Erase(Key k);
   uint64_t Size() const;
-  void ForEach(const std::function<void(Key, Value)>& fn) const;
+  Status ForEach(const std::function<void(Key, Value)>& fn) const;
   IndexStats Stats() const;
   Status CheckInvariants() const;
 

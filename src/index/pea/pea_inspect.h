@@ -45,7 +45,7 @@ void Pea<P>::CollectSegment(uint64_t e, std::vector<std::pair<Key, Value>>* out)
 }
 
 template <pm::PersistPolicy P>
-void Pea<P>::ForEach(const std::function<void(Key, Value)>& fn) const {
+Status Pea<P>::ForEach(const std::function<void(Key, Value)>& fn) const {
   // Walk the hash space by segment ranges (as REH): splits only cut ranges, so a key present
   // for the whole walk is visited exactly once.
   std::vector<std::pair<Key, Value>> pairs;
@@ -63,6 +63,7 @@ void Pea<P>::ForEach(const std::function<void(Key, Value)>& fn) const {
     if ((cursor >> shift) == (~uint64_t{0} >> shift)) break;
     cursor = ((cursor >> shift) + 1) << shift;
   }
+  return Status::OK();
 }
 
 template <pm::PersistPolicy P>

@@ -231,7 +231,7 @@ class Reh : public index::EngineBase<Reh<P>, P, Config> {
 
   Status Find(Key k, Value* v) const;
   Status Erase(Key k);
-  void ForEach(const std::function<void(Key, Value)>& fn) const;
+  Status ForEach(const std::function<void(Key, Value)>& fn) const;
   IndexStats Stats() const;
   Status CheckInvariants() const;
 
@@ -732,7 +732,7 @@ Status Reh<P>::Double(const Directory* seen) {
 }
 
 template <pm::PersistPolicy P>
-void Reh<P>::ForEach(const std::function<void(Key, Value)>& fn) const {
+Status Reh<P>::ForEach(const std::function<void(Key, Value)>& fn) const {
   // Walk the hash space in prefix order: lock the bucket covering `cursor`, take its pairs, move
   // the cursor past its range. Splits only cut ranges and never move a key out of the range of
   // its hash, so a key present for the whole walk is visited exactly once.
@@ -753,6 +753,7 @@ void Reh<P>::ForEach(const std::function<void(Key, Value)>& fn) const {
     if (last) break;
     cursor = ((cursor >> shift) + 1) << shift;
   }
+  return Status::OK();
 }
 
 template <pm::PersistPolicy P>

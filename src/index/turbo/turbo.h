@@ -128,7 +128,8 @@
 //     which is always possible while paths end within the probing scope; a key whose path is cut
 //     by the scope can find its old slot taken by an earlier re-insert and be refused.
 //   * uint64 API on turbo-kv: an 8-byte little-endian key and an 8-byte value record; ForEach
-//     visits only such records (ForEachBytes visits all).
+//     visits only such records and returns kNotSupported with the count of the others when
+//     there were any (ForEachBytes visits all).
 //
 // Thread safety: all public operations may run concurrently. Close() requires quiescence.
 #pragma once
@@ -343,7 +344,7 @@ class Turbo : public index::EngineBase<Turbo<P, kRecords>, P, Config> {
   // uint64 API (HashIndex).
   Status Find(Key k, Value* v) const;
   Status Erase(Key k);
-  void ForEach(const std::function<void(Key, Value)>& fn) const;
+  Status ForEach(const std::function<void(Key, Value)>& fn) const;
   IndexStats Stats() const;
   Status CheckInvariants() const;
 
@@ -1060,15 +1061,19 @@ void Turbo<P, R>::ForEachLiveSlot(uint32_t s, Fn&& fn) const {
 }
 
 template <pm::PersistPolicy P, bool R>
-void Turbo<P, R>::ForEach(const std::function<void(Key, Value)>& fn) const {
+Status Turbo<P, R>::ForEach(const std::function<void(Key, Value)>& fn) const {
   std::vector<std::pair<Key, Value>> pairs;
+  uint64_t skipped = 0;  // turbo-kv records the uint64 API cannot express
   for (uint32_t s = 0; s < nshards_; s++) {
     pairs.clear();
     ForEachLiveSlot(s, [&](const Slot& sl) {
       if constexpr (R) {
         const uint64_t ro = sl.value.load(std::memory_order_relaxed);
         const std::string_view k = RecKey(ro), val = RecValue(ro);
-        if (k.size() != 8 || val.size() != 8) return;
+        if (k.size() != 8 || val.size() != 8) {
+          skipped++;
+          return;
+        }
         Key kk;
         Value vv;
         std::memcpy(&kk, k.data(), 8);
@@ -1081,6 +1086,12 @@ void Turbo<P, R>::ForEach(const std::function<void(Key, Value)>& fn) const {
     });
     for (const auto& [k, v] : pairs) fn(k, v);  // outside the shard lock
   }
+  if (skipped > 0) {
+    return Status::NotSupported(std::string(kKindName) + ": " + std::to_string(skipped) +
+                                " records have keys or values that are not 8 bytes; use the "
+                                "bytes API's ForEach");
+  }
+  return Status::OK();
 }
 
 template <pm::PersistPolicy P, bool R>
