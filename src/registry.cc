@@ -42,6 +42,7 @@ struct Entry {
   IndexInfo info;
   OpenFn open;
   DescribeFn describe;
+  Capabilities caps;
 };
 
 using Entries = std::array<Entry, index::IndexKinds::kSize>;
@@ -50,7 +51,8 @@ const Entries kEntries = [] {
   Entries e{};
   size_t i = 0;
   index::IndexKinds::ForEach([&]<class D>() {
-    e[i++] = Entry{{D::kName, D::kPaper, D::kSummary}, &OpenAnyPolicy<D>, &Describe<D>};
+    e[i++] = Entry{{D::kName, D::kPaper, D::kSummary}, &OpenAnyPolicy<D>, &Describe<D>,
+                   index::CapabilitiesOf<D>()};
   });
   return e;
 }();
@@ -114,13 +116,9 @@ Result<std::unique_ptr<Index>> Open(const Options& options) {
 }
 
 Result<Capabilities> KindCapabilities(std::string_view kind) {
-  Options o;  // path empty: an anonymous, lazily mapped region
-  o.durability = Durability::kDram;
-  auto opened = Open(kind, o);
-  if (!opened.ok()) return opened.status();
-  const Capabilities caps = opened.value()->capabilities();
-  PMHASH_RETURN_IF_ERROR(opened.value()->Close());
-  return caps;
+  const Entry* e = FindEntry(kind);
+  if (!e) return UnknownKind(kind);
+  return e->caps;
 }
 
 std::string KindsWith(bool Capabilities::*has) {

@@ -929,6 +929,11 @@ TEST(Registry, EveryKindIsSelfDescribing) {
       EXPECT_EQ((*r)->kind(), D::kName);
       EXPECT_EQ((*r)->durability(), Durability::kEadr);
       EXPECT_EQ((*r)->Size(), 100u);
+      // The registry's capabilities (from the descriptor, no pool opened) are the instance's.
+      auto caps = pmhash::KindCapabilities(D::kName);
+      ASSERT_TRUE(caps.ok()) << caps.status().ToString();
+      EXPECT_EQ(caps.value(), (*r)->capabilities());
+      EXPECT_EQ((*r)->bytes() != nullptr, (*r)->capabilities().bytes);
       Value v = 0;
       ASSERT_TRUE((*r)->Find(42, &v).ok());
       EXPECT_EQ(v, 43u);

@@ -167,8 +167,8 @@ Result<std::unique_ptr<Index>> Open(std::string_view kind, const Options& option
 // kNotFound if there is no pool there; a pool is only created by naming its kind.
 Result<std::unique_ptr<Index>> Open(const Options& options);
 
-// The capabilities of a new pool of `kind` with default parameters: it opens (and closes) a
-// small anonymous DRAM instance, so it costs one open (milliseconds), not a table lookup.
+// The capabilities of `kind`, from its descriptor (a table lookup; no pool is opened). Every
+// pool of the kind offers them (tests check the registry against opened instances).
 // kInvalidArgument for an unknown kind.
 Result<Capabilities> KindCapabilities(std::string_view kind);
 

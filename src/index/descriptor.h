@@ -43,6 +43,7 @@
 
 #include "pm/persist.h"
 #include "pm/pool.h"
+#include "pmhash/index.h"
 #include "pmhash/options.h"
 #include "pmhash/status.h"
 
@@ -90,6 +91,17 @@ concept Descriptor = requires(const Options& o, const typename D::Stored& s, uin
 // The parameter block of a new pool: defaults where the caller left a property unset.
 // A descriptor may provide Base(): the stored block before properties are applied (words that
 // are not user properties, e.g. turbo-kv's `records`).
+// What the kind offers beyond the uint64 API (include/pmhash/index.h): a descriptor may declare
+// `static constexpr Capabilities kCapabilities`; none by default.
+template <Descriptor D>
+constexpr Capabilities CapabilitiesOf() {
+  if constexpr (requires { D::kCapabilities; }) {
+    return D::kCapabilities;
+  } else {
+    return Capabilities{};
+  }
+}
+
 template <Descriptor D>
 typename D::Stored BaseParams() {
   if constexpr (requires { D::Base(); }) {

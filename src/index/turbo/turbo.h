@@ -260,6 +260,7 @@ struct DescriptorFor {
       kRecords
           ? "TurboHash with variable-size keys/values: hash + record offset per slot, record heap"
           : "sharded linear probing, 256 B buckets, near-place update, lock-free reads, 8 B items";
+  static constexpr Capabilities kCapabilities{.bytes = kRecords};
   using Params = TurboParams;
   using Stored = PersistentParams;
   template <class P>
