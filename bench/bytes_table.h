@@ -94,7 +94,7 @@ class AbslBytesReference {
  private:
   // Heterogeneous lookup takes absl::string_view (not std::string_view in every absl build).
   static absl::string_view Absl(std::string_view s) { return {s.data(), s.size()}; }
-  static constexpr size_t kSso = std::string().capacity();
+  static inline const size_t kSso = std::string().capacity();  // not constexpr in clang 14
   absl::flat_hash_map<std::string, std::string> map_;
 };
 
