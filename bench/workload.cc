@@ -121,7 +121,9 @@ uint64_t RankGenerator::Next(SplitMix64& rng) const {
 std::string OpMix::Name() const {
   std::string s;
   auto add = [&](const char* n, double w) {
-    if (w > 0) s += (s.empty() ? "" : ",") + std::string(n) + "=" + Num(w);
+    if (w <= 0) return;
+    if (!s.empty()) s += ',';
+    s.append(n).append("=").append(Num(w));  // appends: gcc 12 -O3 warns on "x" + string&&
   };
   add("insert", insert);
   add("find+", find_hit);
