@@ -142,6 +142,11 @@ class ConformanceTest : public ::testing::Test {
     o.mode = OpenMode::kOpenOrCreate;
     o.durability = T::Policy::kDurability;
     o.hash_mode = mode;
+    // A fixed hash seed (PMHASH_TEST_SEED overrides it). With a random one, colliding-hash runs
+    // differ from run to run, and some seeds (2 of 150 tried) put 16 keys of equal 27-bit hash
+    // prefixes into DestroyWithoutCloseRecovers: REH then refuses the insert (kOutOfSpace: its
+    // directory would pass Options::max_directory_bytes), as designed.
+    o.hash_seed = TestSeed(0x5eed);
     Traits::SmallGeometry(&o);
     return o;
   }
@@ -692,7 +697,8 @@ TYPED_TEST_P(ConformanceTest, DestroyWithoutCloseRecovers) {
   EXPECT_TRUE(this->idx_->Stats().recovered);
   ASSERT_NO_FATAL_FAILURE(this->ExpectMatches(model));
   for (uint64_t i = n; i < 2 * n; i++) {
-    ASSERT_TRUE(this->idx_->Upsert(i, i * 2).ok());
+    const Status s = this->idx_->Upsert(i, i * 2);
+    ASSERT_TRUE(s.ok()) << s.ToString();
     model[i] = i * 2;
   }
   for (uint64_t i = 1; i < n; i += 5) {

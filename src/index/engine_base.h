@@ -10,7 +10,11 @@
 //
 //     Status Write(Key, Value, index::WriteMode);     // insert, update or upsert one pair
 //
-// which the engine may keep private (declare `friend class index::EngineBase<...>`).
+// which the engine may keep private. An engine names its base once, first in its class body:
+//
+//     template <pm::PersistPolicy P>
+//     class Reh : public index::EngineBase<Reh<P>, P, Config> {
+//       PMHASH_ENGINE_BASE(P, Config, Reh<P>);   // Base, friend Base, the members it uses
 //
 // Members are protected, not private: they are the engine's own state, shared with it only to
 // avoid declaring them three times. Destruction order: members of the engine are destroyed
@@ -20,11 +24,13 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <new>
 #include <string>
 
 #include "common/hash.h"
 #include "common/resize_log.h"
 #include "common/striped_counter.h"
+#include "index/descriptor.h"
 #include "index/lifecycle.h"
 #include "pm/persist.h"
 #include "pm/pool.h"
@@ -62,6 +68,22 @@ class EngineBase {
   pm::Pool& pool() { return *pool_; }
 
  protected:
+  // The start of every engine's Open (descriptor D): the pool opened or created and its
+  // parameters resolved (OpenIndexPool, src/index/descriptor.h), the Config made of them plus this
+  // open's options (`Config::SetOpenOptions(const Options&)`), and the engine object built on
+  // both, not yet created nor recovered. REQUIRES: Engine(std::unique_ptr<pm::Pool>, const Config&).
+  template <class D>
+  static Result<std::unique_ptr<Engine>> NewEngine(const Options& options) {
+    auto opened = OpenIndexPool<D>(options, P::kDurability);
+    if (!opened.ok()) return opened.status();
+    Config config;
+    static_cast<typename D::Stored&>(config) = opened->params;
+    config.SetOpenOptions(options);
+    std::unique_ptr<Engine> e(new (std::nothrow) Engine(std::move(opened->pool), config));
+    if (!e) return Status::OutOfMemory(std::string(D::kName) + ": index object");
+    return e;
+  }
+
   EngineBase(std::unique_ptr<pm::Pool> pool, const Config& config)
       : pool_(std::move(pool)),
         params_(config),
@@ -117,3 +139,12 @@ class EngineBase {
   EXTERN template class ENGINE<::pmhash::pm::Adr __VA_OPT__(, ) __VA_ARGS__>;  \
   EXTERN template class ENGINE<::pmhash::pm::Eadr __VA_OPT__(, ) __VA_ARGS__>; \
   EXTERN template class ENGINE<::pmhash::pm::Sim __VA_OPT__(, ) __VA_ARGS__>
+
+// The base's members an engine uses, declared once per engine (they live in a dependent base, so
+// the engine would otherwise write `this->` before each). Private; the engine is the base's friend
+// so that the base can call its private Write and Quiesce.
+#define PMHASH_ENGINE_BASE(P, CONFIG, ...)                                                      \
+  using Base = ::pmhash::index::EngineBase<__VA_ARGS__, P, CONFIG>;                             \
+  friend Base;                                                                                  \
+  using Base::pool_, Base::params_, Base::hash_, Base::persist_, Base::size_, Base::splits_,    \
+      Base::doublings_, Base::resize_log_, Base::recovered_, Base::recovery_seconds_, Base::life_

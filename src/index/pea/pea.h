@@ -176,10 +176,7 @@ namespace pmhash::pea {
 
 template <pm::PersistPolicy P>
 class Pea : public index::EngineBase<Pea<P>, P, Config> {
-  using Base = index::EngineBase<Pea<P>, P, Config>;
-  friend Base;
-  using Base::pool_, Base::params_, Base::hash_, Base::persist_, Base::size_, Base::splits_,
-      Base::doublings_, Base::resize_log_, Base::recovered_, Base::recovery_seconds_, Base::life_;
+  PMHASH_ENGINE_BASE(P, Config, Pea<P>);
 
  public:
   static constexpr std::string_view kKindName = "pea";
@@ -359,6 +356,7 @@ class Pea : public index::EngineBase<Pea<P>, P, Config> {
 template <pm::PersistPolicy P>
 Pea<P>::Pea(std::unique_ptr<pm::Pool> pool, const Config& config)
     : Base(std::move(pool), config) {
+  epoch_.set_reclaim_batch(config.reclaim_batch);
   heap_offset_ = pool_->allocator().heap_offset();
   heap_ = pool_->base() + heap_offset_;
   seg_bytes_ = pool_->allocator().chunk_size();

@@ -143,6 +143,12 @@ struct PersistentParams {
 struct Config : PersistentParams {
   bool entry_moving = true;
   bool tear_safe = false;
+  uint32_t reclaim_batch = 0;  // Options::reclaim_batch
+  void SetOpenOptions(const Options& o) {
+    entry_moving = o.pea.entry_moving;
+    tear_safe = o.pea.tear_safe;
+    reclaim_batch = o.reclaim_batch;
+  }
 };
 
 template <pm::PersistPolicy P>

@@ -10,17 +10,10 @@ namespace pmhash::pea {
 
 template <pm::PersistPolicy P>
 Result<std::unique_ptr<Pea<P>>> Pea<P>::Open(const Options& options) {
-  auto opened = index::OpenIndexPool<Descriptor>(options, P::kDurability);
-  if (!opened.ok()) return opened.status();
-  Config config;
-  static_cast<PersistentParams&>(config) = opened->params;
-  config.entry_moving = options.pea.entry_moving;
-  config.tear_safe = options.pea.tear_safe;
-  std::unique_ptr<Pea> r(new (std::nothrow) Pea(std::move(opened->pool), config));
-  if (!r) return Status::OutOfMemory("pea: index object");
-  r->epoch_.set_reclaim_batch(options.reclaim_batch);
-  if (r->pool_->created()) PMHASH_RETURN_IF_ERROR(r->Create());
-  PMHASH_RETURN_IF_ERROR(r->Recover());
+  auto r = Base::template NewEngine<Descriptor>(options);
+  if (!r.ok()) return r.status();
+  if ((*r)->pool_->created()) PMHASH_RETURN_IF_ERROR((*r)->Create());
+  PMHASH_RETURN_IF_ERROR((*r)->Recover());
   return r;
 }
 

@@ -178,6 +178,11 @@ struct PersistentParams {
 // What an open index runs with: the pool's properties and this open's options.
 struct Config : PersistentParams {
   bool tear_safe = false;
+  uint64_t max_directory_bytes = 0;  // Options::max_directory_bytes; 0: max(1 GiB, pool size)
+  void SetOpenOptions(const Options& o) {
+    tear_safe = o.reh.tear_safe;
+    max_directory_bytes = o.max_directory_bytes;
+  }
 };
 
 template <pm::PersistPolicy P>
@@ -217,10 +222,7 @@ struct Descriptor {
 
 template <pm::PersistPolicy P>
 class Reh : public index::EngineBase<Reh<P>, P, Config> {
-  using Base = index::EngineBase<Reh<P>, P, Config>;
-  friend Base;
-  using Base::pool_, Base::params_, Base::hash_, Base::persist_, Base::size_, Base::splits_,
-      Base::doublings_, Base::resize_log_, Base::recovered_, Base::recovery_seconds_, Base::life_;
+  PMHASH_ENGINE_BASE(P, Config, Reh<P>);
 
  public:
   static constexpr std::string_view kKindName = "reh";
@@ -247,7 +249,7 @@ class Reh : public index::EngineBase<Reh<P>, P, Config> {
     size_t size() const { return size_t{1} << depth; }
   };
 
-  Reh(std::unique_ptr<pm::Pool> pool, const Config& config, uint64_t max_directory_bytes);
+  Reh(std::unique_ptr<pm::Pool> pool, const Config& config);
   // kOutOfSpace if a directory of 2^depth entries would exceed the DRAM budget.
   Status CheckDirectoryBudget(uint32_t depth, std::string_view what) const;
 
@@ -300,9 +302,14 @@ class Reh : public index::EngineBase<Reh<P>, P, Config> {
 // ============================================================================================
 
 template <pm::PersistPolicy P>
-Reh<P>::Reh(std::unique_ptr<pm::Pool> pool, const Config& config, uint64_t max_directory_bytes)
+Reh<P>::Reh(std::unique_ptr<pm::Pool> pool, const Config& config)
     : Base(std::move(pool), config),
-      max_directory_bytes_(max_directory_bytes) {
+      // The directory's DRAM budget: by default max(1 GiB, pool size). A healthy directory stays
+      // far below the pool's size (about 11 entries of 8 B per 256 B bucket at 10^9 keys);
+      // chosen keys or a corrupt chain could otherwise ask for 2^max_depth entries.
+      max_directory_bytes_(config.max_directory_bytes
+                               ? config.max_directory_bytes
+                               : std::max<uint64_t>(uint64_t{1} << 30, pool_->size())) {
   // Tombstone keys: the first keys whose hash has top bit 0 and 1 (two or three tries in
   // expectation, in either hash mode).
   bool have[2] = {false, false};
@@ -317,23 +324,10 @@ Reh<P>::Reh(std::unique_ptr<pm::Pool> pool, const Config& config, uint64_t max_d
 
 template <pm::PersistPolicy P>
 Result<std::unique_ptr<Reh<P>>> Reh<P>::Open(const Options& options) {
-  auto opened = index::OpenIndexPool<Descriptor>(options, P::kDurability);
-  if (!opened.ok()) return opened.status();
-  Config config;
-  static_cast<PersistentParams&>(config) = opened->params;
-  config.tear_safe = options.reh.tear_safe;
-  std::unique_ptr<pm::Pool> pool = std::move(opened->pool);
-
-  // The directory's DRAM budget: by default max(1 GiB, pool size). A healthy directory stays far
-  // below the pool's size (about 11 entries of 8 B per 256 B bucket at 10^9 keys); chosen keys or
-  // a corrupt chain could otherwise ask for 2^max_depth entries.
-  const uint64_t budget = options.max_directory_bytes
-                              ? options.max_directory_bytes
-                              : std::max<uint64_t>(uint64_t{1} << 30, pool->size());
-  std::unique_ptr<Reh> r(new (std::nothrow) Reh(std::move(pool), config, budget));
-  if (!r) return Status::OutOfMemory("reh: index object");
-  if (r->pool_->created()) PMHASH_RETURN_IF_ERROR(r->Create());
-  PMHASH_RETURN_IF_ERROR(r->Recover());
+  auto r = Base::template NewEngine<Descriptor>(options);
+  if (!r.ok()) return r.status();
+  if ((*r)->pool_->created()) PMHASH_RETURN_IF_ERROR((*r)->Create());
+  PMHASH_RETURN_IF_ERROR((*r)->Recover());
   return r;
 }
 

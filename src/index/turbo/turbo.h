@@ -244,6 +244,11 @@ struct PersistentParams {
 // What an open index runs with: the pool's properties and this open's options.
 struct Config : PersistentParams {
   double gc_deleted_ratio = 0.10;
+  uint32_t reclaim_batch = 0;  // Options::reclaim_batch
+  void SetOpenOptions(const Options& o) {
+    gc_deleted_ratio = o.turbo.gc_deleted_ratio;
+    reclaim_batch = o.reclaim_batch;
+  }
 };
 
 template <pm::PersistPolicy P, bool kRecords>
@@ -330,10 +335,7 @@ using KvDescriptor = DescriptorFor<true>;
 
 template <pm::PersistPolicy P, bool kRecords = false>
 class Turbo : public index::EngineBase<Turbo<P, kRecords>, P, Config> {
-  using Base = index::EngineBase<Turbo<P, kRecords>, P, Config>;
-  friend Base;
-  using Base::pool_, Base::params_, Base::hash_, Base::persist_, Base::size_, Base::splits_,
-      Base::doublings_, Base::resize_log_, Base::recovered_, Base::recovery_seconds_, Base::life_;
+  PMHASH_ENGINE_BASE(P, Config, Turbo<P, kRecords>);
 
  public:
   static constexpr std::string_view kKindName = DescriptorFor<kRecords>::kName;
@@ -504,6 +506,7 @@ Turbo<P, R>::Turbo(std::unique_ptr<pm::Pool> pool, const Config& config)
     : Base(std::move(pool), config),
       nshards_(1u << config.shard_bits) {
   chunk_ = pool_->allocator().chunk_size();
+  epoch_.set_reclaim_batch(config.reclaim_batch);
 }
 
 template <pm::PersistPolicy P, bool R>
@@ -511,16 +514,10 @@ Result<std::unique_ptr<Turbo<P, R>>> Turbo<P, R>::Open(const Options& options) {
   if (!(options.turbo.gc_deleted_ratio >= 0)) {
     return Status::InvalidArgument("turbo.gc_deleted_ratio < 0");
   }
-  auto opened = index::OpenIndexPool<DescriptorFor<R>>(options, P::kDurability);
+  auto opened = Base::template NewEngine<DescriptorFor<R>>(options);
   if (!opened.ok()) return opened.status();
-  Config config;
-  static_cast<PersistentParams&>(config) = opened->params;
-  config.gc_deleted_ratio = options.turbo.gc_deleted_ratio;
-  const uint64_t nshards = uint64_t{1} << config.shard_bits;
-  std::unique_ptr<Turbo> t(new (std::nothrow) Turbo(std::move(opened->pool), config));
-  if (!t) return Status::OutOfMemory("turbo: index object");
-  t->epoch_.set_reclaim_batch(options.reclaim_batch);
-  t->shards_.reset(new (std::nothrow) ShardRef[nshards]);
+  std::unique_ptr<Turbo> t = std::move(opened).value();
+  t->shards_.reset(new (std::nothrow) ShardRef[t->nshards_]);
   if (!t->shards_) return Status::OutOfMemory("turbo: shard directory");
   if constexpr (R) {
     t->heap_ = std::make_unique<pm::RecordHeap>(t->pool_->base(), &t->pool_->allocator(),
