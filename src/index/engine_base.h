@@ -84,6 +84,20 @@ class EngineBase {
     return e;
   }
 
+  // Every engine's Open: NewEngine, then the engine's `Status Init()` if it has one (DRAM
+  // structures sized by the Config), its `Status Create()` if the pool is new, and always its
+  // `Status Recover()` (a new pool is recovered like any other: one path to trust).
+  template <class D>
+  static Result<std::unique_ptr<Engine>> OpenAs(const Options& options) {
+    auto r = NewEngine<D>(options);
+    if (!r.ok()) return r;
+    Engine& e = **r;
+    if constexpr (requires { e.Init(); }) PMHASH_RETURN_IF_ERROR(e.Init());
+    if (e.pool_->created()) PMHASH_RETURN_IF_ERROR(e.Create());
+    PMHASH_RETURN_IF_ERROR(e.Recover());
+    return r;
+  }
+
   EngineBase(std::unique_ptr<pm::Pool> pool, const Config& config)
       : pool_(std::move(pool)),
         params_(config),

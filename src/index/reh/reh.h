@@ -324,11 +324,7 @@ Reh<P>::Reh(std::unique_ptr<pm::Pool> pool, const Config& config)
 
 template <pm::PersistPolicy P>
 Result<std::unique_ptr<Reh<P>>> Reh<P>::Open(const Options& options) {
-  auto r = Base::template NewEngine<Descriptor>(options);
-  if (!r.ok()) return r.status();
-  if ((*r)->pool_->created()) PMHASH_RETURN_IF_ERROR((*r)->Create());
-  PMHASH_RETURN_IF_ERROR((*r)->Recover());
-  return r;
+  return Base::template OpenAs<Descriptor>(options);
 }
 
 template <pm::PersistPolicy P>

@@ -482,6 +482,7 @@ class Turbo : public index::EngineBase<Turbo<P, kRecords>, P, Config> {
   // Sum of positive probe distances (1 = home) of the live items of v, and their count.
   std::pair<uint64_t, uint64_t> ProbeSum(const View& v) const;
 
+  Status Init();
   Status Create();
   Status Recover();
 
@@ -514,18 +515,18 @@ Result<std::unique_ptr<Turbo<P, R>>> Turbo<P, R>::Open(const Options& options) {
   if (!(options.turbo.gc_deleted_ratio >= 0)) {
     return Status::InvalidArgument("turbo.gc_deleted_ratio < 0");
   }
-  auto opened = Base::template NewEngine<DescriptorFor<R>>(options);
-  if (!opened.ok()) return opened.status();
-  std::unique_ptr<Turbo> t = std::move(opened).value();
-  t->shards_.reset(new (std::nothrow) ShardRef[t->nshards_]);
-  if (!t->shards_) return Status::OutOfMemory("turbo: shard directory");
+  return Base::template OpenAs<DescriptorFor<R>>(options);
+}
+
+// The DRAM shard references and (turbo-kv) the record heap's DRAM state.
+template <pm::PersistPolicy P, bool R>
+Status Turbo<P, R>::Init() {
+  shards_.reset(new (std::nothrow) ShardRef[nshards_]);
+  if (!shards_) return Status::OutOfMemory("turbo: shard directory");
   if constexpr (R) {
-    t->heap_ = std::make_unique<pm::RecordHeap>(t->pool_->base(), &t->pool_->allocator(),
-                                                &t->epoch_);
+    heap_ = std::make_unique<pm::RecordHeap>(pool_->base(), &pool_->allocator(), &epoch_);
   }
-  if (t->pool_->created()) PMHASH_RETURN_IF_ERROR(t->Create());
-  PMHASH_RETURN_IF_ERROR(t->Recover());
-  return t;
+  return Status::OK();
 }
 
 // The directory and every shard at its initial size, all buckets empty.
