@@ -86,6 +86,9 @@ struct Config {
   size_t max_pairs = 12;
   double budget_seconds = 20;
   uint64_t max_images = 1000000;
+  // At most this many crash states checked per operation (evenly spaced over its crash points);
+  // 0: every one.
+  size_t max_states_per_op = 0;
   int recovery_crash_every = 25;  // nested recovery-crash check on every Nth image
   bool eadr = false;
   bool tear_words = false;
@@ -617,8 +620,14 @@ class Harness {
     pm::SimHook* prev = pm::SetThreadSimHook(nullptr);
     std::vector<Captured> states = std::move(captured_);
     captured_.clear();
-    for (const Captured& cap : states) {
-      if (!report_.failure.empty()) break;
+    const size_t stride = cfg_.max_states_per_op && states.size() > cfg_.max_states_per_op
+                              ? (states.size() + cfg_.max_states_per_op - 1) / cfg_.max_states_per_op
+                              : 1;
+    for (size_t i = 0; i < states.size(); i += stride) {
+      const Captured& cap = states[i];
+      // The budget bounds the checking too: one phase (a creation under eADR, where every
+      // store is a crash point) can capture thousands of states before the first check.
+      if (!report_.failure.empty() || Exhausted()) break;
       const pm::CrashSimulator::State& st = cap.state;
       report_.states_checked++;
       bool after_only = false;
