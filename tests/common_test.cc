@@ -381,6 +381,26 @@ TEST(Epoch, LaterReaderDoesNotBlockReclaim) {
   EXPECT_TRUE(freed);
 }
 
+// The allocation-free form waits for readers like the closure form, and passes its words.
+TEST(Epoch, FreeFnFormWaitsForGuardAndPassesItsWords) {
+  EpochManager m;
+  std::vector<std::pair<uint64_t, uint64_t>> freed;
+  auto free_fn = [](void* ctx, uint64_t a, uint64_t b) {
+    static_cast<std::vector<std::pair<uint64_t, uint64_t>>*>(ctx)->emplace_back(a, b);
+  };
+  {
+    EpochManager::Guard g(m);
+    m.Retire(free_fn, &freed, 7, uint64_t{1} << 63);
+    for (int i = 0; i < 4; i++) m.Reclaim();
+    EXPECT_TRUE(freed.empty()) << "freed while a reader that may see it is inside";
+  }
+  m.Retire([] {});  // the two forms share one queue
+  m.Drain();
+  ASSERT_EQ(freed.size(), 1u);
+  EXPECT_EQ(freed[0], std::make_pair(uint64_t{7}, uint64_t{1} << 63));
+  EXPECT_EQ(m.pending(), 0u);
+}
+
 TEST(Epoch, SameThreadNestedGuardsAndEpochAdvance) {
   EpochManager m;
   const uint64_t e0 = m.epoch();

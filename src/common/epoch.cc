@@ -12,7 +12,7 @@ EpochManager::~EpochManager() {
     LockGuard<SpinLock> g(mu_);
     left.swap(retired_);
   }
-  for (auto& r : left) r.fn();
+  for (auto& r : left) r.Run();
 }
 
 uint32_t EpochManager::MySlot() { return ThreadStripe<kSlots>(); }
@@ -34,6 +34,21 @@ void EpochManager::Enter(uint32_t* slot, uint32_t* parity) {
 }
 
 void EpochManager::Retire(std::function<void()> fn) {
+  Retired r;
+  r.fn = std::move(fn);
+  Push(std::move(r));
+}
+
+void EpochManager::Retire(FreeFn fn, void* ctx, uint64_t a, uint64_t b) {
+  Retired r;
+  r.free_fn = fn;
+  r.ctx = ctx;
+  r.a = a;
+  r.b = b;
+  Push(std::move(r));
+}
+
+void EpochManager::Push(Retired r) {
   // The caller unlinked the object before this call. The fence orders that store before the
   // epoch read below (store -> load needs seq_cst; it pairs with Enter's seq_cst increment and
   // re-check): a reader that Enter()s after we read epoch e cannot still find the object, and
@@ -41,7 +56,8 @@ void EpochManager::Retire(std::function<void()> fn) {
   std::atomic_thread_fence(std::memory_order_seq_cst);
   {
     LockGuard<SpinLock> g(mu_);
-    retired_.push_back({epoch_.load(std::memory_order_seq_cst), std::move(fn)});
+    r.epoch = epoch_.load(std::memory_order_seq_cst);
+    retired_.push_back(std::move(r));
     if (retired_.size() < batch_.load(std::memory_order_relaxed)) return;
   }
   Reclaim();
@@ -74,7 +90,7 @@ size_t EpochManager::Reclaim() {
     }
     retired_.erase(keep, retired_.end());
   }
-  for (auto& r : ready) r.fn();
+  for (auto& r : ready) r.Run();
   return ready.size();
 }
 

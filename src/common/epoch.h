@@ -49,6 +49,11 @@ class EpochManager {
 
   // Defers fn() until no reader that entered before this call remains. Thread-safe.
   void Retire(std::function<void()> fn) PMHASH_EXCLUDES(mu_);
+  // The same for fn(ctx, a, b), kept without allocating: the form for frees that happen on
+  // every operation (a record or a chunk per erase), where a capturing closure would not fit
+  // std::function's small buffer.
+  using FreeFn = void (*)(void* ctx, uint64_t a, uint64_t b);
+  void Retire(FreeFn fn, void* ctx, uint64_t a, uint64_t b) PMHASH_EXCLUDES(mu_);
   // Retire() tries to reclaim once this many objects wait (default 64; tests use 1 so that
   // freed space is reused at once and the paths that reuse it are exercised).
   void set_reclaim_batch(size_t n) { batch_.store(n == 0 ? 1 : n, std::memory_order_relaxed); }
@@ -66,9 +71,20 @@ class EpochManager {
     std::atomic<uint64_t> active[2] = {0, 0};
   };
   struct Retired {
-    uint64_t epoch;
+    uint64_t epoch = 0;
+    FreeFn free_fn = nullptr;  // if set: free_fn(ctx, a, b), else fn()
+    void* ctx = nullptr;
+    uint64_t a = 0, b = 0;
     std::function<void()> fn;
+    void Run() {
+      if (free_fn) {
+        free_fn(ctx, a, b);
+      } else {
+        fn();
+      }
+    }
   };
+  void Push(Retired r) PMHASH_EXCLUDES(mu_);
 
   void Enter(uint32_t* slot, uint32_t* parity);
   void Leave(uint32_t slot, uint32_t parity) {

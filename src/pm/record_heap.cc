@@ -240,8 +240,9 @@ void RecordHeap::Free(uint64_t offset, uint64_t bytes) {
 }
 
 void RecordHeap::Retire(uint64_t offset, uint64_t bytes) {
-  RecordHeap* h = this;
-  epoch_->Retire([h, offset, bytes] { h->Free(offset, bytes); });
+  epoch_->Retire(
+      [](void* heap, uint64_t off, uint64_t n) { static_cast<RecordHeap*>(heap)->Free(off, n); },
+      this, offset, bytes);
 }
 
 void RecordHeap::Reset() {
