@@ -100,7 +100,22 @@ class VersionLock {
     uint32_t v = word_.load(std::memory_order_relaxed);
     word_.store((v & ~kLocked) + 2, std::memory_order_release);
   }
+  // Releases without a version change: nothing was modified under the lock.
+  void UnlockUnchanged() {
+    word_.store(word_.load(std::memory_order_relaxed) & ~kLocked, std::memory_order_release);
+  }
+  // Sets the lock bit without waiting. REQUIRES: no other thread holds or takes the lock (a
+  // structure not yet published, or one no longer reachable).
+  void MarkLocked() {
+    word_.fetch_or(kLocked, std::memory_order_acquire);
+    std::atomic_thread_fence(std::memory_order_release);  // as in Lock()
+  }
   bool IsLocked() const { return word_.load(std::memory_order_relaxed) & kLocked; }
+
+  // Optimistic read without waiting: the version to validate against, or a locked one
+  // (IsLockedVersion) that the caller handles itself (retries from further up, say).
+  uint32_t Snapshot() const { return word_.load(std::memory_order_acquire); }
+  static bool IsLockedVersion(uint32_t v) { return v & kLocked; }
 
   // Optimistic read: spin until unlocked, return the version to validate against.
   uint32_t BeginRead() const {

@@ -485,8 +485,8 @@ Status Pea<P>::Find(Key k, Value* out) const {
     PrefetchBucket(B1);
     if (st >= kTwoChoice) __builtin_prefetch(BucketAt(sid, Bucket2(h, b1)));
     SegLocks& L = locks_[sid];
-    const uint32_t sv = L.seg.load(std::memory_order_acquire);
-    if (sv & 1) {
+    const uint32_t sv = L.seg.Snapshot();
+    if (VersionLock::IsLockedVersion(sv)) {
       CpuRelax();
       continue;
     }
@@ -494,9 +494,9 @@ Status Pea<P>::Find(Key k, Value* out) const {
         dir_.load(std::memory_order_acquire) != d) {
       continue;
     }
-    std::atomic<uint32_t>& l1 = L.bucket[b1 & (kBucketLocks - 1)];
-    const uint32_t v1 = l1.load(std::memory_order_acquire);
-    if (v1 & 1) {
+    const VersionLock& l1 = L.bucket[b1 & (kBucketLocks - 1)];
+    const uint32_t v1 = l1.Snapshot();
+    if (VersionLock::IsLockedVersion(v1)) {
       CpuRelax();
       continue;
     }
@@ -507,18 +507,18 @@ Status Pea<P>::Find(Key k, Value* out) const {
     if (!hit && st >= kTwoChoice) {
       const uint32_t b2 = Bucket2(h, b1);
       const PmBucket* B2 = BucketAt(sid, b2);
-      std::atomic<uint32_t>& l2 = L.bucket[b2 & (kBucketLocks - 1)];
-      const uint32_t v2 = l2.load(std::memory_order_acquire);
-      if (v2 & 1) {
+      const VersionLock& l2 = L.bucket[b2 & (kBucketLocks - 1)];
+      const uint32_t v2 = l2.Snapshot();
+      if (VersionLock::IsLockedVersion(v2)) {
         CpuRelax();
         continue;
       }
       j = SearchBucket(B2, k, f);
       if (j >= 0) hit = B2;
       if (!hit && st == kStash) {
-        const uint32_t s0 = L.bucket[0].load(std::memory_order_acquire);
-        const uint32_t s1 = L.bucket[1].load(std::memory_order_acquire);
-        if ((s0 | s1) & 1) {
+        const uint32_t s0 = L.bucket[0].Snapshot();
+        const uint32_t s1 = L.bucket[1].Snapshot();
+        if (VersionLock::IsLockedVersion(s0 | s1)) {
           CpuRelax();
           continue;
         }
@@ -527,17 +527,12 @@ Status Pea<P>::Find(Key k, Value* out) const {
           j = SearchBucket(S, k, f);
           if (j >= 0) hit = S;
         }
-        std::atomic_thread_fence(std::memory_order_acquire);
-        consistent = L.bucket[0].load(std::memory_order_relaxed) == s0 &&
-                     L.bucket[1].load(std::memory_order_relaxed) == s1;
+        consistent = L.bucket[0].Validate(s0) && L.bucket[1].Validate(s1);
       }
-      std::atomic_thread_fence(std::memory_order_acquire);
-      consistent = consistent && l2.load(std::memory_order_relaxed) == v2;
+      consistent = consistent && l2.Validate(v2);
     }
     const Value val = hit ? hit->slots[j].value.load(std::memory_order_relaxed) : 0;
-    std::atomic_thread_fence(std::memory_order_acquire);
-    if (!consistent || l1.load(std::memory_order_relaxed) != v1 ||
-        L.seg.load(std::memory_order_relaxed) != sv) {
+    if (!consistent || !l1.Validate(v1) || !L.seg.Validate(sv)) {
       continue;
     }
     if (!hit) return Status::NotFound();
@@ -561,8 +556,8 @@ typename Pea<P>::Locked Pea<P>::LockAndLocate(Key k, uint64_t h) {
     PrefetchBucket(B1);
     if (st >= kTwoChoice) __builtin_prefetch(BucketAt(sid, b2), 1);
     SegLocks& L = locks_[sid];
-    const uint32_t sv = L.seg.load(std::memory_order_acquire);
-    if (sv & 1) {
+    const uint32_t sv = L.seg.Snapshot();
+    if (VersionLock::IsLockedVersion(sv)) {
       CpuRelax();
       continue;
     }
@@ -573,9 +568,9 @@ typename Pea<P>::Locked Pea<P>::LockAndLocate(Key k, uint64_t h) {
     uint32_t mask = 1u << (b1 & (kBucketLocks - 1));
     if (st >= kTwoChoice) mask |= 1u << (b2 & (kBucketLocks - 1));
     if (st == kStash) mask |= 3u;
-    for (uint32_t m = mask; m; m &= m - 1) LockWord(L.bucket[std::countr_zero(m)]);
-    if (L.seg.load(std::memory_order_acquire) != sv) {
-      for (uint32_t m = mask; m; m &= m - 1) UnlockWordUnchanged(L.bucket[std::countr_zero(m)]);
+    for (uint32_t m = mask; m; m &= m - 1) L.bucket[std::countr_zero(m)].Lock();
+    if (L.seg.Snapshot() != sv) {
+      for (uint32_t m = mask; m; m &= m - 1) L.bucket[std::countr_zero(m)].UnlockUnchanged();
       continue;
     }
     // Candidate buckets in probe order.
@@ -601,9 +596,9 @@ void Pea<P>::Unlock(const Locked& w, uint32_t modified) {
   for (uint32_t m = w.mask; m; m &= m - 1) {
     const int x = std::countr_zero(m);
     if (modified & (1u << x)) {
-      UnlockWord(w.L->bucket[x]);
+      w.L->bucket[x].Unlock();
     } else {
-      UnlockWordUnchanged(w.L->bucket[x]);
+      w.L->bucket[x].UnlockUnchanged();
     }
   }
 }

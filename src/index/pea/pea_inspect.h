@@ -15,13 +15,13 @@ uint64_t Pea<P>::LockSegmentFor(uint64_t h) const {
     const uint64_t i = DirIndex(h, d->depth);
     const uint64_t e = d->entries[i].load(std::memory_order_acquire);
     SegLocks& L = locks_[EntrySid(e)];
-    if (TryLockWord(L.seg)) {
+    if (L.seg.TryLock()) {
       if (d->entries[i].load(std::memory_order_acquire) == e &&
           dir_.load(std::memory_order_acquire) == d) {
-        for (int x = 0; x < kBucketLocks; x++) LockWord(L.bucket[x]);
+        for (int x = 0; x < kBucketLocks; x++) L.bucket[x].Lock();
         return e;
       }
-      UnlockWordUnchanged(L.seg);
+      L.seg.UnlockUnchanged();
     }
     CpuRelax();
   }
@@ -54,8 +54,8 @@ Status Pea<P>::ForEach(const std::function<void(Key, Value)>& fn) const {
     const uint64_t e = LockSegmentFor(cursor);
     SegLocks& L = locks_[EntrySid(e)];
     CollectSegment(e, &pairs);
-    for (int x = 0; x < kBucketLocks; x++) UnlockWordUnchanged(L.bucket[x]);
-    UnlockWordUnchanged(L.seg);
+    for (int x = 0; x < kBucketLocks; x++) L.bucket[x].UnlockUnchanged();
+    L.seg.UnlockUnchanged();
     for (const auto& [k, v] : pairs) fn(k, v);
     const uint32_t ld = EntryDepth(e);
     if (ld == 0) break;
@@ -223,9 +223,9 @@ Status Pea<P>::CheckInvariants() const {
       return fail("segment not allocated");
     if (!sids.insert(sid).second) return fail("segment referenced by two strides");
     const SegLocks& L = locks_[sid];
-    if (L.seg.load() & 1) return fail("segment lock held at rest");
+    if (L.seg.IsLocked()) return fail("segment lock held at rest");
     for (int x = 0; x < kBucketLocks; x++) {
-      if (L.bucket[x].load() & 1) return fail("bucket lock held at rest");
+      if (L.bucket[x].IsLocked()) return fail("bucket lock held at rest");
     }
     const uint64_t prefix = ld == 0 ? 0 : i >> (g - ld);
     for (uint32_t b = 0; b < params_.segment_buckets && err.empty(); b++) {

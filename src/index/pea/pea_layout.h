@@ -101,31 +101,16 @@ inline constexpr uint32_t LastStrategy(PeaStrategies m) {
   }
 }
 
-// Per-segment DRAM lock line: segment lock + b = 8 bucket locks, each [version:31 | locked:1].
+// Per-segment DRAM lock line: segment lock + kBucketLocks bucket locks (VersionLock,
+// src/common/locks.h: [version:31 | locked:1]); bucket b takes lock b mod kBucketLocks.
 struct alignas(64) SegLocks {
-  std::atomic<uint32_t> seg{0};
-  std::atomic<uint32_t> bucket[kBucketLocks] = {};
+  VersionLock seg;
+  VersionLock bucket[kBucketLocks];
 };
 static_assert(sizeof(SegLocks) == 64, "one cache line per segment");
 // The lock table lives in a HugeArray (raw mapped storage): Recover() constructs the lines in
 // place, and the array unmaps them without running destructors.
 static_assert(std::is_trivially_destructible_v<SegLocks>, "HugeArray never destroys elements");
-
-inline bool TryLockWord(std::atomic<uint32_t>& w) {
-  uint32_t v = w.load(std::memory_order_relaxed);
-  return (v & 1) == 0 && w.compare_exchange_strong(v, v | 1, std::memory_order_acquire);
-}
-inline void LockWord(std::atomic<uint32_t>& w) {
-  while (!TryLockWord(w)) CpuRelax();
-}
-// Releases and bumps the version (readers that overlapped retry).
-inline void UnlockWord(std::atomic<uint32_t>& w) {
-  w.store(w.load(std::memory_order_relaxed) + 1, std::memory_order_release);
-}
-// Releases without a version change: nothing was modified under the lock.
-inline void UnlockWordUnchanged(std::atomic<uint32_t>& w) {
-  w.store(w.load(std::memory_order_relaxed) & ~1u, std::memory_order_release);
-}
 
 // The pool properties, as stored in the pool header (src/index/descriptor.h).
 struct PersistentParams {

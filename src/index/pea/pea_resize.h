@@ -20,21 +20,21 @@ Status Pea<P>::SlowPath(uint64_t h, uint64_t e_seen,
     return Status::OK();  // the segment changed meanwhile: retry the fast path
   }
   SegLocks& L = locks_[EntrySid(e)];
-  if (!TryLockWord(L.seg)) {
+  if (!L.seg.TryLock()) {
     dir_lock_.unlock_shared();
     CpuRelax();
     return Status::OK();  // another thread is transitioning or splitting it
   }
   // Entries of a segment change only under its lock or the exclusive directory lock.
   if (d->entries[i].load(std::memory_order_acquire) != e) {
-    UnlockWordUnchanged(L.seg);
+    L.seg.UnlockUnchanged();
     dir_lock_.unlock_shared();
     return Status::OK();
   }
   const uint32_t st = EntryStrategy(e);
   if (st < last_strategy_) {
     Status s = Transition(d, i, e, st + 1);
-    UnlockWord(L.seg);
+    L.seg.Unlock();
     dir_lock_.unlock_shared();
     return s;
   }
@@ -43,7 +43,7 @@ Status Pea<P>::SlowPath(uint64_t h, uint64_t e_seen,
   Status s;
   if (ld + 2 > d->depth) {
     need = ld + 2;
-    UnlockWordUnchanged(L.seg);
+    L.seg.UnlockUnchanged();
   } else {
     s = Split(d, i, e, &need);
   }
@@ -208,10 +208,10 @@ Status Pea<P>::Split(Directory* d, uint64_t i, uint64_t e, uint32_t* need_depth)
   const uint64_t first = i & ~(stride - 1);
   SegLocks& L = locks_[sid];
   // Wait for in-flight fast-path writers (they validated the segment version before we locked).
-  for (int x = 0; x < kBucketLocks; x++) LockWord(L.bucket[x]);
+  for (int x = 0; x < kBucketLocks; x++) L.bucket[x].Lock();
   auto release = [&](bool dead) {
-    for (int x = 0; x < kBucketLocks; x++) UnlockWord(L.bucket[x]);
-    if (!dead) UnlockWord(L.seg);  // a dead segment keeps its lock held until reuse
+    for (int x = 0; x < kBucketLocks; x++) L.bucket[x].Unlock();
+    if (!dead) L.seg.Unlock();  // a dead segment keeps its lock held until reuse
   };
 
   // Collect the live entries.
@@ -249,7 +249,7 @@ Status Pea<P>::Split(Directory* d, uint64_t i, uint64_t e, uint32_t* need_depth)
     Status s = off.ok() ? Status::OK() : off.status();
     if (off.ok()) {
       leaves[x].sid = SidOf(off.value());
-      locks_[leaves[x].sid].seg.fetch_or(1, std::memory_order_acquire);  // fresh or dead
+      locks_[leaves[x].sid].seg.MarkLocked();  // fresh or dead
       if (leaves[x].strategy == kStash) s = EnsureStash(leaves[x].sid);
       if (!s.ok()) x++;  // free this one too
     }
@@ -276,7 +276,7 @@ Status Pea<P>::Split(Directory* d, uint64_t i, uint64_t e, uint32_t* need_depth)
     }
     return e;  // unreachable: the leaves tile the segment's range
   });
-  for (const Leaf& l : leaves) UnlockWord(locks_[l.sid].seg);
+  for (const Leaf& l : leaves) locks_[l.sid].seg.Unlock();
   release(true);
   limbo_chunks_.fetch_add(1, std::memory_order_relaxed);
   epoch_.Retire([this, sid] {
