@@ -276,6 +276,10 @@ class Harness {
       if (std::this_thread::get_id() != writer) return;
       if (cfg_.only_point >= 0 && static_cast<int64_t>(point) != cfg_.only_point) return;
       if (Exhausted()) return;
+      // With max_states_per_op, capture every capture_stride_-th point only, and halve what is
+      // kept (doubling the stride) whenever twice the cap is held: evenly spaced states, at a
+      // bounded cost in copies of the image, however many crash points the operation has.
+      if (cfg_.max_states_per_op && phase_points_++ % capture_stride_ != 0) return;
       Captured c;
       if (prober_ && in_flight_) {
         report_.reads_probed++;
@@ -284,6 +288,12 @@ class Harness {
       }
       c.state = sim.Capture();  // after the read: what it saw happened before this crash
       captured_.push_back(std::move(c));
+      if (cfg_.max_states_per_op && captured_.size() >= 2 * cfg_.max_states_per_op) {
+        size_t kept = 0;
+        for (size_t i = 0; i < captured_.size(); i += 2) captured_[kept++] = std::move(captured_[i]);
+        captured_.resize(kept);
+        capture_stride_ *= 2;
+      }
     });
     // With track_stores the pool reports to the tracer, which forwards everything to `sim`.
     std::optional<StoreTracer> tracer;
@@ -458,8 +468,18 @@ class Harness {
 
   bool Exhausted() {
     if (report_.images_checked >= cfg_.max_images) report_.budget_exhausted = true;
-    if (Elapsed() > cfg_.budget_seconds) report_.budget_exhausted = true;
+    if (Elapsed() > cfg_.budget_seconds && MinimumChecked()) report_.budget_exhausted = true;
     return report_.budget_exhausted;
+  }
+  // The time budget applies only once a minimum has been checked: some states, and enough images
+  // for a nested crash during recovery. On a slow machine (a sanitizer build on a loaded runner)
+  // capturing one phase, e.g. a creation under eADR where every store is a crash point, can
+  // take the whole budget; without the minimum such a run checked nothing and passed vacuously.
+  bool MinimumChecked() const {
+    constexpr uint64_t kMinStates = 8;
+    const uint64_t min_images =
+        cfg_.recovery_crash_every > 0 ? static_cast<uint64_t>(cfg_.recovery_crash_every) : 1;
+    return report_.states_checked >= kMinStates && report_.images_checked >= min_images;
   }
   double Elapsed() const {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
@@ -620,6 +640,8 @@ class Harness {
     pm::SimHook* prev = pm::SetThreadSimHook(nullptr);
     std::vector<Captured> states = std::move(captured_);
     captured_.clear();
+    phase_points_ = 0;
+    capture_stride_ = 1;
     const size_t stride = cfg_.max_states_per_op && states.size() > cfg_.max_states_per_op
                               ? (states.size() + cfg_.max_states_per_op - 1) / cfg_.max_states_per_op
                               : 1;
@@ -721,6 +743,8 @@ class Harness {
   std::chrono::steady_clock::time_point start_;
   pm::CrashSimulator* sim_ = nullptr;
   std::vector<Captured> captured_;
+  uint64_t phase_points_ = 0;    // crash points of the current operation (max_states_per_op)
+  uint64_t capture_stride_ = 1;  // capture every Nth of them
   Prober<SimIndex*>* prober_ = nullptr;
   std::optional<Key> in_flight_;  // the key of the operation in flight (concurrent mode)
   std::string op_desc_;

@@ -266,6 +266,19 @@ class Pea : public index::EngineBase<Pea<P>, P, Config> {
     __builtin_prefetch(p + 128);
     __builtin_prefetch(p + 192);
   }
+  // The version of segment lock L, taken while directory d still maps entry i to e (the seqlock
+  // read start of Find and of a writer's locate). False, to retry, while a resize holds the
+  // segment or once the directory or the entry has moved on.
+  bool SnapshotSegment(const SegLocks& L, const Directory* d, uint64_t i, uint64_t e,
+                       uint32_t* sv) const {
+    *sv = L.seg.Snapshot();
+    if (VersionLock::IsLockedVersion(*sv)) {
+      CpuRelax();
+      return false;
+    }
+    return d->entries[i].load(std::memory_order_acquire) == e &&
+           dir_.load(std::memory_order_acquire) == d;
+  }
   static uint32_t Occupancy(const PmBucket* b) {
     return static_cast<uint32_t>(b->hdr[0].load(std::memory_order_relaxed) >> 1) & kOccMask;
   }
@@ -485,15 +498,8 @@ Status Pea<P>::Find(Key k, Value* out) const {
     PrefetchBucket(B1);
     if (st >= kTwoChoice) __builtin_prefetch(BucketAt(sid, Bucket2(h, b1)));
     SegLocks& L = locks_[sid];
-    const uint32_t sv = L.seg.Snapshot();
-    if (VersionLock::IsLockedVersion(sv)) {
-      CpuRelax();
-      continue;
-    }
-    if (d->entries[i].load(std::memory_order_acquire) != e ||
-        dir_.load(std::memory_order_acquire) != d) {
-      continue;
-    }
+    uint32_t sv;
+    if (!SnapshotSegment(L, d, i, e, &sv)) continue;
     const VersionLock& l1 = L.bucket[b1 & (kBucketLocks - 1)];
     const uint32_t v1 = l1.Snapshot();
     if (VersionLock::IsLockedVersion(v1)) {
@@ -556,15 +562,8 @@ typename Pea<P>::Locked Pea<P>::LockAndLocate(Key k, uint64_t h) {
     PrefetchBucket(B1);
     if (st >= kTwoChoice) __builtin_prefetch(BucketAt(sid, b2), 1);
     SegLocks& L = locks_[sid];
-    const uint32_t sv = L.seg.Snapshot();
-    if (VersionLock::IsLockedVersion(sv)) {
-      CpuRelax();
-      continue;
-    }
-    if (d->entries[i].load(std::memory_order_acquire) != e ||
-        dir_.load(std::memory_order_acquire) != d) {
-      continue;
-    }
+    uint32_t sv;
+    if (!SnapshotSegment(L, d, i, e, &sv)) continue;
     uint32_t mask = 1u << (b1 & (kBucketLocks - 1));
     if (st >= kTwoChoice) mask |= 1u << (b2 & (kBucketLocks - 1));
     if (st == kStash) mask |= 3u;
