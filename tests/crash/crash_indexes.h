@@ -169,14 +169,13 @@ struct SmartHtTraits {
     o.smartht.head_bits = 1;
     o.smartht.max_head_bits = 20;
     o.smartht.grow_keys_per_head = 3;
-    o.smartht.rebuild_erased_ratio = 0.1;
+    o.smartht.rebuild_erased_ratio = 0.02;  // a rebuild after a few erases
     o.hash_mode = mode;
     return o;
   }
   static Options Deep(HashMode mode) {
     Options o = Small(mode);
     o.pool_size = 1 << 20;
-    o.smartht.grow_keys_per_head = 6;  // longer chains between doublings
     return o;
   }
   static Options TearSafe(Options o) {

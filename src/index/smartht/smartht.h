@@ -115,6 +115,7 @@
 #include <functional>
 #include <memory>
 #include <new>
+#include <optional>
 #include <string>
 #include <unordered_set>
 #include <vector>
@@ -526,7 +527,9 @@ Status SmartHt<P>::Recover() {
   heads_off_ = off;
   heads_ = At(off);
   log_seen_.store(bits, std::memory_order_release);
-  stripe_bits_ = bits <= 6 ? bits : std::min<uint32_t>(16, std::max<uint32_t>(6, bits - 8));
+  // 256 heads per stripe (the paper) on large tables, at most 2^16 stripes, at least
+  // min(heads, 64) so small tables still run writers in parallel.
+  stripe_bits_ = bits <= 6 ? bits : bits <= 14 ? 6 : std::min<uint32_t>(16, bits - 8);
   stripes_ = HugeArray<Stripe>(size_t{1} << stripe_bits_);
   if (!stripes_) return Status::OutOfMemory("smartht: lock stripes");
   chained_.store(chained, std::memory_order_relaxed);
@@ -694,6 +697,26 @@ Status SmartHt<P>::Write(Key k, Value v, WriteMode mode) {
       j = FreeSlot(b);
     }
   }
+  std::optional<Result<uint64_t>> fresh;
+  if (j < 0) {
+    fresh = pool_->allocator().Allocate(1);
+    if (!fresh->ok()) {
+      // Out of space: any free slot further down the chain (erased keys leave them).
+      for (PmBucket* c = head;;) {
+        if ((j = FreeSlot(c)) >= 0) {
+          b = c;
+          break;
+        }
+        const uint64_t next = c->next.load(std::memory_order_relaxed);
+        if (next == 0) break;
+        c = At(next);
+      }
+      if (j < 0) {
+        l.unlock();
+        return fresh->status();
+      }
+    }
+  }
   if (j >= 0) {
     PmSlot& s = b->slots[j];
     s.key.store(k, std::memory_order_relaxed);  // I2: the pair, then its token, one line
@@ -703,20 +726,16 @@ Status SmartHt<P>::Write(Key k, Value v, WriteMode mode) {
     persist_.Persist(b, sizeof(PmBucket));
   } else {
     // Head insertion of a new bucket (Algorithm 1, lines 16-29; I3).
-    auto off = pool_->allocator().Allocate(1);
-    if (!off.ok()) {
-      l.unlock();
-      return off.status();
-    }
+    const uint64_t off = fresh->value();
     alignas(64) PmBucket img;
     std::memset(static_cast<void*>(&img), 0, sizeof(img));
     img.tokens[0].store(t, std::memory_order_relaxed);
     img.slots[0].key.store(k, std::memory_order_relaxed);
     img.slots[0].value.store(v, std::memory_order_relaxed);
     img.next.store(head->next.load(std::memory_order_relaxed), std::memory_order_relaxed);
-    persist_.NtCopy(At(off.value()), &img, sizeof(img));
+    persist_.NtCopy(At(off), &img, sizeof(img));
     persist_.Fence();
-    head->next.store(off.value(), std::memory_order_release);  // the commit point
+    head->next.store(off, std::memory_order_release);  // the commit point
     persist_.Persist(&head->next, sizeof(uint64_t));
     chained_.fetch_add(1, std::memory_order_relaxed);
     links_.fetch_add(1, std::memory_order_relaxed);
@@ -757,7 +776,7 @@ template <pm::PersistPolicy P>
 void SmartHt<P>::MaybeScheduleRebuild() {
   const int64_t stale = stale_.load(std::memory_order_relaxed);
   const double described = static_cast<double>(filter_keys_.load(std::memory_order_relaxed));
-  if (stale < 16 || static_cast<double>(stale) <= params_.rebuild_erased_ratio * described) return;
+  if (stale < 4 || static_cast<double>(stale) <= params_.rebuild_erased_ratio * described) return;
   if (rebuild_pending_.exchange(true)) return;
   if (!background_.Schedule([this] { return RebuildFilterTask(); }).ok()) {
     rebuild_pending_.store(false);
