@@ -353,6 +353,12 @@ class SmartHt : public index::EngineBase<SmartHt<P>, P, Config> {
   }
   void LockAll() const PMHASH_NO_THREAD_SAFETY_ANALYSIS;
   void UnlockAll() const PMHASH_NO_THREAD_SAFETY_ANALYSIS;
+  void WaitStopTheWorld() const PMHASH_NO_THREAD_SAFETY_ANALYSIS;
+  // The lock of h's stripe, after waiting out a stop-the-world phase that is under way.
+  RwSpinLock& StripeLockFor(uint64_t h) const {
+    if (stw_.load(std::memory_order_relaxed)) [[unlikely]] WaitStopTheWorld();
+    return StripeLock(h);
+  }
   // Filter capacity (keys) of a table of 2^bits heads holding `keys` keys.
   uint64_t FilterKeysFor(uint32_t bits, uint64_t keys) const;
   void AddToFilters(uint64_t h);
@@ -390,6 +396,8 @@ class SmartHt : public index::EngineBase<SmartHt<P>, P, Config> {
   bool filter_loaded_ = false;
 
   Mutex resize_mu_;  // growth and filter rebuilds, one at a time
+  mutable Mutex stw_mu_;                  // held with every stripe (LockAll)
+  mutable std::atomic<bool> stw_{false};  // a LockAll is under way
   std::atomic<uint64_t> chained_{0};       // chained buckets (not heads)
   std::atomic<uint64_t> links_{0};         // head insertions since open
   std::atomic<uint64_t> rebuilds_{0};      // filter rebuilds since open
@@ -421,13 +429,24 @@ uint64_t SmartHt<P>::FilterKeysFor(uint32_t bits, uint64_t keys) const {
   return std::max<uint64_t>({64, cap, keys + keys / 4});
 }
 
+// Stop-the-world: operations that see stw_ wait on stw_mu_ (asleep) instead of spinning on a
+// stripe lock the whole time a doubling runs.
 template <pm::PersistPolicy P>
 void SmartHt<P>::LockAll() const {
+  stw_mu_.lock();
+  stw_.store(true, std::memory_order_relaxed);
   for (size_t s = 0; s < stripes_.size(); s++) stripes_[s].lock.lock();
 }
 template <pm::PersistPolicy P>
 void SmartHt<P>::UnlockAll() const {
   for (size_t s = stripes_.size(); s-- > 0;) stripes_[s].lock.unlock();
+  stw_.store(false, std::memory_order_relaxed);
+  stw_mu_.unlock();
+}
+template <pm::PersistPolicy P>
+void SmartHt<P>::WaitStopTheWorld() const {
+  stw_mu_.lock();
+  stw_mu_.unlock();
 }
 
 template <pm::PersistPolicy P>
@@ -648,7 +667,7 @@ bool SmartHt<P>::Search(const PmBucket* head, Key k, uint8_t t, PmBucket** bucke
 template <pm::PersistPolicy P>
 Status SmartHt<P>::Find(Key k, Value* v) const {
   const uint64_t h = hash_(k);
-  RwSpinLock& l = StripeLock(h);
+  RwSpinLock& l = StripeLockFor(h);
   l.lock_shared();
   if (complete_.load(std::memory_order_acquire) && !filter_->MayContain(h)) {
     l.unlock_shared();
@@ -671,7 +690,7 @@ Status SmartHt<P>::Write(Key k, Value v, WriteMode mode) {
   if (life_.closed()) [[unlikely]] return index::Lifecycle::ClosedError(kKindName);
   const uint64_t h = hash_(k);
   const uint8_t t = Token(h);
-  RwSpinLock& l = StripeLock(h);
+  RwSpinLock& l = StripeLockFor(h);
   l.lock();
   PmBucket* head = &heads_[HeadIndex(h)];
   PmBucket* b = nullptr;
@@ -756,7 +775,7 @@ template <pm::PersistPolicy P>
 Status SmartHt<P>::Erase(Key k) {
   if (life_.closed()) [[unlikely]] return index::Lifecycle::ClosedError(kKindName);
   const uint64_t h = hash_(k);
-  RwSpinLock& l = StripeLock(h);
+  RwSpinLock& l = StripeLockFor(h);
   l.lock();
   if (complete_.load(std::memory_order_acquire) && !filter_->MayContain(h)) {
     l.unlock();
