@@ -175,6 +175,49 @@ TEST_F(SmartHtTest, FalsePositiveRate) {
   for (const auto& [k, v] : model) ASSERT_TRUE(ix->FilterMayContain(k));
 }
 
+// The filter alone at the paper's sizing: 24 bits per key, about 1e-4 false positives.
+TEST_F(SmartHtTest, BloomFilterAt24BitsPerKey) {
+  const uint64_t n = Scaled(200000, 10);
+  BloomFilter f(BloomFilter::BlocksFor(n, 24));
+  ASSERT_TRUE(f);
+  std::mt19937_64 rng(4);
+  std::vector<uint64_t> in(n);
+  for (auto& h : in) f.Add(h = rng());
+  for (const uint64_t h : in) ASSERT_TRUE(f.MayContain(h));
+  const uint64_t probes = Scaled(2000000, 20);
+  uint64_t fp = 0;
+  for (uint64_t i = 0; i < probes; i++) fp += f.MayContain(rng());
+  const double rate = static_cast<double>(fp) / static_cast<double>(probes);
+  std::printf("24 bits/key: false-positive rate %.2e (%lu of %lu)\n", rate,
+              static_cast<unsigned long>(fp), static_cast<unsigned long>(probes));
+  EXPECT_LT(rate, 3e-4);
+}
+
+// A table that cannot grow (growth off) rebuilds its filter larger as keys arrive, so the
+// false-positive rate stays low.
+TEST_F(SmartHtTest, FilterGrowsWithoutTableGrowth) {
+  Options o = MakeOptions();
+  o.path.clear();
+  o.smartht.head_bits = 8;
+  o.smartht.grow_keys_per_head = 0;
+  auto ix = OpenOk<pm::Dram>(o);
+  ASSERT_TRUE(ix);
+  const uint64_t n = Scaled(30000, 4);
+  for (uint64_t i = 0; i < n; i++) {
+    ASSERT_TRUE(ix->Insert(i * 0x9E3779B97F4A7C15ULL + 1, i).ok());
+    ix->background().RunPending();
+  }
+  const IndexStats s = ix->Stats();
+  EXPECT_EQ(s.doublings, 0u);
+  EXPECT_GE(Detail(s, "smartht.filter.rebuilds"), 2);
+  EXPECT_GE(Detail(s, "smartht.filter.bits_per_key"), 10);
+  uint64_t fp = 0;
+  for (uint64_t i = 0; i < 100000; i++) fp += ix->FilterMayContain(i * 0x9E3779B97F4A7C15ULL + 2);
+  EXPECT_LT(fp, 300u) << "false positives of 100000";
+  Status st = ix->CheckInvariants();
+  ASSERT_TRUE(st.ok()) << st.ToString();
+}
+
 // A crash, then an open in manual mode: the filter is empty and incomplete until the rebuild
 // task runs, and meanwhile every read, insert, erase and reinsert still answers exactly.
 TEST_F(SmartHtTest, CrashBeforeFilterRebuildHasNoFalseNegative) {

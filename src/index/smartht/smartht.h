@@ -393,6 +393,7 @@ class SmartHt : public index::EngineBase<SmartHt<P>, P, Config> {
   std::atomic<bool> rebuild_pending_{false};
   std::atomic<int64_t> stale_{0};         // keys erased since the filter was built
   std::atomic<uint64_t> filter_keys_{0};  // keys added since the filter was built
+  std::atomic<uint64_t> filter_capacity_{0};  // keys the live filter was sized for
   bool filter_loaded_ = false;
 
   Mutex resize_mu_;  // growth and filter rebuilds, one at a time
@@ -562,8 +563,9 @@ Status SmartHt<P>::Recover() {
                    LoadSavedFilter(saved, live);
   if (saved != 0) pool_->SetRoot(1, 0);  // I7: durable before any write of this open
   if (!filter_loaded_) {
+    filter_capacity_.store(FilterKeysFor(bits, live));
     filter_ = std::make_unique<BloomFilter>(
-        BloomFilter::BlocksFor(FilterKeysFor(bits, live), params_.filter_bits_per_key));
+        BloomFilter::BlocksFor(filter_capacity_.load(), params_.filter_bits_per_key));
     if (!*filter_) return Status::OutOfMemory("smartht: Bloom filter");
     stale_.store(0);
     filter_keys_.store(0);
@@ -600,6 +602,7 @@ bool SmartHt<P>::LoadSavedFilter(uint64_t off, uint64_t live) {
   const auto* words = reinterpret_cast<const uint64_t*>(data);
   for (uint64_t i = 0; i < blocks * 8; i++) f->SetWord(i, words[i]);
   filter_ = std::move(f);
+  filter_capacity_.store(blocks * BloomFilter::kBlockBits / params_.filter_bits_per_key);
   stale_.store(static_cast<int64_t>(hdr->stale));
   filter_keys_.store(live + hdr->stale);
   return true;
@@ -812,10 +815,9 @@ void SmartHt<P>::MaybeScheduleRebuild() {
 template <pm::PersistPolicy P>
 Status SmartHt<P>::RebuildFilterTask() PMHASH_NO_THREAD_SAFETY_ANALYSIS {
   LockGuard<Mutex> g(resize_mu_);
-  rebuild_pending_.store(false);
-  const uint64_t keys = Size();
-  auto nf = std::make_unique<BloomFilter>(BloomFilter::BlocksFor(
-      FilterKeysFor(log_seen_.load(std::memory_order_acquire), keys), params_.filter_bits_per_key));
+  const uint64_t capacity = FilterKeysFor(log_seen_.load(std::memory_order_acquire), Size());
+  auto nf = std::make_unique<BloomFilter>(
+      BloomFilter::BlocksFor(capacity, params_.filter_bits_per_key));
   if (!*nf) return Status::OutOfMemory("smartht: Bloom filter rebuild");
   filter_keys_.store(0);
   building_.store(nf.get(), std::memory_order_release);
@@ -841,31 +843,40 @@ Status SmartHt<P>::RebuildFilterTask() PMHASH_NO_THREAD_SAFETY_ANALYSIS {
   }
   LockAll();
   filter_ = std::move(nf);
+  filter_capacity_.store(capacity, std::memory_order_relaxed);
   building_.store(nullptr, std::memory_order_relaxed);
   stale_.store(0, std::memory_order_relaxed);
   filter_keys_.fetch_add(added, std::memory_order_relaxed);
   complete_.store(true, std::memory_order_release);
   UnlockAll();
+  rebuild_pending_.store(false);  // (erases during the walk are forgotten with stale_)
   rebuilds_.fetch_add(1, std::memory_order_relaxed);
   return Status::OK();
 }
 
 template <pm::PersistPolicy P>
 void SmartHt<P>::MaybeGrow() {
-  if (params_.grow_keys_per_head <= 0) return;
   const uint32_t bits = log_seen_.load(std::memory_order_acquire);
-  if (bits >= params_.max_head_bits) return;
   const uint64_t size = Size();
-  if (static_cast<double>(size) <=
-      params_.grow_keys_per_head * static_cast<double>(uint64_t{1} << bits)) {
+  const bool can_grow = params_.grow_keys_per_head > 0 && bits < params_.max_head_bits &&
+                        size > no_grow_below_.load(std::memory_order_relaxed);
+  if (can_grow && static_cast<double>(size) >
+                      params_.grow_keys_per_head * static_cast<double>(uint64_t{1} << bits)) {
+    if (Status s = Grow(bits); !s.ok()) {
+      // Out of space (or memory): the table keeps working with longer chains; retry once it
+      // has grown by half again.
+      grow_failures_.fetch_add(1, std::memory_order_relaxed);
+      no_grow_below_.store(size + size / 2, std::memory_order_relaxed);
+    }
     return;
   }
-  if (size <= no_grow_below_.load(std::memory_order_relaxed)) return;
-  if (Status s = Grow(bits); !s.ok()) {
-    // Out of space (or memory): the table keeps working with longer chains; retry once it has
-    // grown by half again.
-    grow_failures_.fetch_add(1, std::memory_order_relaxed);
-    no_grow_below_.store(size + size / 2, std::memory_order_relaxed);
+  // A table that does not grow (growth off, at max_head_bits, or out of space) still keeps its
+  // filter's false-positive rate: past twice its capacity the filter is rebuilt larger.
+  if (size > 2 * filter_capacity_.load(std::memory_order_relaxed) &&
+      !rebuild_pending_.exchange(true)) {
+    if (!background_.Schedule([this] { return RebuildFilterTask(); }).ok()) {
+      rebuild_pending_.store(false);
+    }
   }
 }
 
@@ -885,17 +896,17 @@ Status SmartHt<P>::Grow(uint32_t seen) PMHASH_NO_THREAD_SAFETY_ANALYSIS {
 template <pm::PersistPolicy P>
 Status SmartHt<P>::GrowLocked() PMHASH_NO_THREAD_SAFETY_ANALYSIS {
   const auto started = ResizeLog::Now();
-  auto done = [](Status s) { return s; };
   pm::ChunkAllocator& alloc = pool_->allocator();
   const uint32_t nbits = log_ + 1;
   const uint64_t n = uint64_t{1} << log_;
   auto arr = alloc.Allocate(static_cast<uint32_t>(2 * n));
-  if (!arr.ok()) return done(arr.status());
+  if (!arr.ok()) return arr.status();
+  const uint64_t capacity = FilterKeysFor(nbits, Size());
   auto nf = std::make_unique<BloomFilter>(
-      BloomFilter::BlocksFor(FilterKeysFor(nbits, Size()), params_.filter_bits_per_key));
+      BloomFilter::BlocksFor(capacity, params_.filter_bits_per_key));
   if (!*nf) {
     alloc.Free(arr.value(), static_cast<uint32_t>(2 * n));
-    return done(Status::OutOfMemory("smartht: Bloom filter for growth"));
+    return Status::OutOfMemory("smartht: Bloom filter for growth");
   }
   std::vector<uint64_t> fresh;  // new chained buckets (freed again on failure)
   std::vector<uint64_t> old;    // old chained buckets (freed on success)
@@ -960,7 +971,7 @@ Status SmartHt<P>::GrowLocked() PMHASH_NO_THREAD_SAFETY_ANALYSIS {
   if (!st.ok()) {
     for (const uint64_t c : fresh) alloc.Free(c);
     alloc.Free(arr.value(), static_cast<uint32_t>(2 * n));
-    return done(st);
+    return st;
   }
   persist_.Fence();
   pool_->SetRoot(0, PackRoot(nbits, arr.value()));  // the commit point (persisted)
@@ -973,13 +984,14 @@ Status SmartHt<P>::GrowLocked() PMHASH_NO_THREAD_SAFETY_ANALYSIS {
   chained_.store(fresh.size(), std::memory_order_relaxed);
   // The new filter holds every live key: complete, whatever the old one was.
   filter_ = std::move(nf);
+  filter_capacity_.store(capacity, std::memory_order_relaxed);
   stale_.store(0, std::memory_order_relaxed);
   filter_keys_.store(keys, std::memory_order_relaxed);
   complete_.store(true, std::memory_order_release);
   doublings_.fetch_add(1, std::memory_order_relaxed);
   splits_.fetch_add(1, std::memory_order_relaxed);
   resize_log_.Record(started);
-  return done(Status::OK());
+  return Status::OK();
 }
 
 template <pm::PersistPolicy P>
