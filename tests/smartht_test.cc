@@ -45,6 +45,7 @@ class SmartHtTest : public ::testing::Test {
     o.pool_size = uint64_t{64} << 20;
     o.hash_seed = 0x5eed;
     o.smartht.head_bits = 4;
+    o.smartht.save_filter_min_keys = 0;
     o.background_threads = background_threads;
     return o;
   }

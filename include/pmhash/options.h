@@ -117,6 +117,10 @@ struct SmartHtParams {
   // failure atomicity should set tear_safe: the slot is persisted before the token is written
   // (two fences per insert).
   bool tear_safe = false;
+  // Close() saves the filter into the pool (the next clean open loads it instead of rebuilding)
+  // when the table holds at least this many keys; smaller filters are rebuilt faster than they
+  // are read back and checked.
+  uint64_t save_filter_min_keys = 1024;
 };
 
 struct Options {

@@ -243,12 +243,14 @@ struct Config : PersistentParams {
   double grow_keys_per_head = 3.0;
   double rebuild_erased_ratio = 0.25;
   bool tear_safe = false;
+  uint64_t save_filter_min_keys = 1024;
   uint32_t background_threads = 1;
   void SetOpenOptions(const Options& o) {
     filter_bits_per_key = std::clamp<uint32_t>(o.smartht.filter_bits_per_key, 1, 256);
     grow_keys_per_head = o.smartht.grow_keys_per_head;
     rebuild_erased_ratio = o.smartht.rebuild_erased_ratio;
     tear_safe = o.smartht.tear_safe;
+    save_filter_min_keys = o.smartht.save_filter_min_keys;
     background_threads = o.background_threads;
   }
 };
@@ -612,7 +614,9 @@ bool SmartHt<P>::LoadSavedFilter(uint64_t off, uint64_t live) {
 // root 1 names it; the clean mark follows (Lifecycle). Out of space only skips the save.
 template <pm::PersistPolicy P>
 Status SmartHt<P>::SaveFilter() {
-  if (!P::kPersistent || !filter_ || !complete_.load()) return Status::OK();
+  if (!P::kPersistent || !filter_ || !complete_.load() || Size() < params_.save_filter_min_keys) {
+    return Status::OK();
+  }
   const uint64_t blocks = filter_->blocks();
   if (blocks + 1 > UINT32_MAX) return Status::OK();
   auto off = pool_->allocator().Allocate(static_cast<uint32_t>(blocks + 1));
