@@ -110,7 +110,7 @@ struct SmartHtParams {
   // (three slots per bucket). 0: never grow.
   double grow_keys_per_head = 3.0;
   // Erased keys leave stale bits in the filter; it is rebuilt (in the background) once the keys
-  // erased since it was built pass this fraction of the keys it describes.
+  // erased since it was built pass this fraction of the keys it was sized for.
   double rebuild_erased_ratio = 0.25;
   // An insert persists the slot and its token with one flush of the bucket's line (the paper),
   // which relies on a 64 B line reaching the media whole. Platforms that only guarantee 8-byte

@@ -42,7 +42,7 @@
 // filter_bits_per_key bits per key of capacity (24: a false-positive rate near 1e-4, the
 // paper's figure). It is rebuilt — a new filter filled from PM by a background task
 // (pm::BackgroundWork) while the old one keeps serving, then swapped in — when the keys erased
-// since the last build pass rebuild_erased_ratio of the keys it describes, and after a crash.
+// since the last build pass rebuild_erased_ratio of its capacity, and after a crash.
 // While a filter is being filled, writers add their keys to it as well as to the live one.
 //
 // Growth (beyond the paper, which fixes 2^24 heads): when the table holds more than
@@ -806,8 +806,10 @@ Status SmartHt<P>::Erase(Key k) {
 template <pm::PersistPolicy P>
 void SmartHt<P>::MaybeScheduleRebuild() {
   const int64_t stale = stale_.load(std::memory_order_relaxed);
-  const double described = static_cast<double>(filter_keys_.load(std::memory_order_relaxed));
-  if (stale < 4 || static_cast<double>(stale) <= params_.rebuild_erased_ratio * described) return;
+  // Against the filter's capacity, not the live keys: a table being emptied rebuilds its
+  // filter a few times, not once per quarter of what is left.
+  const double capacity = static_cast<double>(filter_capacity_.load(std::memory_order_relaxed));
+  if (stale < 4 || static_cast<double>(stale) <= params_.rebuild_erased_ratio * capacity) return;
   if (rebuild_pending_.exchange(true)) return;
   if (!background_.Schedule([this] { return RebuildFilterTask(); }).ok()) {
     rebuild_pending_.store(false);
