@@ -35,7 +35,9 @@
 // the paper, one head per stripe on tables of <= 64 heads). Reads take the stripe shared,
 // writes exclusive; the lock is held across the persist, so no reader ever sees a write that a
 // crash can undo. Structure changes (head-array doubling, the swap of a rebuilt filter) take
-// every stripe exclusive, in order, under resize_mu_.
+// every stripe exclusive, in order, under resize_mu_ (one resize at a time) and stw_mu_; an
+// operation that sees such a stop-the-world phase under way sleeps on stw_mu_ instead of
+// spinning on its stripe.
 //
 // Filter: a split-block Bloom filter: a key selects one 64 B block and sets one bit in each of
 // its eight 64-bit words, so a query costs one DRAM cache miss. Sized for
