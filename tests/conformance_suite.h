@@ -25,6 +25,7 @@
 #include "engine_types.h"
 #include "index/pea/pea.h"
 #include "index/reh/reh.h"
+#include "index/smartht/smartht.h"
 #include "index/turbo/turbo.h"
 #include "index_adapter.h"
 #include "oracle_index.h"
@@ -106,6 +107,16 @@ struct IndexTraits<turbo::Turbo<P, R>> : DefaultTraits<turbo::Turbo<P, R>> {
     o->turbo.initial_buckets = 2;
     o->turbo.probe_scope = 16;
     o->turbo.max_shard_buckets = 1u << 20;
+  }
+};
+
+// SmartHT: 4 heads growing at 3 keys per head: chained buckets and head-array doublings within
+// the first few dozen keys; filter rebuilds after a quarter of the keys are erased.
+template <class P>
+struct IndexTraits<smartht::SmartHt<P>> : DefaultTraits<smartht::SmartHt<P>> {
+  static void SmallGeometry(Options* o) {
+    o->smartht.head_bits = 2;
+    o->smartht.max_head_bits = 24;
   }
 };
 

@@ -85,6 +85,7 @@ class StressTest : public ::testing::Test {
     o.pea.initial_depth = 0;
     o.turbo.shard_bits = 3;  // 8 shards of 2 buckets: concurrent rehashes from the start
     o.turbo.initial_buckets = 2;
+    o.smartht.head_bits = 8;  // SmartHT: 64 stripes; chains and doublings race with everything
     auto r = T::Open(o);
     ASSERT_TRUE(r.ok()) << r.status().ToString();
     idx_ = std::move(r).value();

@@ -92,6 +92,37 @@ struct TurboParams {
   double gc_deleted_ratio = 0.10;
 };
 
+// SmartHT (../shared/papers/smartht.txt, src/index/smartht): chained hashing of 64 B PM buckets
+// (three 1-byte tokens, three 16 B slots, an 8 B next offset: pinned by static_assert) under a
+// head-bucket array, with a DRAM Bloom filter in front so that negative searches do not touch PM.
+struct SmartHtParams {
+  // Pool properties.
+  // log2 of the head buckets of a new pool. 0 (default): from the pool size, one head per 1 KiB
+  // of pool (the paper uses 2^24 heads), at least 2^6 and at most 2^24. The array doubles as keys
+  // arrive (grow_keys_per_head), so this only sets the starting point.
+  std::optional<uint32_t> head_bits;
+  std::optional<uint32_t> max_head_bits;  // 28: the head array never grows past 2^max_head_bits
+  // Open-time.
+  // Bloom filter bits per key of capacity (one 64 B block per key, 8 bits set in it): 24 gives
+  // a false-positive rate near 1e-4 (the paper's target).
+  uint32_t filter_bits_per_key = 24;
+  // The head array doubles when the table holds more than this many keys per head bucket
+  // (three slots per bucket). 0: never grow.
+  double grow_keys_per_head = 3.0;
+  // Erased keys leave stale bits in the filter; it is rebuilt (in the background) once the keys
+  // erased since it was built pass this fraction of the keys it was sized for.
+  double rebuild_erased_ratio = 0.25;
+  // An insert persists the slot and its token with one flush of the bucket's line (the paper),
+  // which relies on a 64 B line reaching the media whole. Platforms that only guarantee 8-byte
+  // failure atomicity should set tear_safe: the slot is persisted before the token is written
+  // (two fences per insert).
+  bool tear_safe = false;
+  // Close() saves the filter into the pool (the next clean open loads it instead of rebuilding)
+  // when the table holds at least this many keys; smaller filters are rebuilt faster than they
+  // are read back and checked.
+  uint64_t save_filter_min_keys = 1024;
+};
+
 struct Options {
   // Pool location. Empty: an anonymous, unnamed DRAM region (nothing survives Close). Otherwise a
   // file on tmpfs, an ordinary or fsdax file system (mapped with MAP_SYNC when the file system
@@ -149,6 +180,7 @@ struct Options {
   RehParams reh;
   PeaParams pea;
   TurboParams turbo;
+  SmartHtParams smartht;
 };
 
 std::string_view DurabilityName(Durability d);

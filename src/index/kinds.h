@@ -10,6 +10,7 @@
 #include "index/descriptor.h"
 #include "index/pea/pea.h"
 #include "index/reh/reh.h"
+#include "index/smartht/smartht.h"
 #include "index/turbo/turbo.h"
 #include "pm/persist.h"
 
@@ -29,7 +30,8 @@ struct KindList {
 };
 
 using IndexKinds =
-    KindList<reh::Descriptor, pea::Descriptor, turbo::Descriptor, turbo::KvDescriptor>;
+    KindList<reh::Descriptor, pea::Descriptor, turbo::Descriptor, turbo::KvDescriptor,
+             smartht::Descriptor>;
 
 // The engine of descriptor D under policy P.
 template <class D, class P>

@@ -226,6 +226,22 @@ TEST(RehCrash, OneFlushInsertNeedsWholeLineWriteBack) {
   EXPECT_NE(r.failure.find("match neither side"), std::string::npos) << r.failure;
 }
 
+// SmartHT-specific: the paper's one-flush insert (pair and token in the bucket's one line)
+// assumes whole-line write-back (I2 in smartht.h); CrashSuite.AdrTornWords runs it with
+// tear_safe. The simulator must find a torn image that the default insert cannot survive.
+TEST(SmartHtCrash, OneFlushInsertNeedsWholeLineWriteBack) {
+  Config c;
+  c.seed = 5;
+  c.tear_words = true;
+  c.random_images = 20;
+  c.ops = 60;
+  const Report r = Harness<smartht::SmartHt>(c, SmartHtTraits::Small(HashMode::kStrong),
+                                             "SmartHtOneFlushTorn")
+                       .Run();
+  EXPECT_FALSE(r.failure.empty()) << "no torn image broke the one-flush insert";
+  std::printf("%s\n", r.failure.c_str());
+}
+
 // Pea-specific: the paper's one-flush insert into the header's line (slot and header word share
 // line 0) and its in-line ordering of the header words assume whole-line write-back (I2, I3 in
 // pea.h); CrashSuite.AdrTornWords runs it with tear_safe. The simulator must find a torn image.

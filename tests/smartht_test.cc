@@ -1,0 +1,494 @@
+// tests/smartht_test.cc — SmartHT specifics (src/index/smartht/smartht.h): the Bloom filter never
+// gives a false negative (after erase + reinsert, after a crash before the filter is rebuilt,
+// during a rebuild), its false-positive rate, the filter saved at Close (reopen, corrupt copy),
+// hostile pools (chain cycles), head-array growth. The typed conformance, stress and crash
+// suites cover the rest.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdio>
+#include <random>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "index/smartht/smartht.h"
+#include "pm/pool_format.h"
+#include "test_util.h"
+
+namespace pmhash::smartht {
+namespace {
+
+using testing::Scaled;
+using testing::TempPoolPath;
+
+double Detail(const IndexStats& s, std::string_view name) {
+  for (const NamedStat& d : s.details) {
+    if (d.name == name) return d.value;
+  }
+  return -1;
+}
+
+class SmartHtTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+    path_ = TempPoolPath(std::string("smartht_") + info->name());
+  }
+  void TearDown() override { unlink(path_.c_str()); }
+
+  Options MakeOptions(uint32_t background_threads = 0) const {
+    Options o;
+    o.path = path_;
+    o.pool_size = uint64_t{64} << 20;
+    o.hash_seed = 0x5eed;
+    o.smartht.head_bits = 4;
+    o.smartht.save_filter_min_keys = 0;
+    o.background_threads = background_threads;
+    return o;
+  }
+  template <class P = pm::Adr>
+  std::unique_ptr<SmartHt<P>> OpenOk(const Options& o) {
+    auto r = SmartHt<P>::Open(o);
+    EXPECT_TRUE(r.ok()) << r.status().ToString();
+    return r.ok() ? std::move(r).value() : nullptr;
+  }
+  // Every key of `model` is found with its value and is in the filter; `absent` keys are not.
+  template <class T>
+  void ExpectContents(T& ix, const std::unordered_map<Key, Value>& model,
+                      const std::vector<Key>& absent) {
+    for (const auto& [k, v] : model) {
+      Value got = 0;
+      ASSERT_TRUE(ix.Find(k, &got).ok()) << k;
+      ASSERT_EQ(got, v) << k;
+      if (ix.filter_complete()) {
+        ASSERT_TRUE(ix.FilterMayContain(k)) << "false negative " << k;
+      }
+    }
+    for (const Key k : absent) {
+      Value got;
+      ASSERT_TRUE(ix.Find(k, &got).IsNotFound()) << k;
+    }
+    ASSERT_EQ(ix.Size(), model.size());
+    Status s = ix.CheckInvariants();
+    ASSERT_TRUE(s.ok()) << s.ToString();
+  }
+  // Offset of root i in the pool file.
+  static uint64_t RootAt(int i) { return offsetof(pm::PoolHeader, roots) + 8 * i; }
+  uint64_t ReadWord(uint64_t off) const {
+    uint64_t w = 0;
+    const int fd = ::open(path_.c_str(), O_RDONLY);
+    EXPECT_GE(fd, 0);
+    EXPECT_EQ(pread(fd, &w, 8, static_cast<off_t>(off)), 8);
+    close(fd);
+    return w;
+  }
+  void WriteWord(uint64_t off, uint64_t w) const {
+    const int fd = ::open(path_.c_str(), O_WRONLY);
+    ASSERT_GE(fd, 0);
+    ASSERT_EQ(pwrite(fd, &w, 8, static_cast<off_t>(off)), 8);
+    close(fd);
+  }
+
+  std::string path_;
+};
+
+TEST_F(SmartHtTest, LayoutIsPinned) {
+  EXPECT_EQ(sizeof(PmBucket), 64u);
+  EXPECT_EQ(offsetof(PmBucket, slots), 8u);
+  EXPECT_EQ(offsetof(PmBucket, next), 56u);
+}
+
+// Erase leaves stale bits, reinsert sets them again: no false negative at any point, and a
+// rebuild (scheduled by the erases, run here by hand) drops the erased keys.
+TEST_F(SmartHtTest, NoFalseNegativeAfterEraseAndReinsert) {
+  auto ix = OpenOk<pm::Dram>([&] {
+    Options o = MakeOptions();
+    o.path.clear();
+    return o;
+  }());
+  ASSERT_TRUE(ix);
+  const uint64_t n = Scaled(20000, 4);
+  std::unordered_map<Key, Value> model;
+  std::mt19937_64 rng(1);
+  for (uint64_t i = 0; i < n; i++) {
+    const Key k = rng();
+    ASSERT_TRUE(ix->Insert(k, i).ok());
+    model[k] = i;
+  }
+  std::vector<Key> erased;
+  for (auto it = model.begin(); it != model.end();) {
+    if (rng() % 2) {
+      ASSERT_TRUE(ix->Erase(it->first).ok());
+      erased.push_back(it->first);
+      it = model.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  ASSERT_NO_FATAL_FAILURE(ExpectContents(*ix, model, erased));
+  EXPECT_GT(ix->background().pending(), 0u) << "half the keys erased: a rebuild is due";
+  // Reinsert a third of the erased keys before the rebuild runs.
+  std::vector<Key> still_absent;
+  for (size_t i = 0; i < erased.size(); i++) {
+    if (i % 3 == 0) {
+      ASSERT_TRUE(ix->Insert(erased[i], i).ok());
+      model[erased[i]] = i;
+    } else {
+      still_absent.push_back(erased[i]);
+    }
+  }
+  ASSERT_NO_FATAL_FAILURE(ExpectContents(*ix, model, still_absent));
+  ix->background().RunPending();
+  ASSERT_TRUE(ix->background().status().ok());
+  EXPECT_GE(Detail(ix->Stats(), "smartht.filter.rebuilds"), 1);
+  ASSERT_NO_FATAL_FAILURE(ExpectContents(*ix, model, still_absent));
+  uint64_t stale_hits = 0;
+  for (const Key k : still_absent) stale_hits += ix->FilterMayContain(k);
+  EXPECT_LT(stale_hits, still_absent.size() / 100 + 5) << "the rebuilt filter dropped erased keys";
+}
+
+// The paper's sizing: about 1e-4 false positives at 24 bits per key.
+TEST_F(SmartHtTest, FalsePositiveRate) {
+  Options o = MakeOptions();
+  o.path.clear();
+  o.smartht.head_bits = 12;
+  auto ix = OpenOk<pm::Dram>(o);
+  ASSERT_TRUE(ix);
+  const uint64_t n = Scaled(100000, 10);
+  std::mt19937_64 rng(2);
+  std::unordered_map<Key, Value> model;
+  for (uint64_t i = 0; i < n; i++) {
+    const Key k = rng() | 1;  // odd keys present, even keys absent
+    if (ix->Insert(k, i).ok()) model[k] = i;
+  }
+  const uint64_t probes = Scaled(1000000, 20);
+  uint64_t fp = 0;
+  for (uint64_t i = 0; i < probes; i++) fp += ix->FilterMayContain(rng() & ~Key{1});
+  const double rate = static_cast<double>(fp) / static_cast<double>(probes);
+  const IndexStats s = ix->Stats();
+  std::printf("keys %zu, filter bits/key %.1f, false-positive rate %.2e (%lu of %lu)\n",
+              model.size(), Detail(s, "smartht.filter.bits_per_key"), rate,
+              static_cast<unsigned long>(fp), static_cast<unsigned long>(probes));
+  EXPECT_LT(rate, 1e-3);
+  for (const auto& [k, v] : model) ASSERT_TRUE(ix->FilterMayContain(k));
+}
+
+// The filter alone at the paper's sizing: 24 bits per key, about 1e-4 false positives.
+TEST_F(SmartHtTest, BloomFilterAt24BitsPerKey) {
+  const uint64_t n = Scaled(200000, 10);
+  BloomFilter f(BloomFilter::BlocksFor(n, 24));
+  ASSERT_TRUE(f);
+  std::mt19937_64 rng(4);
+  std::vector<uint64_t> in(n);
+  for (auto& h : in) f.Add(h = rng());
+  for (const uint64_t h : in) ASSERT_TRUE(f.MayContain(h));
+  const uint64_t probes = Scaled(2000000, 20);
+  uint64_t fp = 0;
+  for (uint64_t i = 0; i < probes; i++) fp += f.MayContain(rng());
+  const double rate = static_cast<double>(fp) / static_cast<double>(probes);
+  std::printf("24 bits/key: false-positive rate %.2e (%lu of %lu)\n", rate,
+              static_cast<unsigned long>(fp), static_cast<unsigned long>(probes));
+  EXPECT_LT(rate, 3e-4);
+}
+
+// A table that cannot grow (growth off) rebuilds its filter larger as keys arrive, so the
+// false-positive rate stays low.
+TEST_F(SmartHtTest, FilterGrowsWithoutTableGrowth) {
+  Options o = MakeOptions();
+  o.path.clear();
+  o.smartht.head_bits = 8;
+  o.smartht.grow_keys_per_head = 0;
+  auto ix = OpenOk<pm::Dram>(o);
+  ASSERT_TRUE(ix);
+  const uint64_t n = Scaled(30000, 4);
+  for (uint64_t i = 0; i < n; i++) {
+    ASSERT_TRUE(ix->Insert(i * 0x9E3779B97F4A7C15ULL + 1, i).ok());
+    ix->background().RunPending();
+  }
+  const IndexStats s = ix->Stats();
+  EXPECT_EQ(s.doublings, 0u);
+  EXPECT_GE(Detail(s, "smartht.filter.rebuilds"), 2);
+  EXPECT_GE(Detail(s, "smartht.filter.bits_per_key"), 10);
+  uint64_t fp = 0;
+  for (uint64_t i = 0; i < 100000; i++) fp += ix->FilterMayContain(i * 0x9E3779B97F4A7C15ULL + 2);
+  EXPECT_LT(fp, 300u) << "false positives of 100000";
+  Status st = ix->CheckInvariants();
+  ASSERT_TRUE(st.ok()) << st.ToString();
+}
+
+// A crash, then an open in manual mode: the filter is empty and incomplete until the rebuild
+// task runs, and meanwhile every read, insert, erase and reinsert still answers exactly.
+TEST_F(SmartHtTest, CrashBeforeFilterRebuildHasNoFalseNegative) {
+  std::unordered_map<Key, Value> model;
+  std::vector<Key> absent;
+  std::mt19937_64 rng(3);
+  const uint64_t n = Scaled(5000, 4);
+  {
+    auto ix = OpenOk(MakeOptions());
+    ASSERT_TRUE(ix);
+    for (uint64_t i = 0; i < n; i++) {
+      const Key k = rng();
+      ASSERT_TRUE(ix->Insert(k, i).ok());
+      model[k] = i;
+    }
+    ix->Abandon();  // crash
+  }
+  for (int i = 0; i < 1000; i++) absent.push_back(rng());
+  auto ix = OpenOk(MakeOptions());
+  ASSERT_TRUE(ix);
+  EXPECT_FALSE(ix->filter_complete());
+  EXPECT_FALSE(ix->filter_loaded());
+  EXPECT_TRUE(ix->Stats().recovered);
+  ASSERT_NO_FATAL_FAILURE(ExpectContents(*ix, model, absent));
+  // Writes before the rebuild: erase some, reinsert some, insert new ones.
+  int j = 0;
+  for (auto it = model.begin(); it != model.end() && j < 500; j++) {
+    ASSERT_TRUE(ix->Erase(it->first).ok());
+    if (j % 2) {
+      ASSERT_TRUE(ix->Insert(it->first, 7).ok());
+      it->second = 7;
+      ++it;
+    } else {
+      absent.push_back(it->first);
+      it = model.erase(it);
+    }
+  }
+  for (int i = 0; i < 500; i++) {
+    const Key k = rng();
+    ASSERT_TRUE(ix->Insert(k, 9).ok());
+    model[k] = 9;
+  }
+  ASSERT_NO_FATAL_FAILURE(ExpectContents(*ix, model, absent));
+  EXPECT_FALSE(ix->filter_complete());
+  ix->background().RunPending();
+  ASSERT_TRUE(ix->background().status().ok());
+  EXPECT_TRUE(ix->filter_complete());
+  ASSERT_NO_FATAL_FAILURE(ExpectContents(*ix, model, absent));
+}
+
+// A crash, then an open with a worker thread: readers running while the background task fills
+// the filter find every key.
+TEST_F(SmartHtTest, ConcurrentReadsDuringRebuild) {
+  std::unordered_map<Key, Value> model;
+  const uint64_t n = Scaled(50000, 10);
+  {
+    auto ix = OpenOk(MakeOptions());
+    ASSERT_TRUE(ix);
+    for (uint64_t k = 1; k <= n; k++) {
+      ASSERT_TRUE(ix->Insert(k * 7919, k).ok());
+      model[k * 7919] = k;
+    }
+    ix->Abandon();
+  }
+  auto ix = OpenOk(MakeOptions(/*background_threads=*/1));
+  ASSERT_TRUE(ix);
+  std::atomic<uint64_t> misses{0};
+  std::vector<std::thread> ts;
+  for (int t = 0; t < 2; t++) {
+    ts.emplace_back([&, t] {
+      for (int round = 0; round < 2; round++) {
+        for (uint64_t k = 1 + t; k <= n; k += 2) {
+          Value v;
+          if (!ix->Find(k * 7919, &v).ok() || v != k) misses++;
+        }
+      }
+    });
+  }
+  for (auto& t : ts) t.join();
+  EXPECT_EQ(misses.load(), 0u);
+  ASSERT_TRUE(ix->background().Drain().ok());
+  EXPECT_TRUE(ix->filter_complete());
+  ASSERT_NO_FATAL_FAILURE(ExpectContents(*ix, model, {}));
+}
+
+// Close saves the filter; a clean reopen loads it (no rebuild), a crash reopen does not.
+TEST_F(SmartHtTest, SavedFilterReopens) {
+  std::unordered_map<Key, Value> model;
+  {
+    auto ix = OpenOk(MakeOptions());
+    ASSERT_TRUE(ix);
+    for (Key k = 1; k <= Scaled(3000, 2); k++) {
+      ASSERT_TRUE(ix->Insert(k, k + 1).ok());
+      model[k] = k + 1;
+    }
+    ASSERT_TRUE(ix->Close().ok());
+  }
+  {
+    auto ix = OpenOk(MakeOptions());
+    ASSERT_TRUE(ix);
+    EXPECT_TRUE(ix->filter_loaded());
+    EXPECT_TRUE(ix->filter_complete());
+    EXPECT_EQ(ix->background().pending(), 0u);
+    EXPECT_EQ(ReadWord(RootAt(1)), 0u) << "root 1 is cleared at open (I7)";
+    ASSERT_NO_FATAL_FAILURE(ExpectContents(*ix, model, {0, 100000, 100001}));
+    ASSERT_TRUE(ix->Insert(100000, 5).ok());
+    model[100000] = 5;
+    ix->Abandon();  // crash after a write: the saved filter must not be used
+  }
+  auto ix = OpenOk(MakeOptions());
+  ASSERT_TRUE(ix);
+  EXPECT_FALSE(ix->filter_loaded());
+  ASSERT_NO_FATAL_FAILURE(ExpectContents(*ix, model, {0, 100001}));
+}
+
+// A saved filter whose bytes were damaged fails its checksum: the open rebuilds it.
+TEST_F(SmartHtTest, CorruptSavedFilterIsRebuilt) {
+  std::unordered_map<Key, Value> model;
+  {
+    auto ix = OpenOk(MakeOptions());
+    ASSERT_TRUE(ix);
+    for (Key k = 1; k <= 2000; k++) {
+      ASSERT_TRUE(ix->Insert(k, k).ok());
+      model[k] = k;
+    }
+    ASSERT_TRUE(ix->Close().ok());
+  }
+  const uint64_t saved = ReadWord(RootAt(1));
+  ASSERT_NE(saved, 0u);
+  // Clear one word of the first block: a false negative if it were trusted.
+  WriteWord(saved + 64 + 8, ReadWord(saved + 64 + 8) ^ 0x0101010101010101ULL);
+  auto ix = OpenOk(MakeOptions());
+  ASSERT_TRUE(ix);
+  EXPECT_FALSE(ix->filter_loaded());
+  EXPECT_FALSE(ix->filter_complete());
+  ASSERT_NO_FATAL_FAILURE(ExpectContents(*ix, model, {0, 5000}));
+  ix->background().RunPending();
+  EXPECT_TRUE(ix->filter_complete());
+  ASSERT_NO_FATAL_FAILURE(ExpectContents(*ix, model, {0, 5000}));
+}
+
+// Hostile pools: a chain that loops (onto itself, onto a head) and a root naming an impossible
+// table are kCorruption at open, never a hang or a crash.
+TEST_F(SmartHtTest, HostileChainCycleIsCorruption) {
+  Options o = MakeOptions();
+  o.smartht.head_bits = 1;
+  o.smartht.grow_keys_per_head = 0;  // long chains
+  {
+    auto ix = OpenOk(o);
+    ASSERT_TRUE(ix);
+    for (Key k = 1; k <= 100; k++) ASSERT_TRUE(ix->Insert(k, k).ok());
+    EXPECT_GE(Detail(ix->Stats(), "smartht.chain.max"), 10);
+    ASSERT_TRUE(ix->Close().ok());
+  }
+  const std::vector<uint8_t> good = testing::ReadFile(path_);
+  const uint64_t root = ReadWord(RootAt(0));
+  const uint64_t heads = RootOffset(root);
+  const uint64_t first = ReadWord(heads + 56);  // head 0's first chained bucket
+  ASSERT_NE(first, 0u);
+  const uint64_t second = ReadWord(first + 56);
+  ASSERT_NE(second, 0u);
+  auto restore = [&] {
+    const int fd = ::open(path_.c_str(), O_WRONLY);
+    ASSERT_GE(fd, 0);
+    ASSERT_EQ(pwrite(fd, good.data(), good.size(), 0), static_cast<ssize_t>(good.size()));
+    close(fd);
+  };
+  struct Case {
+    const char* what;
+    uint64_t at, value;
+  };
+  const Case cases[] = {
+      {"self loop", first + 56, first},
+      {"loop back to the first chained bucket", second + 56, first},
+      {"link into the head array", second + 56, heads + 64},
+      {"offset outside the heap", first + 56, uint64_t{1} << 40},
+      {"unaligned offset", first + 56, second + 8},
+      {"root with 2^40 heads", RootAt(0), PackRoot(40, heads)},
+      {"root off the heap", RootAt(0), PackRoot(1, uint64_t{1} << 45)},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.what);
+    ASSERT_NO_FATAL_FAILURE(restore());
+    WriteWord(c.at, c.value);
+    auto r = SmartHt<pm::Adr>::Open(o);
+    ASSERT_FALSE(r.ok());
+    EXPECT_TRUE(r.status().IsCorruption()) << r.status().ToString();
+  }
+  ASSERT_NO_FATAL_FAILURE(restore());
+  auto r = SmartHt<pm::Adr>::Open(o);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_TRUE(r.value()->CheckInvariants().ok());
+}
+
+// The head array doubles as keys arrive; chains stay short; a crash after growth recovers.
+TEST_F(SmartHtTest, HeadArrayGrows) {
+  Options o = MakeOptions();
+  o.smartht.head_bits = 2;
+  std::unordered_map<Key, Value> model;
+  const uint64_t n = Scaled(40000, 8);
+  {
+    auto ix = OpenOk(o);
+    ASSERT_TRUE(ix);
+    for (uint64_t i = 0; i < n; i++) {
+      ASSERT_TRUE(ix->Upsert(i * 0x9E3779B97F4A7C15ULL, i).ok());
+      model[i * 0x9E3779B97F4A7C15ULL] = i;
+    }
+    const IndexStats s = ix->Stats();
+    std::printf("keys %lu: 2^%u heads, chain mean %.2f max %.0f, load factor %.2f, %lu doublings\n",
+                static_cast<unsigned long>(n), ix->head_bits(), Detail(s, "smartht.chain.mean"),
+                Detail(s, "smartht.chain.max"), s.load_factor,
+                static_cast<unsigned long>(s.doublings));
+    EXPECT_GE(s.doublings, 8u);
+    EXPECT_GE(static_cast<double>(uint64_t{1} << ix->head_bits()) * 3, static_cast<double>(n) / 2);
+    EXPECT_LT(Detail(s, "smartht.chain.mean"), 3);
+    EXPECT_TRUE(ix->filter_complete());
+    ASSERT_NO_FATAL_FAILURE(ExpectContents(*ix, model, {1, 2, 3}));
+    ix->Abandon();
+  }
+  auto ix = OpenOk(o);
+  ASSERT_TRUE(ix);
+  ASSERT_NO_FATAL_FAILURE(ExpectContents(*ix, model, {1, 2, 3}));
+  ix->background().RunPending();
+  ASSERT_NO_FATAL_FAILURE(ExpectContents(*ix, model, {1, 2, 3}));
+}
+
+// Concurrent writers with growth and filter rebuilds on worker threads: every thread's keys are
+// found afterwards, and no reader ever misses a key that was inserted before it started.
+TEST_F(SmartHtTest, ConcurrentGrowthAndRebuild) {
+  Options o = MakeOptions(/*background_threads=*/1);
+  o.smartht.head_bits = 1;
+  o.smartht.rebuild_erased_ratio = 0.05;
+  auto ix = OpenOk(o);
+  ASSERT_TRUE(ix);
+  const uint64_t stable = 2000;
+  for (Key k = 0; k < stable; k++) ASSERT_TRUE(ix->Insert(k, k).ok());
+  const int nt = 3;
+  const uint64_t per = Scaled(20000, 10);
+  std::atomic<bool> stop{false};
+  std::atomic<uint64_t> misses{0};
+  std::thread reader([&] {
+    while (!stop.load()) {
+      for (Key k = 0; k < stable; k++) {
+        Value v;
+        if (!ix->Find(k, &v).ok() || v != k) misses++;
+      }
+    }
+  });
+  std::vector<std::thread> ts;
+  for (int t = 0; t < nt; t++) {
+    ts.emplace_back([&, t] {
+      for (uint64_t i = 0; i < per; i++) {
+        const Key k = (uint64_t{1} << 40) + i * nt + t;
+        (void)ix->Insert(k, i);
+        if (i % 2) (void)ix->Erase(k - nt);
+      }
+    });
+  }
+  for (auto& t : ts) t.join();
+  stop = true;
+  reader.join();
+  EXPECT_EQ(misses.load(), 0u);
+  ASSERT_TRUE(ix->background().Drain().ok());
+  Status s = ix->CheckInvariants();
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  const IndexStats st = ix->Stats();
+  EXPECT_GE(st.doublings, 1u);
+  std::printf("rebuilds %.0f, doublings %lu\n", Detail(st, "smartht.filter.rebuilds"),
+              static_cast<unsigned long>(st.doublings));
+}
+
+}  // namespace
+}  // namespace pmhash::smartht
