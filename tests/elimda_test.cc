@@ -11,6 +11,8 @@
 //                          fingerprints, D-buckets and logs: same contents, same layers, no leak.
 //   PersistCost            ADR: an append is two persists (item, then its bit); update and erase
 //                          one; finds and failed writes none. eADR: no line is ever flushed.
+//   Duplicates             a P-bucket holding a key twice: the first copy wins, splits drop the
+//                          second, an erase removes both.
 //   HostilePool            corrupt offsets and header words are refused with kCorruption.
 #include "index/elimda/elimda.h"
 
@@ -200,6 +202,46 @@ TEST(ElimdaPersist, PersistCost) {
   for (uint64_t i = 0; i < 3000; i++) ASSERT_TRUE((*e)->Insert(SplitMix64(i), i).ok());
   EXPECT_GT((*e)->relocations(), 0u);
   EXPECT_EQ((*e)->pool().counters().Snapshot().flushed_lines, 0u) << "eADR never flushes";
+}
+
+// A pool whose P-bucket holds a key twice (as one written by the paper's blind appends would):
+// the older copy wins everywhere, recovery counts the key once, and the split of its segment
+// drops the newer copy; Erase removes both.
+TEST(ElimdaDuplicates, FirstCopyWinsAndSplitDropsDuplicates) {
+  ScopedPath path("elimda_dups");
+  const Options o = SmallOptions(path.path());
+  std::map<Key, Value> model;
+  std::vector<Key> dup_keys;
+  {
+    auto r = Engine::Open(o);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    auto& ix = **r;
+    for (uint64_t i = 0; i < 400; i++) {
+      ASSERT_TRUE(ix.Insert(SplitMix64(i), i).ok());
+      model[SplitMix64(i)] = i;
+    }
+    for (const auto& [k, v] : model) {
+      if (ix.LayerOf(k) == 1 && ix.AppendCopyForTest(k, v + 1000).ok()) dup_keys.push_back(k);
+      if (dup_keys.size() == 6) break;
+    }
+    ASSERT_GE(dup_keys.size(), 2u);
+    ASSERT_NO_FATAL_FAILURE(ExpectContents(ix, model));
+    ix.Abandon();
+  }
+  auto r = Engine::Open(o);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  auto& ix = **r;
+  ASSERT_NO_FATAL_FAILURE(ExpectContents(ix, model));
+  ASSERT_TRUE(ix.Erase(dup_keys[0]).ok());
+  model.erase(dup_keys[0]);
+  Value v;
+  EXPECT_TRUE(ix.Find(dup_keys[0], &v).IsNotFound()) << "an erase must remove every copy";
+  for (uint64_t i = 400; i < 4000; i++) {
+    ASSERT_TRUE(ix.Insert(SplitMix64(i), i).ok());
+    model[SplitMix64(i)] = i;
+  }
+  EXPECT_GE(ix.duplicates_dropped(), dup_keys.size() - 1);
+  ASSERT_NO_FATAL_FAILURE(ExpectContents(ix, model));
 }
 
 // Closed cleanly, then one word of the pool overwritten: open must refuse it.

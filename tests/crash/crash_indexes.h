@@ -164,7 +164,7 @@ struct ElimdaTraits {
   using Index = elimda::ElimDA<P>;
   static Options Small(HashMode mode) {
     Options o;
-    o.pool_size = 512 << 10;
+    o.pool_size = 128 << 10;  // the workloads use ~40 KiB; a small image is a cheap check
     o.elimda.bucket_items = 32;
     o.elimda.dbucket_items = 16;
     o.elimda.segment_buckets = 2;
@@ -176,7 +176,7 @@ struct ElimdaTraits {
   }
   static Options Deep(HashMode mode) {
     Options o = Small(mode);
-    o.pool_size = 1 << 20;
+    o.pool_size = 256 << 10;
     return o;
   }
   // Every item is persisted before the 8-byte word (bit, count, pointer) that makes it live.

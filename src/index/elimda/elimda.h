@@ -104,7 +104,7 @@
 // ============================================================================================
 // Concurrency, and where this deviates from the paper
 // ============================================================================================
-// A table-wide RwSpinLock plus one spin lock per log. Find/Insert/Update/Erase take the table
+// A table-wide reader-writer lock (blocking) plus one spin lock per log. Find/Insert/Update/Erase take the table
 // lock shared and the key's log lock (held across the persist, so a read never returns a write
 // that is not yet durable); sealing a log (with the D-bucket inserts, relocations and splits it
 // causes) takes the table lock exclusively. Every key's items live only in structures its log
@@ -127,6 +127,7 @@
 #include <functional>
 #include <memory>
 #include <new>
+#include <thread>
 #include <string>
 #include <unordered_map>
 #include <unordered_set>
@@ -202,6 +203,52 @@ inline uint64_t LogTableChunks(const PersistentParams& s) {
 
 template <pm::PersistPolicy P>
 class ElimDA;
+
+namespace detail {
+// The table lock: RwSpinLock's writer-preferring protocol (a writer announces itself, new readers
+// back off, the writer waits for readers to drain), but a waiter yields its core after a short
+// spin: sealing a log holds it exclusively for a relocation or a split, long enough that
+// spinning readers would burn the cores the sealing thread needs.
+class PMHASH_CAPABILITY("shared mutex") TableLock {
+ public:
+  void lock() PMHASH_ACQUIRE() {
+    uint32_t s = state_.load(std::memory_order_relaxed);
+    for (int spins = 0;; spins++) {
+      if ((s & kWriter) == 0 &&
+          state_.compare_exchange_weak(s, s | kWriter, std::memory_order_acquire)) {
+        break;
+      }
+      Pause(spins);
+      s = state_.load(std::memory_order_relaxed);
+    }
+    for (int spins = 0; (state_.load(std::memory_order_acquire) & ~kWriter) != 0; spins++) {
+      Pause(spins);
+    }
+  }
+  void unlock() PMHASH_RELEASE() { state_.fetch_and(~kWriter, std::memory_order_release); }
+  void lock_shared() PMHASH_ACQUIRE_SHARED() {
+    for (int spins = 0;; spins++) {
+      uint32_t s = state_.load(std::memory_order_relaxed);
+      if ((s & kWriter) == 0 && state_.compare_exchange_weak(s, s + 1, std::memory_order_acquire)) {
+        return;
+      }
+      Pause(spins);
+    }
+  }
+  void unlock_shared() PMHASH_RELEASE_SHARED() { state_.fetch_sub(1, std::memory_order_release); }
+
+ private:
+  static void Pause(int spins) {
+    if (spins < 64) {
+      CpuRelax();
+    } else {
+      std::this_thread::yield();
+    }
+  }
+  static constexpr uint32_t kWriter = 1u << 31;
+  std::atomic<uint32_t> state_{0};
+};
+}  // namespace detail
 
 struct Descriptor {
   static constexpr std::string_view kName = "elimda";
@@ -285,6 +332,9 @@ class ElimDA : public index::EngineBase<ElimDA<P>, P, Config> {
   int LayerOf(Key k) const;
   // Test hook (hostile pools, duplicates): pool offset of the PM-table slot holding k, or 0.
   uint64_t PmSlotOffsetForTest(Key k) const;
+  // Test hook: appends a second, durable copy (k, v) to the P-bucket of k, which must hold k
+  // already — what a blind-appending writer of the paper's design can leave behind.
+  Status AppendCopyForTest(Key k, Value v);
 
  private:
   using WriteMode = index::WriteMode;
@@ -375,7 +425,7 @@ class ElimDA : public index::EngineBase<ElimDA<P>, P, Config> {
   uint32_t log_bits_ = 0;
   uint64_t tombstone_[2] = {0, 0};
 
-  mutable RwSpinLock table_mu_;
+  mutable detail::TableLock table_mu_;
   uint32_t gd_ = 0;
   std::vector<SegMeta*> dir_;
   std::unique_ptr<LogState[]> logs_;
@@ -394,13 +444,13 @@ namespace detail {
 // Shared acquisition of the table lock, with the clang annotations std::shared_lock lacks.
 class PMHASH_SCOPED_CAPABILITY SharedGuard {
  public:
-  explicit SharedGuard(RwSpinLock& l) PMHASH_ACQUIRE_SHARED(l) : l_(l) { l_.lock_shared(); }
+  explicit SharedGuard(TableLock& l) PMHASH_ACQUIRE_SHARED(l) : l_(l) { l_.lock_shared(); }
   ~SharedGuard() PMHASH_RELEASE() { l_.unlock_shared(); }
   SharedGuard(const SharedGuard&) = delete;
   SharedGuard& operator=(const SharedGuard&) = delete;
 
  private:
-  RwSpinLock& l_;
+  TableLock& l_;
 };
 }  // namespace detail
 
@@ -716,6 +766,26 @@ uint64_t ElimDA<P>::PmSlotOffsetForTest(Key k) const {
 }
 
 template <pm::PersistPolicy P>
+Status ElimDA<P>::AppendCopyForTest(Key k, Value v) {
+  const uint64_t h = hash_(k);
+  LockGuard<detail::TableLock> g(table_mu_);
+  const Where w = Locate(h, k);
+  if (w.layer != Layer::kPm) return Status::InvalidArgument("elimda: key not in the PM table");
+  SegMeta* s = w.seg;
+  const uint32_t j = s->count[w.b];
+  if (j >= params_.bucket_items) return Status::OutOfSpace("elimda: P-bucket full");
+  PmSlot& slot = BucketSlots(s->off, w.b)[j];
+  slot.value.store(v, std::memory_order_relaxed);
+  slot.key.store(k, std::memory_order_relaxed);
+  persist_.Persist(&slot, sizeof(PmSlot));
+  Header(s)->count[w.b].store(j + 1, std::memory_order_release);
+  persist_.Persist(&Header(s)->count[w.b], sizeof(uint64_t));
+  s->fp[size_t{w.b} * params_.bucket_items + j] = FpOf(h);
+  s->count[w.b] = j + 1;
+  return Status::OK();
+}
+
+template <pm::PersistPolicy P>
 uint32_t ElimDA<P>::global_depth() const {
   detail::SharedGuard g(table_mu_);
   return gd_;
@@ -820,7 +890,7 @@ Status ElimDA<P>::Erase(Key k) {
 
 template <pm::PersistPolicy P>
 Status ElimDA<P>::Seal(uint32_t li) PMHASH_NO_THREAD_SAFETY_ANALYSIS {
-  LockGuard<RwSpinLock> g(table_mu_);
+  LockGuard<detail::TableLock> g(table_mu_);
   LogState& log = logs_[li];
   BlockInfo* old = log.head;
   if (old && (Block(old)->header.load(std::memory_order_relaxed) & kFullBits) != kFullBits) {
@@ -1148,7 +1218,7 @@ Status ElimDA<P>::ForEach(const std::function<void(Key, Value)>& fn) const
     PMHASH_NO_THREAD_SAFETY_ANALYSIS {
   std::vector<std::pair<Key, Value>> pairs;
   {
-    LockGuard<RwSpinLock> g(table_mu_);
+    LockGuard<detail::TableLock> g(table_mu_);
     for (size_t i = 0; i < dir_.size();) {
       const SegMeta* s = dir_[i];
       const uint64_t prefix = i >> (gd_ - s->depth);
@@ -1228,7 +1298,7 @@ IndexStats ElimDA<P>::Stats() const PMHASH_NO_THREAD_SAFETY_ANALYSIS {
 template <pm::PersistPolicy P>
 Status ElimDA<P>::CheckInvariants() const PMHASH_NO_THREAD_SAFETY_ANALYSIS {
   auto fail = [](const std::string& what) { return Status::Corruption("elimda invariant: " + what); };
-  LockGuard<RwSpinLock> g(table_mu_);
+  LockGuard<detail::TableLock> g(table_mu_);
   std::unordered_set<Key> keys;
   uint64_t live = 0, chunks = LogTableChunks(params_), segs = 0;
   uint64_t i = 0;
