@@ -29,6 +29,10 @@
 //     items' bits are cleared in their log blocks; a sealed block left empty is unlinked and
 //     freed. A P-bucket without room splits its segment (older to newer, dropping duplicates and
 //     erased items); the DRAM side (fingerprints, D-buckets, directory) splits in the same step.
+//   * Out of space: when a split cannot get space (pool full, max_depth, directory budget), the
+//     P-bucket is compacted in place (erased slots reused, I10); an insert that finds no room
+//     for a new log block first relocates every waiting D-bucket that fits after compaction, so
+//     that emptied log blocks are freed. Only then is it refused with kOutOfSpace.
 //   * Reversed search: PM table via the DRAM fingerprints (PM read only on a fingerprint hit),
 //     then the D-bucket, then the log's active block. Every sealed item is in the DRAM table, so
 //     there is no shadow-log step.
@@ -94,6 +98,13 @@
 //   I8  Empty sealed block: unlinked by one 8-byte store into the newer block's `next`, then
 //       freed. A crash before leaves an empty reachable block that recovery unlinks again.
 //   I9  No leaks: the allocator is rebuilt at open from what roots 0 and 1 reach.
+//   I10 Compaction (only when a split finds no space): the P-bucket's last live items are copied
+//       into its dead slots (tombstones, later copies), value first, then key, each slot
+//       flushed; one fence; then the count is lowered (commit: one 8-byte store + persist). A
+//       crash before leaves a moved item stored twice with the same value: the first copy in a
+//       bucket is the one that counts (Find, ForEach, recovery, CheckInvariants); a later copy
+//       is never returned, Erase tombstones every copy (newest first), and the next compaction
+//       or split drops it.
 //
 // Recovery (paper 3.6): walk the segment chain (tiling and tags checked, every offset
 // validated, MarkReachable), rebuild directory, counts and fingerprints; walk every log chain
@@ -104,9 +115,9 @@
 // ============================================================================================
 // Concurrency, and where this deviates from the paper
 // ============================================================================================
-// A table-wide reader-writer lock (blocking) plus one spin lock per log. Find/Insert/Update/Erase take the table
-// lock shared and the key's log lock (held across the persist, so a read never returns a write
-// that is not yet durable); sealing a log (with the D-bucket inserts, relocations and splits it
+// A table-wide reader-writer lock (writer-preferring, waiters yield after a short spin) plus
+// one spin lock per log. Find/Insert/Update/Erase take the table lock shared and the key's log
+// lock (held across the persist, so a read never returns a write that is not yet durable); sealing a log (with the D-bucket inserts, relocations and splits it
 // causes) takes the table lock exclusively. Every key's items live only in structures its log
 // lock or the exclusive lock protect (log blocks belong to one log; PM and D-bucket slots of other
 // keys are only read, through atomics). The paper's lock-free CAS append and per-thread shadow
@@ -209,6 +220,14 @@ namespace detail {
 // back off, the writer waits for readers to drain), but a waiter yields its core after a short
 // spin: sealing a log holds it exclusively for a relocation or a split, long enough that
 // spinning readers would burn the cores the sealing thread needs.
+inline void Pause(int spins) {
+  if (spins < 64) {
+    CpuRelax();
+  } else {
+    std::this_thread::yield();
+  }
+}
+
 class PMHASH_CAPABILITY("shared mutex") TableLock {
  public:
   void lock() PMHASH_ACQUIRE() {
@@ -238,15 +257,27 @@ class PMHASH_CAPABILITY("shared mutex") TableLock {
   void unlock_shared() PMHASH_RELEASE_SHARED() { state_.fetch_sub(1, std::memory_order_release); }
 
  private:
-  static void Pause(int spins) {
-    if (spins < 64) {
-      CpuRelax();
-    } else {
-      std::this_thread::yield();
-    }
-  }
   static constexpr uint32_t kWriter = 1u << 31;
   std::atomic<uint32_t> state_{0};
+};
+
+// A log's lock: a test-and-test-and-set spin lock whose waiters yield after a short spin (held
+// across a persist; a preempted holder must not cost the waiters their time slices).
+class PMHASH_CAPABILITY("mutex") LogLock {
+ public:
+  void lock() PMHASH_ACQUIRE() {
+    for (int spins = 0;; spins++) {
+      if (!flag_.load(std::memory_order_relaxed) &&
+          !flag_.exchange(true, std::memory_order_acquire)) {
+        return;
+      }
+      Pause(spins);
+    }
+  }
+  void unlock() PMHASH_RELEASE() { flag_.store(false, std::memory_order_release); }
+
+ private:
+  std::atomic<bool> flag_{false};
 };
 }  // namespace detail
 
@@ -360,7 +391,7 @@ class ElimDA : public index::EngineBase<ElimDA<P>, P, Config> {
     std::vector<std::vector<DItem>> dbucket;  // per bucket
   };
   struct alignas(64) LogState {
-    SpinLock mu;
+    detail::LogLock mu;
     BlockInfo* head = nullptr;  // the active block (newest)
   };
   enum class Layer { kNone, kPm, kDram, kLog };
@@ -729,7 +760,7 @@ template <pm::PersistPolicy P>
 Status ElimDA<P>::Find(Key k, Value* v) const {
   const uint64_t h = hash_(k);
   detail::SharedGuard g(table_mu_);
-  LockGuard<SpinLock> lg(logs_[LogOf(h)].mu);
+  LockGuard<detail::LogLock> lg(logs_[LogOf(h)].mu);
   const Where w = Locate(h, k);
   switch (w.layer) {
     case Layer::kPm:
@@ -751,7 +782,7 @@ template <pm::PersistPolicy P>
 int ElimDA<P>::LayerOf(Key k) const {
   const uint64_t h = hash_(k);
   detail::SharedGuard g(table_mu_);
-  LockGuard<SpinLock> lg(logs_[LogOf(h)].mu);
+  LockGuard<detail::LogLock> lg(logs_[LogOf(h)].mu);
   return static_cast<int>(Locate(h, k).layer);
 }
 
@@ -759,7 +790,7 @@ template <pm::PersistPolicy P>
 uint64_t ElimDA<P>::PmSlotOffsetForTest(Key k) const {
   const uint64_t h = hash_(k);
   detail::SharedGuard g(table_mu_);
-  LockGuard<SpinLock> lg(logs_[LogOf(h)].mu);
+  LockGuard<detail::LogLock> lg(logs_[LogOf(h)].mu);
   const Where w = Locate(h, k);
   if (w.layer != Layer::kPm) return 0;
   return pool_->OffsetOf(&BucketSlots(w.seg->off, w.b)[w.j]);
@@ -800,7 +831,7 @@ Status ElimDA<P>::Write(Key k, Value v, WriteMode mode) {
   for (;;) {
     {
       detail::SharedGuard g(table_mu_);
-      LockGuard<SpinLock> lg(log.mu);
+      LockGuard<detail::LogLock> lg(log.mu);
       const Where w = Locate(h, k);
       if (w.layer != Layer::kNone) {
         if (mode == WriteMode::kInsert) return Status::Exists();
@@ -846,7 +877,7 @@ Status ElimDA<P>::Erase(Key k) {
   const uint64_t h = hash_(k);
   LogState& log = logs_[LogOf(h)];
   detail::SharedGuard g(table_mu_);
-  LockGuard<SpinLock> lg(log.mu);
+  LockGuard<detail::LogLock> lg(log.mu);
   const Where w = Locate(h, k);
   switch (w.layer) {
     case Layer::kNone:
