@@ -1,5 +1,5 @@
-// tests/elimda_test.cc — ElimDA specifics (src/index/elimda/elimda.h) that the typed suites cannot
-// see:
+// tests/elimda_test.cc — ElimDA specifics (src/index/elimda/elimda.h) that the typed suites
+// cannot see:
 //
 //   LayersAndGrowth        with a small geometry, keys end up in all three layers (PM table,
 //                          DRAM table backed by sealed log blocks, active collecting logs); logs

@@ -117,14 +117,16 @@
 // ============================================================================================
 // A table-wide reader-writer lock (writer-preferring, waiters yield after a short spin) plus
 // one spin lock per log. Find/Insert/Update/Erase take the table lock shared and the key's log
-// lock (held across the persist, so a read never returns a write that is not yet durable); sealing a log (with the D-bucket inserts, relocations and splits it
-// causes) takes the table lock exclusively. Every key's items live only in structures its log
-// lock or the exclusive lock protect (log blocks belong to one log; PM and D-bucket slots of other
-// keys are only read, through atomics). The paper's lock-free CAS append and per-thread shadow
-// logs are replaced by this lock (an insert is a few stores either way), and the sealed block
-// stays where it is instead of being copied into a separate backup log (the swap of pointers is
-// the same, the copy is saved). Relocation and splits run on the inserting thread (no background
-// work). Fingerprints are 16 bits (fixed). Variable-size values are not implemented.
+// lock (held across the persist, so a read never returns a write that is not yet durable);
+// sealing a log (with the D-bucket inserts, relocations and splits it causes) takes the table
+// lock exclusively. Every key's items live only in structures its log lock or the exclusive lock
+// protect (log blocks belong to one log; PM and D-bucket slots of other keys are only read,
+// through atomics). The paper's lock-free CAS append and per-thread shadow logs are replaced by
+// this lock (an insert is a few stores either way), and the sealed block stays where it is
+// instead of being copied into a separate backup log (the swap of pointers is the same, the copy
+// is saved). Relocation and splits run on the inserting thread (no background work).
+// Fingerprints are 16 bits (fixed). Variable-size values (the paper's value pool, the bytes API)
+// are not implemented.
 //
 // Thread safety: all public operations may run concurrently. Close() requires quiescence.
 #pragma once
@@ -409,7 +411,9 @@ class ElimDA : public index::EngineBase<ElimDA<P>, P, Config> {
   Status Recover();
   Status Write(Key k, Value v, WriteMode mode);
 
-  uint32_t LogOf(uint64_t h) const { return log_bits_ ? static_cast<uint32_t>(h >> (64 - log_bits_)) : 0; }
+  uint32_t LogOf(uint64_t h) const {
+    return log_bits_ ? static_cast<uint32_t>(h >> (64 - log_bits_)) : 0;
+  }
   uint32_t BucketOf(uint64_t h) const {
     return static_cast<uint32_t>(h >> 8) & (params_.segment_buckets - 1);
   }
@@ -593,7 +597,9 @@ Status ElimDA<P>::Recover() {
   // Log table.
   const uint64_t table = pool_->root(1);
   const uint32_t table_chunks = static_cast<uint32_t>(LogTableChunks(params_));
-  if (!alloc.ValidChunk(table, table_chunks)) return bad("log table offset " + std::to_string(table));
+  if (!alloc.ValidChunk(table, table_chunks)) {
+    return bad("log table offset " + std::to_string(table));
+  }
   PMHASH_RETURN_IF_ERROR(alloc.MarkReachable(table, table_chunks));
 
   // Walk 1: the segment chain, in prefix order; the ranges must tile the hash space.
@@ -687,7 +693,9 @@ Status ElimDA<P>::Recover() {
         const uint32_t j = static_cast<uint32_t>(std::countr_zero(c));
         const Key k = blk->slots[j].key.load(std::memory_order_relaxed);
         const uint64_t kh = hash_(k);
-        if (LogOf(kh) != li) return bad("log block at " + std::to_string(off) + " holds a key of another log");
+        if (LogOf(kh) != li) {
+          return bad("log block at " + std::to_string(off) + " holds a key of another log");
+        }
         if (Locate(kh, k).layer == Layer::kPm) {
           bits &= ~(1u << j);  // relocated (I5)
           continue;
@@ -957,7 +965,8 @@ Status ElimDA<P>::Seal(uint32_t li) PMHASH_NO_THREAD_SAFETY_ANALYSIS {
 
   // The sealed block's items enter the DRAM table; full D-buckets are relocated.
   const LogBlock* sealed = Block(old);
-  const uint32_t bits = static_cast<uint32_t>(sealed->header.load(std::memory_order_relaxed) & kFullBits);
+  const uint32_t bits =
+      static_cast<uint32_t>(sealed->header.load(std::memory_order_relaxed) & kFullBits);
   std::vector<uint64_t> hashes;
   for (uint32_t c = bits; c; c &= c - 1) {
     const uint32_t j = static_cast<uint32_t>(std::countr_zero(c));
@@ -1111,7 +1120,8 @@ template <pm::PersistPolicy P>
 Status ElimDA<P>::Double() PMHASH_NO_THREAD_SAFETY_ANALYSIS {
   const auto started = ResizeLog::Now();
   if (gd_ >= params_.max_depth) {
-    return Status::OutOfSpace("elimda: directory at max_depth " + std::to_string(params_.max_depth) +
+    return Status::OutOfSpace("elimda: directory at max_depth " +
+                              std::to_string(params_.max_depth) +
                               " and a bucket of that depth is full");
   }
   if ((uint64_t{8} << (gd_ + 1)) > max_directory_bytes_) {
@@ -1163,7 +1173,8 @@ Status ElimDA<P>::Split(SegMeta* s, uint64_t h) PMHASH_NO_THREAD_SAFETY_ANALYSIS
       const int side = static_cast<int>((kh >> (63 - ld)) & 1);
       SegMeta* t = half[side];
       const uint16_t f = FpOf(kh);
-      uint64_t* tslots = img[side].data() + (sizeof(SegHeader) + size_t{b} * params_.bucket_items * 16) / 8;
+      uint64_t* tslots =
+          img[side].data() + (sizeof(SegHeader) + size_t{b} * params_.bucket_items * 16) / 8;
       const uint16_t* tfp = &t->fp[size_t{b} * params_.bucket_items];
       bool dup = false;
       for (uint32_t x = 0; x < t->count[b] && !dup; x++) dup = tfp[x] == f && tslots[2 * x] == k;
@@ -1328,7 +1339,9 @@ IndexStats ElimDA<P>::Stats() const PMHASH_NO_THREAD_SAFETY_ANALYSIS {
 // REQUIRES: no concurrent writers.
 template <pm::PersistPolicy P>
 Status ElimDA<P>::CheckInvariants() const PMHASH_NO_THREAD_SAFETY_ANALYSIS {
-  auto fail = [](const std::string& what) { return Status::Corruption("elimda invariant: " + what); };
+  auto fail = [](const std::string& what) {
+    return Status::Corruption("elimda invariant: " + what);
+  };
   LockGuard<detail::TableLock> g(table_mu_);
   std::unordered_set<Key> keys;
   uint64_t live = 0, chunks = LogTableChunks(params_), segs = 0;
@@ -1354,7 +1367,9 @@ Status ElimDA<P>::CheckInvariants() const PMHASH_NO_THREAD_SAFETY_ANALYSIS {
       for (uint32_t j = 0; j < s->count[b]; j++) {
         const Key k = slots[j].key.load(std::memory_order_relaxed);
         if (!LiveIn(k, prefix, s->depth, b)) continue;
-        if (s->fp[size_t{b} * params_.bucket_items + j] != FpOf(hash_(k))) return fail("fingerprint");
+        if (s->fp[size_t{b} * params_.bucket_items + j] != FpOf(hash_(k))) {
+          return fail("fingerprint");
+        }
         if (!in_bucket.insert(k).second) continue;
         if (!keys.insert(k).second) return fail("key " + std::to_string(k) + " stored twice");
         live++;
@@ -1362,13 +1377,18 @@ Status ElimDA<P>::CheckInvariants() const PMHASH_NO_THREAD_SAFETY_ANALYSIS {
       for (const DItem& it : s->dbucket[b]) {
         if (!it.live) continue;
         const uint64_t kh = hash_(it.key);
-        if ((kh >> (64 - s->depth)) != prefix || BucketOf(kh) != b) return fail("D-bucket item misplaced");
+        if ((kh >> (64 - s->depth)) != prefix || BucketOf(kh) != b) {
+          return fail("D-bucket item misplaced");
+        }
         const LogBlock* blk = Block(it.block);
-        if (!((blk->header.load() >> it.slot) & 1)) return fail("D-bucket item without its log bit");
-        if (blk->slots[it.slot].key.load() != it.key || blk->slots[it.slot].value.load() != it.value) {
+        if (!((blk->header.load() >> it.slot) & 1)) return fail("D-bucket item without its bit");
+        const PmSlot& ls = blk->slots[it.slot];
+        if (ls.key.load() != it.key || ls.value.load() != it.value) {
           return fail("D-bucket item differs from its log slot");
         }
-        if (!keys.insert(it.key).second) return fail("key " + std::to_string(it.key) + " stored twice");
+        if (!keys.insert(it.key).second) {
+          return fail("key " + std::to_string(it.key) + " stored twice");
+        }
         live++;
       }
     }
@@ -1412,7 +1432,10 @@ Status ElimDA<P>::CheckInvariants() const PMHASH_NO_THREAD_SAFETY_ANALYSIS {
     return fail("allocated chunks (" + std::to_string(pool_->allocator().used_chunks()) +
                 ") != reachable chunks (" + std::to_string(chunks) + "): leak");
   }
-  if (live != Size()) return fail("Size() (" + std::to_string(Size()) + ") != live items (" + std::to_string(live) + ")");
+  if (live != Size()) {
+    return fail("Size() (" + std::to_string(Size()) + ") != live items (" + std::to_string(live) +
+                ")");
+  }
   return Status::OK();
 }
 
