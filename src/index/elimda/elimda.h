@@ -146,6 +146,8 @@
 #include <unordered_set>
 #include <vector>
 
+#include <emmintrin.h>
+
 #include "common/hash.h"
 #include "common/locks.h"
 #include "common/resize_log.h"
@@ -733,13 +735,22 @@ typename ElimDA<P>::Where ElimDA<P>::Locate(uint64_t h, Key k) const {
   const uint32_t n = s->count[b];
   const uint16_t* fps = &s->fp[size_t{b} * params_.bucket_items];
   const PmSlot* slots = BucketSlots(s->off, b);
-  for (uint32_t j = 0; j < n; j++) {
-    if (fps[j] == f && slots[j].key.load(std::memory_order_acquire) == k) {
-      w.layer = Layer::kPm;
-      w.seg = s;
-      w.b = b;
-      w.j = j;
-      return w;  // the oldest copy: the first-inserted value wins
+  // Eight fingerprints per SSE2 compare (the bucket's fingerprint array has bucket_items >= 16
+  // entries, a multiple of 16, so a load never leaves it); PM is read on a match only.
+  const __m128i fv = _mm_set1_epi16(static_cast<short>(f));
+  for (uint32_t base = 0; base < n; base += 8) {
+    const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(fps + base));
+    uint32_t m = static_cast<uint32_t>(_mm_movemask_epi8(_mm_cmpeq_epi16(v, fv)));
+    if (n - base < 8) m &= (1u << (2 * (n - base))) - 1;
+    for (; m; m &= m - 1, m &= m - 1) {  // two mask bits per 16-bit lane
+      const uint32_t j = base + static_cast<uint32_t>(std::countr_zero(m)) / 2;
+      if (slots[j].key.load(std::memory_order_acquire) == k) {
+        w.layer = Layer::kPm;
+        w.seg = s;
+        w.b = b;
+        w.j = j;
+        return w;  // the oldest copy: the first-inserted value wins
+      }
     }
   }
   for (DItem& it : s->dbucket[b]) {
@@ -1231,6 +1242,7 @@ void ElimDA<P>::SweepEmptyBlocks() PMHASH_NO_THREAD_SAFETY_ANALYSIS {
     LockGuard<SpinLock> eg(empty_mu_);
     todo.swap(empty_blocks_);
   }
+  if (todo.empty()) return;
   std::unordered_set<BlockInfo*> done;
   for (BlockInfo* bi : todo) {
     if (!done.insert(bi).second) continue;
