@@ -393,6 +393,24 @@ class ElimDA : public index::EngineBase<ElimDA<P>, P, Config> {
     std::vector<uint32_t> count;             // per P-bucket
     std::vector<uint16_t> fp;                // bucket b, slot j at [b * N_p + j]
     std::vector<std::vector<DItem>> dbucket;  // per bucket
+    std::vector<std::vector<uint16_t>> dfp;   // per bucket: the fingerprint of each D-item
+    void Push(uint32_t b, const DItem& it, uint16_t f) {
+      dbucket[b].push_back(it);
+      dfp[b].push_back(f);
+    }
+    void DropDead(uint32_t b) {  // erases dead D-items (and their fingerprints)
+      auto& d = dbucket[b];
+      auto& f = dfp[b];
+      size_t n = 0;
+      for (size_t i = 0; i < d.size(); i++) {
+        if (!d[i].live) continue;
+        d[n] = d[i];
+        f[n] = f[i];
+        n++;
+      }
+      d.resize(n);
+      f.resize(n);
+    }
   };
   struct alignas(64) LogState {
     detail::LogLock mu;
@@ -535,6 +553,7 @@ typename ElimDA<P>::SegMeta* ElimDA<P>::NewSegMeta(uint64_t off, uint32_t depth)
   s->count.assign(params_.segment_buckets, 0);
   s->fp.assign(size_t{params_.segment_buckets} * params_.bucket_items, 0);
   s->dbucket.resize(params_.segment_buckets);
+  s->dfp.resize(params_.segment_buckets);
   return s;
 }
 
@@ -706,8 +725,9 @@ Status ElimDA<P>::Recover() {
         live++;
         if (bi != logs_[li].head) {
           SegMeta* s = SegOf(kh);
-          s->dbucket[BucketOf(kh)].push_back(
-              DItem{k, blk->slots[j].value.load(std::memory_order_relaxed), bi, j, 1});
+          s->Push(BucketOf(kh),
+                  DItem{k, blk->slots[j].value.load(std::memory_order_relaxed), bi, j, 1},
+                  FpOf(kh));
         }
       }
       if (bits != (hdr & kFullBits)) {
@@ -753,7 +773,11 @@ typename ElimDA<P>::Where ElimDA<P>::Locate(uint64_t h, Key k) const {
       }
     }
   }
-  for (DItem& it : s->dbucket[b]) {
+  // The D-bucket: its fingerprints first (2 B per item), an item only on a match.
+  const std::vector<uint16_t>& dfp = s->dfp[b];
+  for (size_t i = 0; i < dfp.size(); i++) {
+    if (dfp[i] != f) continue;
+    DItem& it = s->dbucket[b][i];
     if (it.key == k && it.live) {
       w.layer = Layer::kDram;
       w.item = &it;
@@ -983,8 +1007,9 @@ Status ElimDA<P>::Seal(uint32_t li) PMHASH_NO_THREAD_SAFETY_ANALYSIS {
     const uint32_t j = static_cast<uint32_t>(std::countr_zero(c));
     const Key k = sealed->slots[j].key.load(std::memory_order_relaxed);
     const uint64_t h = hash_(k);
-    SegOf(h)->dbucket[BucketOf(h)].push_back(
-        DItem{k, sealed->slots[j].value.load(std::memory_order_relaxed), old, j, 1});
+    SegOf(h)->Push(BucketOf(h),
+                   DItem{k, sealed->slots[j].value.load(std::memory_order_relaxed), old, j, 1},
+                   FpOf(h));
     hashes.push_back(h);
   }
   if (bits == 0) {
@@ -1006,8 +1031,8 @@ Status ElimDA<P>::MakeRoom(uint64_t h) PMHASH_NO_THREAD_SAFETY_ANALYSIS {
   for (;;) {
     SegMeta* s = SegOf(h);
     const uint32_t b = BucketOf(h);
+    s->DropDead(b);
     auto& d = s->dbucket[b];
-    std::erase_if(d, [](const DItem& it) { return !it.live; });
     if (d.size() < params_.dbucket_items) return Status::OK();
     if (s->count[b] + d.size() <= params_.bucket_items) {
       Relocate(s, b, d);
@@ -1033,8 +1058,8 @@ void ElimDA<P>::Reclaim() PMHASH_NO_THREAD_SAFETY_ANALYSIS {
     SegMeta* s = dir_[i];
     i += size_t{1} << (gd_ - s->depth);
     for (uint32_t b = 0; b < params_.segment_buckets; b++) {
+      s->DropDead(b);
       auto& d = s->dbucket[b];
-      std::erase_if(d, [](const DItem& it) { return !it.live; });
       if (d.empty()) continue;
       if (s->count[b] + d.size() > params_.bucket_items) Compact(s, b);
       if (s->count[b] + d.size() <= params_.bucket_items) Relocate(s, b, d);
@@ -1123,6 +1148,7 @@ void ElimDA<P>::Relocate(SegMeta* s, uint32_t b, std::vector<DItem>& items)
   }
   persist_.Fence();
   items.clear();
+  s->dfp[b].clear();
   relocations_.fetch_add(1, std::memory_order_relaxed);
   relocated_items_.fetch_add(n, std::memory_order_relaxed);
 }
@@ -1219,9 +1245,10 @@ Status ElimDA<P>::Split(SegMeta* s, uint64_t h) PMHASH_NO_THREAD_SAFETY_ANALYSIS
   }
   // DRAM: D-buckets split by the same bit, directory entries, the old segment freed.
   for (uint32_t b = 0; b < params_.segment_buckets; b++) {
-    for (const DItem& it : s->dbucket[b]) {
+    for (size_t i = 0; i < s->dbucket[b].size(); i++) {
+      const DItem& it = s->dbucket[b][i];
       if (!it.live) continue;
-      half[(hash_(it.key) >> (63 - ld)) & 1]->dbucket[b].push_back(it);
+      half[(hash_(it.key) >> (63 - ld)) & 1]->Push(b, it, s->dfp[b][i]);
     }
   }
   for (uint64_t e = first; e < first + span; e++) dir_[e] = half[e >= first + span / 2];
@@ -1330,7 +1357,7 @@ IndexStats ElimDA<P>::Stats() const PMHASH_NO_THREAD_SAFETY_ANALYSIS {
   s.load_factor = s.capacity_slots ? static_cast<double>(s.size) / s.capacity_slots : 0;
   s.pm_bytes = segs * seg_chunks_ * kBlockBytes + blocks * kBlockBytes +
                LogTableChunks(params_) * kBlockBytes + pm::kHeaderBytes;
-  s.dram_bytes = dir_bytes + fp_bytes + dram_items * sizeof(DItem) +
+  s.dram_bytes = dir_bytes + fp_bytes + dram_items * (sizeof(DItem) + sizeof(uint16_t)) +
                  blocks * sizeof(BlockInfo) + uint64_t{params_.logs} * sizeof(LogState) +
                  pool_->allocator().dram_bytes();
   s.global_depth = gd;
@@ -1386,7 +1413,10 @@ Status ElimDA<P>::CheckInvariants() const PMHASH_NO_THREAD_SAFETY_ANALYSIS {
         if (!keys.insert(k).second) return fail("key " + std::to_string(k) + " stored twice");
         live++;
       }
-      for (const DItem& it : s->dbucket[b]) {
+      if (s->dfp[b].size() != s->dbucket[b].size()) return fail("D-bucket fingerprints");
+      for (size_t x = 0; x < s->dbucket[b].size(); x++) {
+        const DItem& it = s->dbucket[b][x];
+        if (s->dfp[b][x] != FpOf(hash_(it.key))) return fail("D-bucket fingerprint");
         if (!it.live) continue;
         const uint64_t kh = hash_(it.key);
         if ((kh >> (64 - s->depth)) != prefix || BucketOf(kh) != b) {
