@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "engine_types.h"
+#include "index/elimda/elimda.h"
 #include "index/pea/pea.h"
 #include "index/reh/reh.h"
 #include "index/smartht/smartht.h"
@@ -118,6 +119,23 @@ struct IndexTraits<smartht::SmartHt<P>> : DefaultTraits<smartht::SmartHt<P>> {
     o->smartht.head_bits = 2;
     o->smartht.max_head_bits = 24;
   }
+};
+
+// ElimDA: 2 P-buckets of 32 items per segment, D-buckets of 16, 4 collecting logs of 15 items:
+// log swaps from the 16th insert, relocations and splits within a few hundred keys.
+template <class P>
+struct IndexTraits<elimda::ElimDA<P>> : DefaultTraits<elimda::ElimDA<P>> {
+  static void SmallGeometry(Options* o) {
+    o->elimda.bucket_items = 32;
+    o->elimda.dbucket_items = 16;
+    o->elimda.segment_buckets = 2;
+    o->elimda.logs = 4;
+    o->elimda.initial_depth = 1;
+    o->elimda.max_depth = 32;
+  }
+  // Erased PM-table items leave tombstones until their bucket is compacted.
+  static constexpr bool kErasedKeysAlwaysRefit = false;
+  static uint64_t TinyPoolBytes() { return 48 << 10; }
 };
 
 template <>

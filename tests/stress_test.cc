@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "engine_types.h"
+#include "index/elimda/elimda.h"
 #include "index/pea/pea.h"
 #include "index/reh/reh.h"
 #include "index/turbo/turbo.h"
@@ -86,6 +87,10 @@ class StressTest : public ::testing::Test {
     o.turbo.shard_bits = 3;  // 8 shards of 2 buckets: concurrent rehashes from the start
     o.turbo.initial_buckets = 2;
     o.smartht.head_bits = 8;  // SmartHT: 64 stripes; chains and doublings race with everything
+    o.elimda.bucket_items = 32;  // ElimDA: log swaps, relocations and splits race with reads
+    o.elimda.dbucket_items = 16;
+    o.elimda.segment_buckets = 2;
+    o.elimda.logs = 16;
     auto r = T::Open(o);
     ASSERT_TRUE(r.ok()) << r.status().ToString();
     idx_ = std::move(r).value();

@@ -123,6 +123,19 @@ struct SmartHtParams {
   uint64_t save_filter_min_keys = 1024;
 };
 
+// ElimDA geometry (../shared/papers/elimda.txt, src/index/elimda). Log blocks are 256 B (the
+// media block: a 16 B header and 15 items, pinned by static_assert); the PM table's buckets,
+// the DRAM table's buckets, the segments and the number of collecting logs vary.
+struct ElimdaParams {
+  // Pool properties.
+  std::optional<uint32_t> bucket_items;     // 256: N_p, items per P-bucket (multiple of 16)
+  std::optional<uint32_t> dbucket_items;    // 64: N_d, items per D-bucket (divides N_p)
+  std::optional<uint32_t> segment_buckets;  // 16: P-buckets per segment, power of 2 <= 16
+  std::optional<uint32_t> logs;             // 8192: collecting logs, power of 2 (hash MSBs)
+  std::optional<uint32_t> initial_depth;    // 1: global depth of a new pool
+  std::optional<uint32_t> max_depth;        // 32: the directory never grows past 2^max_depth
+};
+
 struct Options {
   // Pool location. Empty: an anonymous, unnamed DRAM region (nothing survives Close). Otherwise a
   // file on tmpfs, an ordinary or fsdax file system (mapped with MAP_SYNC when the file system
@@ -181,6 +194,7 @@ struct Options {
   PeaParams pea;
   TurboParams turbo;
   SmartHtParams smartht;
+  ElimdaParams elimda;
 };
 
 std::string_view DurabilityName(Durability d);

@@ -8,6 +8,7 @@
 #include <tuple>
 
 #include "index/descriptor.h"
+#include "index/elimda/elimda.h"
 #include "index/pea/pea.h"
 #include "index/reh/reh.h"
 #include "index/smartht/smartht.h"
@@ -31,7 +32,7 @@ struct KindList {
 
 using IndexKinds =
     KindList<reh::Descriptor, pea::Descriptor, turbo::Descriptor, turbo::KvDescriptor,
-             smartht::Descriptor>;
+             smartht::Descriptor, elimda::Descriptor>;
 
 // The engine of descriptor D under policy P.
 template <class D, class P>

@@ -12,6 +12,7 @@
 #include <vector>
 #include <utility>
 
+#include "index/elimda/elimda.h"
 #include "index/pea/pea.h"
 #include "index/reh/reh.h"
 #include "index/smartht/smartht.h"
@@ -192,7 +193,43 @@ struct SmartHtTraits {
   }
 };
 
-using AllIndexes =
-    std::tuple<RehTraits, PeaTraits, TurboTraits, TurboKvTraits, SmartHtTraits>;
+// ElimDA: 2 collecting logs of 15 items, D-buckets of 16, 2 P-buckets of 32 per segment: log
+// swaps from the 16th insert, relocations and segment splits within the first few hundred ops.
+struct ElimdaTraits {
+  static constexpr std::string_view kName = "elimda";
+  static constexpr bool kLockFreeReads = false;  // readers take the key's log lock
+  template <class P>
+  using Index = elimda::ElimDA<P>;
+  static Options Small(HashMode mode) {
+    Options o;
+    o.pool_size = 128 << 10;  // the workloads use ~40 KiB; a small image is a cheap check
+    o.elimda.bucket_items = 32;
+    o.elimda.dbucket_items = 16;
+    o.elimda.segment_buckets = 2;
+    o.elimda.logs = 2;
+    o.elimda.initial_depth = 1;
+    o.elimda.max_depth = 24;
+    o.hash_mode = mode;
+    return o;
+  }
+  static Options Deep(HashMode mode) {
+    Options o = Small(mode);
+    o.pool_size = 256 << 10;
+    return o;
+  }
+  // Every item is persisted before the 8-byte word (bit, count, pointer) that makes it live.
+  static Options TearSafe(Options o) { return o; }
+  static std::vector<CoverageTarget> Coverage(bool skewed) {
+    if (skewed) return {{"doublings", 3, "a deep directory on one side"}};
+    return {{"elimda.log_swaps", 4, "collecting logs sealed and swapped"},
+            {"elimda.relocations", 2, "D-buckets relocated to P-buckets"},
+            {"elimda.blocks_freed", 1, "an emptied sealed log block unlinked"},
+            {"splits", 1, "segment splits"},
+            {"doublings", 1, "directory doubling"}};
+  }
+};
+
+using AllIndexes = std::tuple<RehTraits, PeaTraits, TurboTraits, TurboKvTraits, SmartHtTraits,
+                                ElimdaTraits>;
 
 }  // namespace pmhash::crashtest

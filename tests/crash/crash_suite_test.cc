@@ -212,6 +212,25 @@ TEST(CrashSuiteCoverage, CoversEveryRegisteredIndex) {
   }
 }
 
+// ElimDA-specific: a pool too small to split further, so relocations fall back to compacting
+// P-buckets (erased items' slots reused; a moved item is briefly stored twice) and emptied log
+// blocks are freed and reused; every crash inside them must recover.
+TEST(ElimdaCrash, CompactionAtOutOfSpace) {
+  Config c;
+  c.seed = 21;
+  c.ops = 500;
+  Options o = ElimdaTraits::Small(HashMode::kStrong);
+  // Header + 36 chunks: the log table, 3 segments of 5 chunks (the first split succeeds, the
+  // next ones find no room) and the log blocks. This seed's workload compacts twice and never
+  // refuses an operation (an out-of-space result would fail the run).
+  o.pool_size = 4096 + 36 * 256;
+  const Report r = Harness<elimda::ElimDA>(c, o, "ElimdaCompaction").Run();
+  Expect(r);
+  ExpectCoverage(r, {{"elimda.compactions", 1, "P-bucket compaction at out of space"},
+                     {"elimda.blocks_freed", 1, "emptied log blocks freed"},
+                     {"alloc.reused", 1, "freed chunks reused"}});
+}
+
 // REH-specific: the paper's one-flush insert assumes whole-line write-back (I4 in reh.h);
 // CrashSuite.AdrTornWords runs it with tear_safe.
 // The simulator must find the torn image that the one-flush insert cannot survive.

@@ -1,0 +1,1486 @@
+// src/index/elimda/elimda.h — ElimDA: Eliminating Double I/O Amplifications of Hashing Indexes
+// for Persistent Memory.
+//
+// Paper: ElimDA (../shared/papers/elimda.txt), sections 3.1-3.7.
+//
+// ============================================================================================
+// Design summary
+// ============================================================================================
+// Three layers, as in the paper (Figure 5):
+//
+//   * Cache layer: `logs` collecting logs (default 8192), each one 256 B block (the media access
+//     granularity L) selected by the top log2(logs) bits of the key's hash. An insert appends
+//     its 16 B item to the log's active block and sets the item's bit in the block's header
+//     word. Under eADR the blocks live in the pool and are never flushed (Persister<Eadr>::Flush
+//     is a no-op; the fences only order); under ADR (paper 3.7) each item is flushed as it is
+//     appended, so the log block IS the backup log and appends are sequential (write combining).
+//   * PM layer: the backup log is the set of sealed log blocks. When a log's active block is
+//     full it is sealed and a fresh block is swapped in by one 8-byte pointer write (the paper's
+//     shadow-log swap: no data moves); the sealed block keeps its items and, with them, backs
+//     the DRAM table. The PM table is extendible hashing over segments of `segment_buckets`
+//     P-buckets of `bucket_items` (N_p) 16 B items; a P-bucket's items are appended, never
+//     rewritten, and its item count lives in the segment header.
+//   * DRAM layer: one directory shared by the DRAM table and the PM table (same global and local
+//     depths, same segments: a SegMeta describes both), D-buckets of up to `dbucket_items` (N_d)
+//     items (each a reference to its log slot plus a copy of key and value), and a 16-bit
+//     fingerprint of every PM-table item.
+//   * Bucket relocation: a D-bucket that reaches N_d items is written to its P-bucket as whole
+//     blocks (NtCopy, one fence), the P-bucket's count is published (the commit point), then the
+//     items' bits are cleared in their log blocks; a sealed block left empty is unlinked and
+//     freed. A P-bucket without room splits its segment (older to newer, dropping duplicates and
+//     erased items); the DRAM side (fingerprints, D-buckets, directory) splits in the same step.
+//   * Out of space: when a split cannot get space (pool full, max_depth, directory budget), the
+//     P-bucket is compacted in place (erased slots reused, I10); an insert that finds no room
+//     for a new log block first relocates every waiting D-bucket that fits after compaction, so
+//     that emptied log blocks are freed. Only then is it refused with kOutOfSpace.
+//   * Reversed search: PM table via the DRAM fingerprints (PM read only on a fingerprint hit),
+//     then the D-bucket, then the log's active block. Every sealed item is in the DRAM table, so
+//     there is no shadow-log step.
+//
+// Our API's semantics (the paper appends blindly): Insert checks existence first, under the
+// key's log lock (fingerprints, D-bucket, active log; PM only on a fingerprint hit), and returns
+// kExists. So a key is stored once; "first-inserted wins" holds trivially, and should a P-bucket
+// ever hold a key twice (a pool written by another implementation of the paper) Find returns
+// the older slot, Erase tombstones every copy (newest first) and a split keeps the oldest.
+//   * Update: in place, one failure-atomic 8-byte store of the value where the item lives (the
+//     P-bucket slot, or the log slot that backs it; the DRAM copy follows), then one persist.
+//   * Erase: a PM-table item's key word is replaced by a tombstone key (one 8-byte store, one
+//     persist; see I5); a logged item's bit is cleared in its block header (one 8-byte store,
+//     one persist) and its DRAM copy is marked dead.
+//
+// ============================================================================================
+// Layout (all offsets are pool offsets; chunk size 256 B)
+// ============================================================================================
+//   roots[0]  offset of the first segment (hash prefix 00..0); segments are chained in prefix
+//             order through their header's `next`
+//   roots[1]  offset of the log table: `logs` 8-byte words, word i = the active block of log i
+//             (0: none yet)
+//
+//   segment (1 + segment_buckets * bucket_items / 16 chunks):
+//     header 256 B: [ tag:56 | local depth:8 ][ next segment ][ count[0] ] .. [ count[15] ] pad
+//     bucket 0:     [ key | value ] x bucket_items          (bucket_items * 16 B, 256-aligned)
+//     ...
+//   log block (1 chunk = 256 B):
+//     [ tag:48 | valid bits:16 ][ older block of the same log ][ key|value ] x 15
+//
+//   hash bits: top G        directory (segment), top log2(logs): log
+//              bits 8..11   bucket in segment (above the collide mode's low byte)
+//              bits 16..31  fingerprint
+//
+//   DRAM: directory (2^G SegMeta*), per segment: counts, fingerprints (uint16 per P-bucket
+//   slot), D-buckets (vectors of DItem); per log: spin lock + chain of BlockInfo (newest first).
+//
+// ============================================================================================
+// Crash-consistency invariants and commit points
+// ============================================================================================
+//   I1  A P-bucket slot holds a live item iff its index < the bucket's count AND hash(key) maps
+//       to this segment's prefix and this bucket. Slots beyond count are garbage.
+//   I2  A log slot holds a live item iff its bit is set in the block header; a set bit is only
+//       ever written after the slot's item was persisted (append: item persist, then header
+//       store + persist). A block is reachable iff it is in its log's chain from the log table.
+//   I3  Insert's commit point: the header store that sets the item's bit. Before it the slot is
+//       garbage (I2).
+//   I4  Seal (log swap): a new block is written with header (tag, no bits) and next = the old
+//       active block, persisted, then the log table word is switched to it (commit: one 8-byte
+//       write). Before: the new block is unreachable (freed by the allocator rebuild).
+//   I5  Relocation: items written past count (NtCopy, fence: invisible by I1), then count
+//       published (commit: one 8-byte store + persist), then the bits cleared in the log
+//       blocks. A crash between leaves a key both in the P-bucket and in a log: recovery treats a
+//       logged key that is live in the PM table as relocated and clears its bit durably (no key
+//       is otherwise in both places: Insert checks existence; a PM-table erase removes the key
+//       word; a log erase clears the bit).
+//   I6  Erase tombstone: a key whose hash has the other top bit than the segment's prefix
+//       (local depth >= 1 always), so it is never live in this segment nor in a split of it.
+//   I7  Split of segment S: two new segments are built in DRAM from S's live items (duplicates
+//       and tombstones dropped), written with NtCopy, fenced; then the predecessor's `next`
+//       (or roots[0]) is switched to the first of them (commit). Their chain continues to S's
+//       old successor; S becomes unreachable.
+//   I8  Empty sealed block: unlinked by one 8-byte store into the newer block's `next`, then
+//       freed. A crash before leaves an empty reachable block that recovery unlinks again.
+//   I9  No leaks: the allocator is rebuilt at open from what roots 0 and 1 reach.
+//   I10 Compaction (only when a split finds no space): the P-bucket's last live items are copied
+//       into its dead slots (tombstones, later copies), value first, then key, each slot
+//       flushed; one fence; then the count is lowered (commit: one 8-byte store + persist). A
+//       crash before leaves a moved item stored twice with the same value: the first copy in a
+//       bucket is the one that counts (Find, ForEach, recovery, CheckInvariants); a later copy
+//       is never returned, Erase tombstones every copy (newest first), and the next compaction
+//       or split drops it.
+//
+// Recovery (paper 3.6): walk the segment chain (tiling and tags checked, every offset
+// validated, MarkReachable), rebuild directory, counts and fingerprints; walk every log chain
+// (tags, offsets, each logged key must belong to the log), clear the bits of relocated keys
+// (I5), put every sealed item into its D-bucket, unlink empty sealed blocks. Any inconsistency
+// is Status::Corruption.
+//
+// ============================================================================================
+// Concurrency, and where this deviates from the paper
+// ============================================================================================
+// A table-wide reader-writer lock (writer-preferring, waiters yield after a short spin) plus
+// one spin lock per log. Find/Insert/Update/Erase take the table lock shared and the key's log
+// lock (held across the persist, so a read never returns a write that is not yet durable);
+// sealing a log (with the D-bucket inserts, relocations and splits it causes) takes the table
+// lock exclusively. Every key's items live only in structures its log lock or the exclusive lock
+// protect (log blocks belong to one log; PM and D-bucket slots of other keys are only read,
+// through atomics). The paper's lock-free CAS append and per-thread shadow logs are replaced by
+// this lock (an insert is a few stores either way), and the sealed block stays where it is
+// instead of being copied into a separate backup log (the swap of pointers is the same, the copy
+// is saved). Relocation and splits run on the inserting thread (no background work).
+// Fingerprints are 16 bits (fixed). Variable-size values (the paper's value pool, the bytes API)
+// are not implemented.
+//
+// Thread safety: all public operations may run concurrently. Close() requires quiescence.
+#pragma once
+
+#include <algorithm>
+#include <atomic>
+#include <bit>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <new>
+#include <thread>
+#include <string>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include <emmintrin.h>
+
+#include "common/hash.h"
+#include "common/locks.h"
+#include "common/resize_log.h"
+#include "common/striped_counter.h"
+#include "common/thread_annotations.h"
+#include "index/descriptor.h"
+#include "index/engine_base.h"
+#include "index/lifecycle.h"
+#include "pm/persist.h"
+#include "pm/pool.h"
+#include "pm/slot.h"
+#include "pmhash/index.h"
+
+namespace pmhash::elimda {
+
+using pm::PmSlot;
+
+inline constexpr uint32_t kBlockBytes = 256;  // a log block: the media access granularity L
+inline constexpr uint32_t kBlockSlots = 15;
+inline constexpr uint32_t kFullBits = (1u << kBlockSlots) - 1;
+inline constexpr uint32_t kMaxSegmentBuckets = 16;
+inline constexpr uint32_t kMaxDepthLimit = 40;
+inline constexpr uint64_t kBlockTag = 0xE11DA10C0B10ULL;  // 48 bits
+inline constexpr uint64_t kSegTag = 0xE11DA5E65E6D0AULL;  // 56 bits
+
+struct alignas(256) LogBlock {
+  std::atomic<uint64_t> header;  // tag:48 | valid bits:16
+  std::atomic<uint64_t> next;    // older block of the same log (0: none)
+  PmSlot slots[kBlockSlots];
+};
+static_assert(sizeof(LogBlock) == kBlockBytes, "a log block is one 256 B media block");
+static_assert(offsetof(LogBlock, slots) == 16, "items follow the 16 B header");
+
+struct alignas(256) SegHeader {
+  std::atomic<uint64_t> tag_depth;  // tag:56 | local depth:8
+  std::atomic<uint64_t> next;       // next segment in prefix order (0: last)
+  std::atomic<uint64_t> count[kMaxSegmentBuckets];
+  uint64_t reserved[14];
+};
+static_assert(sizeof(SegHeader) == 256, "the segment header is one media block");
+
+inline constexpr uint64_t BlockHeader(uint32_t bits) { return (kBlockTag << 16) | bits; }
+inline constexpr uint64_t SegWord(uint32_t depth) { return (kSegTag << 8) | depth; }
+
+struct PersistentParams {
+  uint32_t layout_version = 1;
+  uint32_t bucket_bytes = kBlockBytes;  // the log block
+  uint32_t slots = kBlockSlots;         // items per log block
+  uint32_t bucket_items = 0;            // N_p
+  uint32_t dbucket_items = 0;           // N_d
+  uint32_t segment_buckets = 0;
+  uint32_t logs = 0;
+  uint32_t initial_depth = 0;
+  uint32_t max_depth = 0;
+};
+
+struct Config : PersistentParams {
+  uint64_t max_directory_bytes = 0;
+  void SetOpenOptions(const Options& o) { max_directory_bytes = o.max_directory_bytes; }
+};
+
+inline uint64_t SegmentChunks(const PersistentParams& s) {
+  return 1 + uint64_t{s.segment_buckets} * s.bucket_items * sizeof(PmSlot) / kBlockBytes;
+}
+inline uint64_t LogTableChunks(const PersistentParams& s) {
+  return (uint64_t{s.logs} * 8 + kBlockBytes - 1) / kBlockBytes;
+}
+
+template <pm::PersistPolicy P>
+class ElimDA;
+
+namespace detail {
+// The table lock: RwSpinLock's writer-preferring protocol (a writer announces itself, new readers
+// back off, the writer waits for readers to drain), but a waiter yields its core after a short
+// spin: sealing a log holds it exclusively for a relocation or a split, long enough that
+// spinning readers would burn the cores the sealing thread needs.
+inline void Pause(int spins) {
+  if (spins < 64) {
+    CpuRelax();
+  } else {
+    std::this_thread::yield();
+  }
+}
+
+class PMHASH_CAPABILITY("shared mutex") TableLock {
+ public:
+  void lock() PMHASH_ACQUIRE() {
+    uint32_t s = state_.load(std::memory_order_relaxed);
+    for (int spins = 0;; spins++) {
+      if ((s & kWriter) == 0 &&
+          state_.compare_exchange_weak(s, s | kWriter, std::memory_order_acquire)) {
+        break;
+      }
+      Pause(spins);
+      s = state_.load(std::memory_order_relaxed);
+    }
+    for (int spins = 0; (state_.load(std::memory_order_acquire) & ~kWriter) != 0; spins++) {
+      Pause(spins);
+    }
+  }
+  void unlock() PMHASH_RELEASE() { state_.fetch_and(~kWriter, std::memory_order_release); }
+  void lock_shared() PMHASH_ACQUIRE_SHARED() {
+    for (int spins = 0;; spins++) {
+      uint32_t s = state_.load(std::memory_order_relaxed);
+      if ((s & kWriter) == 0 && state_.compare_exchange_weak(s, s + 1, std::memory_order_acquire)) {
+        return;
+      }
+      Pause(spins);
+    }
+  }
+  void unlock_shared() PMHASH_RELEASE_SHARED() { state_.fetch_sub(1, std::memory_order_release); }
+
+ private:
+  static constexpr uint32_t kWriter = 1u << 31;
+  std::atomic<uint32_t> state_{0};
+};
+
+// A log's lock: a test-and-test-and-set spin lock whose waiters yield after a short spin (held
+// across a persist; a preempted holder must not cost the waiters their time slices).
+class PMHASH_CAPABILITY("mutex") LogLock {
+ public:
+  void lock() PMHASH_ACQUIRE() {
+    for (int spins = 0;; spins++) {
+      if (!flag_.load(std::memory_order_relaxed) &&
+          !flag_.exchange(true, std::memory_order_acquire)) {
+        return;
+      }
+      Pause(spins);
+    }
+  }
+  void unlock() PMHASH_RELEASE() { flag_.store(false, std::memory_order_release); }
+
+ private:
+  std::atomic<bool> flag_{false};
+};
+}  // namespace detail
+
+struct Descriptor {
+  static constexpr std::string_view kName = "elimda";
+  static constexpr std::string_view kPaper =
+      "ElimDA: Eliminating Double I/O Amplifications of Hashing Indexes for Persistent Memory";
+  static constexpr std::string_view kSummary =
+      "insert-ahead 256 B logs, DRAM table + 16-bit fingerprints, whole-block bucket relocation";
+  using Params = ElimdaParams;
+  using Stored = PersistentParams;
+  template <class P>
+  using Engine = ElimDA<P>;
+  static const Params& Given(const Options& o) { return o.elimda; }
+  static constexpr auto kProperties = std::tuple{
+      index::PoolProperty{"elimda.bucket_items", &Params::bucket_items, &Stored::bucket_items,
+                          256u},
+      index::PoolProperty{"elimda.dbucket_items", &Params::dbucket_items, &Stored::dbucket_items,
+                          64u},
+      index::PoolProperty{"elimda.segment_buckets", &Params::segment_buckets,
+                          &Stored::segment_buckets, 16u},
+      index::PoolProperty{"elimda.logs", &Params::logs, &Stored::logs, 8192u},
+      index::PoolProperty{"elimda.initial_depth", &Params::initial_depth, &Stored::initial_depth,
+                          1u},
+      index::PoolProperty{"elimda.max_depth", &Params::max_depth, &Stored::max_depth, 32u},
+  };
+  static std::string Check(const Stored& s) {
+    if (s.bucket_items < 16 || s.bucket_items > 4096 || s.bucket_items % 16 != 0) {
+      return "bucket_items must be a multiple of 16 in [16, 4096] (whole 256 B blocks)";
+    }
+    if (s.dbucket_items < 16 || s.dbucket_items % 16 != 0 || s.dbucket_items > s.bucket_items ||
+        s.bucket_items % s.dbucket_items != 0) {
+      return "dbucket_items must be a multiple of 16 that divides bucket_items";
+    }
+    if (s.segment_buckets < 1 || s.segment_buckets > kMaxSegmentBuckets ||
+        !std::has_single_bit(s.segment_buckets)) {
+      return "segment_buckets must be a power of 2 in [1, 16]";
+    }
+    if (s.logs < 1 || s.logs > (1u << 20) || !std::has_single_bit(s.logs)) {
+      return "logs must be a power of 2 in [1, 2^20]";
+    }
+    if (s.max_depth < 1 || s.max_depth > kMaxDepthLimit) return "max_depth must be in [1, 40]";
+    if (s.initial_depth < 1 || s.initial_depth > s.max_depth || s.initial_depth > 20) {
+      return "initial_depth must be in [1, min(max_depth, 20)]";
+    }
+    return "";
+  }
+  static index::PoolLayout Layout(const Stored& s) {
+    return {kBlockBytes, (uint64_t{1} << s.initial_depth) * SegmentChunks(s) + LogTableChunks(s)};
+  }
+  // PM-table items at ~0.4 load after splits, plus the default logs' blocks.
+  static uint64_t EstimatePoolBytes(uint64_t keys) {
+    return static_cast<uint64_t>(static_cast<double>(keys) * sizeof(PmSlot) / 0.4) +
+           (uint64_t{8192} * 2 + 64) * kBlockBytes;
+  }
+};
+
+template <pm::PersistPolicy P>
+class ElimDA : public index::EngineBase<ElimDA<P>, P, Config> {
+  PMHASH_ENGINE_BASE(P, Config, ElimDA<P>);
+
+ public:
+  static constexpr std::string_view kKindName = "elimda";
+
+  static Result<std::unique_ptr<ElimDA>> Open(const Options& options) {
+    return Base::template OpenAs<Descriptor>(options);
+  }
+  ~ElimDA();
+  using Base::Size;
+
+  Status Find(Key k, Value* v) const;
+  Status Erase(Key k);
+  Status ForEach(const std::function<void(Key, Value)>& fn) const;
+  IndexStats Stats() const;
+  Status CheckInvariants() const;
+
+  // For tests and tools.
+  uint32_t global_depth() const;
+  uint64_t log_swaps() const { return log_swaps_.load(std::memory_order_relaxed); }
+  uint64_t relocations() const { return relocations_.load(std::memory_order_relaxed); }
+  uint64_t duplicates_dropped() const { return dups_dropped_.load(std::memory_order_relaxed); }
+  // Where k's item lives: 0 absent, 1 PM table, 2 DRAM table (sealed log block), 3 active log.
+  int LayerOf(Key k) const;
+  // Test hook (hostile pools, duplicates): pool offset of the PM-table slot holding k, or 0.
+  uint64_t PmSlotOffsetForTest(Key k) const;
+  // Test hook: appends a second, durable copy (k, v) to the P-bucket of k, which must hold k
+  // already — what a blind-appending writer of the paper's design can leave behind.
+  Status AppendCopyForTest(Key k, Value v);
+
+ private:
+  using WriteMode = index::WriteMode;
+
+  struct BlockInfo {
+    uint64_t off = 0;
+    uint32_t log = 0;
+    BlockInfo* newer = nullptr;  // towards the active block
+    BlockInfo* older = nullptr;
+  };
+  struct DItem {
+    Key key;
+    Value value;
+    BlockInfo* block;
+    uint32_t slot;
+    uint32_t live;
+  };
+  struct SegMeta {
+    uint64_t off = 0;
+    uint32_t depth = 0;
+    std::vector<uint32_t> count;             // per P-bucket
+    std::vector<uint16_t> fp;                // bucket b, slot j at [b * N_p + j]
+    std::vector<std::vector<DItem>> dbucket;  // per bucket
+    std::vector<std::vector<uint16_t>> dfp;   // per bucket: the fingerprint of each D-item
+    void Push(uint32_t b, const DItem& it, uint16_t f) {
+      dbucket[b].push_back(it);
+      dfp[b].push_back(f);
+    }
+    void DropDead(uint32_t b) {  // erases dead D-items (and their fingerprints)
+      auto& d = dbucket[b];
+      auto& f = dfp[b];
+      size_t n = 0;
+      for (size_t i = 0; i < d.size(); i++) {
+        if (!d[i].live) continue;
+        d[n] = d[i];
+        f[n] = f[i];
+        n++;
+      }
+      d.resize(n);
+      f.resize(n);
+    }
+  };
+  struct alignas(64) LogState {
+    detail::LogLock mu;
+    BlockInfo* head = nullptr;  // the active block (newest)
+  };
+  enum class Layer { kNone, kPm, kDram, kLog };
+  struct Where {
+    Layer layer = Layer::kNone;
+    SegMeta* seg = nullptr;
+    uint32_t b = 0, j = 0;
+    DItem* item = nullptr;
+    BlockInfo* block = nullptr;
+  };
+
+  ElimDA(std::unique_ptr<pm::Pool> pool, const Config& config);
+  Status Init();
+  Status Create();
+  Status Recover();
+  Status Write(Key k, Value v, WriteMode mode);
+
+  uint32_t LogOf(uint64_t h) const {
+    return log_bits_ ? static_cast<uint32_t>(h >> (64 - log_bits_)) : 0;
+  }
+  uint32_t BucketOf(uint64_t h) const {
+    return static_cast<uint32_t>(h >> 8) & (params_.segment_buckets - 1);
+  }
+  static uint16_t FpOf(uint64_t h) { return static_cast<uint16_t>(h >> 16); }
+  SegMeta* SegOf(uint64_t h) const { return dir_[h >> (64 - gd_)]; }
+  uint64_t Prefix(const SegMeta* s, uint64_t some_index) const {
+    return some_index >> (gd_ - s->depth);
+  }
+  SegHeader* Header(const SegMeta* s) const { return pool_->template At<SegHeader>(s->off); }
+  PmSlot* BucketSlots(uint64_t seg_off, uint32_t b) const {
+    return pool_->template At<PmSlot>(seg_off + sizeof(SegHeader) +
+                                      uint64_t{b} * params_.bucket_items * sizeof(PmSlot));
+  }
+  LogBlock* Block(const BlockInfo* bi) const { return pool_->template At<LogBlock>(bi->off); }
+  std::atomic<uint64_t>* LogTable() const {
+    return pool_->template At<std::atomic<uint64_t>>(pool_->root(1));
+  }
+  uint64_t Tombstone(uint64_t prefix_top_bit) const { return tombstone_[prefix_top_bit ^ 1]; }
+  // Live in segment (prefix, depth), bucket b (I1).
+  bool LiveIn(Key k, uint64_t prefix, uint32_t depth, uint32_t b) const {
+    const uint64_t h = hash_(k);
+    return (h >> (64 - depth)) == prefix && BucketOf(h) == b;
+  }
+
+  // REQUIRES: table lock (shared or exclusive) and k's log lock, or exclusive.
+  Where Locate(uint64_t h, Key k) const;
+  // REQUIRES: exclusive.
+  Status Seal(uint32_t log);
+  Status MakeRoom(uint64_t h);
+  void Relocate(SegMeta* s, uint32_t b, std::vector<DItem>& items);
+  void Compact(SegMeta* s, uint32_t b);
+  void Reclaim();
+  Status Split(SegMeta* s, uint64_t h);
+  Status Double();
+  void SweepEmptyBlocks();
+  void FreeBlock(BlockInfo* bi);
+  void Unlink(BlockInfo* bi);
+
+  SegMeta* NewSegMeta(uint64_t off, uint32_t depth) const;
+  void DeleteAll();
+
+  const uint64_t max_directory_bytes_;
+  const uint64_t seg_chunks_;
+  uint32_t log_bits_ = 0;
+  uint64_t tombstone_[2] = {0, 0};
+
+  mutable detail::TableLock table_mu_;
+  uint32_t gd_ = 0;
+  std::vector<SegMeta*> dir_;
+  std::unique_ptr<LogState[]> logs_;
+  SpinLock empty_mu_;
+  std::vector<BlockInfo*> empty_blocks_;  // sealed blocks an erase left without items
+
+  std::atomic<uint64_t> log_swaps_{0}, relocations_{0}, relocated_items_{0}, dups_dropped_{0},
+      blocks_freed_{0}, segments_{0}, blocks_{0}, compactions_{0};
+};
+
+// ============================================================================================
+// Implementation
+// ============================================================================================
+
+namespace detail {
+// Shared acquisition of the table lock, with the clang annotations std::shared_lock lacks.
+class PMHASH_SCOPED_CAPABILITY SharedGuard {
+ public:
+  explicit SharedGuard(TableLock& l) PMHASH_ACQUIRE_SHARED(l) : l_(l) { l_.lock_shared(); }
+  ~SharedGuard() PMHASH_RELEASE() { l_.unlock_shared(); }
+  SharedGuard(const SharedGuard&) = delete;
+  SharedGuard& operator=(const SharedGuard&) = delete;
+
+ private:
+  TableLock& l_;
+};
+}  // namespace detail
+
+template <pm::PersistPolicy P>
+ElimDA<P>::ElimDA(std::unique_ptr<pm::Pool> pool, const Config& config)
+    : Base(std::move(pool), config),
+      max_directory_bytes_(config.max_directory_bytes
+                               ? config.max_directory_bytes
+                               : std::max<uint64_t>(uint64_t{1} << 30, pool_->size())),
+      seg_chunks_(SegmentChunks(config)) {}
+
+template <pm::PersistPolicy P>
+ElimDA<P>::~ElimDA() {
+  this->CloseUnlessAbandoned();
+  DeleteAll();
+}
+
+template <pm::PersistPolicy P>
+void ElimDA<P>::DeleteAll() {
+  for (size_t i = 0; i < dir_.size();) {
+    SegMeta* s = dir_[i];
+    i += size_t{1} << (gd_ - s->depth);
+    delete s;
+  }
+  dir_.clear();
+  if (logs_) {
+    for (uint32_t i = 0; i < params_.logs; i++) {
+      for (BlockInfo* b = logs_[i].head; b;) {
+        BlockInfo* o = b->older;
+        delete b;
+        b = o;
+      }
+      logs_[i].head = nullptr;
+    }
+  }
+  empty_blocks_.clear();
+}
+
+template <pm::PersistPolicy P>
+typename ElimDA<P>::SegMeta* ElimDA<P>::NewSegMeta(uint64_t off, uint32_t depth) const {
+  auto* s = new (std::nothrow) SegMeta;
+  if (!s) return nullptr;
+  s->off = off;
+  s->depth = depth;
+  s->count.assign(params_.segment_buckets, 0);
+  s->fp.assign(size_t{params_.segment_buckets} * params_.bucket_items, 0);
+  s->dbucket.resize(params_.segment_buckets);
+  s->dfp.resize(params_.segment_buckets);
+  return s;
+}
+
+template <pm::PersistPolicy P>
+Status ElimDA<P>::Init() {
+  log_bits_ = static_cast<uint32_t>(std::countr_zero(params_.logs));
+  logs_.reset(new (std::nothrow) LogState[params_.logs]);
+  if (!logs_) return Status::OutOfMemory("elimda: log states");
+  // Tombstone keys (I6): the first keys whose hash has top bit 0 / 1.
+  bool have[2] = {false, false};
+  for (uint64_t k = 0; !(have[0] && have[1]); k++) {
+    const uint64_t t = hash_(k) >> 63;
+    if (!have[t]) {
+      tombstone_[t] = k;
+      have[t] = true;
+    }
+  }
+  return Status::OK();
+}
+
+template <pm::PersistPolicy P>
+Status ElimDA<P>::Create() {
+  const uint32_t gd = params_.initial_depth;
+  const uint64_t n = uint64_t{1} << gd;
+  auto table = pool_->allocator().Allocate(static_cast<uint32_t>(LogTableChunks(params_)));
+  if (!table.ok()) return table.status();
+  {
+    auto* words = pool_->template At<std::atomic<uint64_t>>(table.value());
+    for (uint32_t i = 0; i < params_.logs; i++) words[i].store(0, std::memory_order_relaxed);
+    persist_.Flush(words, uint64_t{params_.logs} * 8);
+  }
+  // Segments, last first so each can name its successor.
+  uint64_t next = 0;
+  std::vector<uint64_t> offs(n);
+  for (uint64_t i = 0; i < n; i++) {
+    auto off = pool_->allocator().Allocate(static_cast<uint32_t>(seg_chunks_));
+    if (!off.ok()) return off.status();
+    offs[i] = off.value();
+  }
+  for (uint64_t i = n; i-- > 0;) {
+    auto* h = pool_->template At<SegHeader>(offs[i]);
+    h->tag_depth.store(SegWord(gd), std::memory_order_relaxed);
+    h->next.store(next, std::memory_order_relaxed);
+    for (auto& c : h->count) c.store(0, std::memory_order_relaxed);
+    persist_.Flush(h, sizeof(SegHeader));
+    next = offs[i];
+  }
+  persist_.Fence();
+  pool_->SetRoot(1, table.value());
+  pool_->SetRoot(0, offs[0]);
+  return pool_->CommitCreate();
+}
+
+template <pm::PersistPolicy P>
+Status ElimDA<P>::Recover() {
+  const auto t0 = std::chrono::steady_clock::now();
+  DeleteAll();
+  auto& alloc = pool_->allocator();
+  alloc.Reset();
+  auto bad = [](const std::string& what) { return Status::Corruption("elimda: " + what); };
+
+  // Log table.
+  const uint64_t table = pool_->root(1);
+  const uint32_t table_chunks = static_cast<uint32_t>(LogTableChunks(params_));
+  if (!alloc.ValidChunk(table, table_chunks)) {
+    return bad("log table offset " + std::to_string(table));
+  }
+  PMHASH_RETURN_IF_ERROR(alloc.MarkReachable(table, table_chunks));
+
+  // Walk 1: the segment chain, in prefix order; the ranges must tile the hash space.
+  std::vector<std::pair<uint64_t, uint32_t>> segs;
+  long double covered = 0;
+  uint32_t gd = 0;
+  for (uint64_t off = pool_->root(0); off != 0;) {
+    if (!alloc.ValidChunk(off, static_cast<uint32_t>(seg_chunks_))) {
+      return bad("segment offset " + std::to_string(off) + " outside the heap or misaligned");
+    }
+    PMHASH_RETURN_IF_ERROR(alloc.MarkReachable(off, static_cast<uint32_t>(seg_chunks_)));
+    const SegHeader* h = pool_->template At<SegHeader>(off);
+    const uint64_t w = h->tag_depth.load(std::memory_order_relaxed);
+    const uint32_t ld = static_cast<uint32_t>(w & 0xFF);
+    if ((w >> 8) != kSegTag || ld < 1 || ld > params_.max_depth) {
+      return bad("segment at " + std::to_string(off) + " has a bad header word");
+    }
+    for (uint32_t b = 0; b < params_.segment_buckets; b++) {
+      if (h->count[b].load(std::memory_order_relaxed) > params_.bucket_items) {
+        return bad("segment at " + std::to_string(off) + " has a bucket count over bucket_items");
+      }
+    }
+    segs.emplace_back(off, ld);
+    gd = std::max(gd, ld);
+    covered += std::ldexp(1.0L, -static_cast<int>(ld));
+    if (covered > 1.0L) return bad("segments cover more than the hash space");
+    off = h->next.load(std::memory_order_relaxed);
+  }
+  if (segs.empty() || covered != 1.0L) return bad("segments do not tile the hash space");
+  if ((uint64_t{8} << gd) > max_directory_bytes_) {
+    return Status::OutOfSpace("elimda: a directory of 2^" + std::to_string(gd) +
+                              " entries exceeds max_directory_bytes");
+  }
+  gd_ = gd;
+  dir_.assign(size_t{1} << gd, nullptr);
+  uint64_t live = 0;
+  uint64_t i = 0;
+  for (const auto& [off, ld] : segs) {
+    const uint64_t stride = uint64_t{1} << (gd - ld);
+    if (i % stride != 0) return bad("segment chain out of prefix order");
+    SegMeta* s = NewSegMeta(off, ld);
+    if (!s) return Status::OutOfMemory("elimda: segment metadata");
+    for (uint64_t e = i; e < i + stride; e++) dir_[e] = s;
+    segments_.fetch_add(1, std::memory_order_relaxed);
+    const uint64_t prefix = i >> (gd - ld);
+    const SegHeader* h = Header(s);
+    for (uint32_t b = 0; b < params_.segment_buckets; b++) {
+      const uint32_t n = static_cast<uint32_t>(h->count[b].load(std::memory_order_relaxed));
+      s->count[b] = n;
+      const PmSlot* slots = BucketSlots(off, b);
+      std::unordered_set<Key> seen;
+      for (uint32_t j = 0; j < n; j++) {
+        const Key k = slots[j].key.load(std::memory_order_relaxed);
+        const uint64_t kh = hash_(k);
+        s->fp[size_t{b} * params_.bucket_items + j] = FpOf(kh);
+        if ((kh >> (64 - ld)) == prefix && BucketOf(kh) == b && seen.insert(k).second) live++;
+      }
+    }
+    i += stride;
+  }
+
+  // Walk 2: the logs. Items of sealed blocks go to their D-buckets; a logged key that is live
+  // in the PM table was relocated before the crash cleared its bit (I5): clear it now.
+  std::unordered_set<Key> logged;
+  const auto* words = LogTable();
+  uint64_t blocks = 0;
+  for (uint32_t li = 0; li < params_.logs; li++) {
+    BlockInfo* newer = nullptr;
+    for (uint64_t off = words[li].load(std::memory_order_relaxed); off != 0;) {
+      if (!alloc.ValidChunk(off, 1)) return bad("log block offset " + std::to_string(off));
+      PMHASH_RETURN_IF_ERROR(alloc.MarkReachable(off, 1));
+      auto* bi = new (std::nothrow) BlockInfo;
+      if (!bi) return Status::OutOfMemory("elimda: log block metadata");
+      bi->off = off;
+      bi->log = li;
+      bi->newer = newer;
+      if (newer) {
+        newer->older = bi;
+      } else {
+        logs_[li].head = bi;
+      }
+      newer = bi;
+      blocks++;
+      LogBlock* blk = Block(bi);
+      uint64_t hdr = blk->header.load(std::memory_order_relaxed);
+      if ((hdr >> 16) != kBlockTag || (hdr & 0xFFFF & ~uint64_t{kFullBits}) != 0) {
+        return bad("log block at " + std::to_string(off) + " has a bad header word");
+      }
+      uint32_t bits = static_cast<uint32_t>(hdr & kFullBits);
+      for (uint32_t c = bits; c; c &= c - 1) {
+        const uint32_t j = static_cast<uint32_t>(std::countr_zero(c));
+        const Key k = blk->slots[j].key.load(std::memory_order_relaxed);
+        const uint64_t kh = hash_(k);
+        if (LogOf(kh) != li) {
+          return bad("log block at " + std::to_string(off) + " holds a key of another log");
+        }
+        if (Locate(kh, k).layer == Layer::kPm) {
+          bits &= ~(1u << j);  // relocated (I5)
+          continue;
+        }
+        if (!logged.insert(k).second) return bad("key " + std::to_string(k) + " is logged twice");
+        live++;
+        if (bi != logs_[li].head) {
+          SegMeta* s = SegOf(kh);
+          s->Push(BucketOf(kh),
+                  DItem{k, blk->slots[j].value.load(std::memory_order_relaxed), bi, j, 1},
+                  FpOf(kh));
+        }
+      }
+      if (bits != (hdr & kFullBits)) {
+        blk->header.store(BlockHeader(bits), std::memory_order_relaxed);
+        persist_.Persist(&blk->header, 8);
+      }
+      if (bits == 0 && bi != logs_[li].head) empty_blocks_.push_back(bi);
+      off = blk->next.load(std::memory_order_relaxed);
+    }
+  }
+  blocks_.store(blocks, std::memory_order_relaxed);
+  SweepEmptyBlocks();
+  size_.Reset(static_cast<int64_t>(live));
+  recovered_ = !pool_->created() && !pool_->was_clean();
+  recovery_seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return Status::OK();
+}
+
+template <pm::PersistPolicy P>
+typename ElimDA<P>::Where ElimDA<P>::Locate(uint64_t h, Key k) const {
+  Where w;
+  SegMeta* s = SegOf(h);
+  const uint32_t b = BucketOf(h);
+  const uint16_t f = FpOf(h);
+  const uint32_t n = s->count[b];
+  const uint16_t* fps = &s->fp[size_t{b} * params_.bucket_items];
+  const PmSlot* slots = BucketSlots(s->off, b);
+  // Eight fingerprints per SSE2 compare (the bucket's fingerprint array has bucket_items >= 16
+  // entries, a multiple of 16, so a load never leaves it); PM is read on a match only.
+  const __m128i fv = _mm_set1_epi16(static_cast<short>(f));
+  for (uint32_t base = 0; base < n; base += 8) {
+    const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(fps + base));
+    uint32_t m = static_cast<uint32_t>(_mm_movemask_epi8(_mm_cmpeq_epi16(v, fv)));
+    if (n - base < 8) m &= (1u << (2 * (n - base))) - 1;
+    for (; m; m &= m - 1, m &= m - 1) {  // two mask bits per 16-bit lane
+      const uint32_t j = base + static_cast<uint32_t>(std::countr_zero(m)) / 2;
+      if (slots[j].key.load(std::memory_order_acquire) == k) {
+        w.layer = Layer::kPm;
+        w.seg = s;
+        w.b = b;
+        w.j = j;
+        return w;  // the oldest copy: the first-inserted value wins
+      }
+    }
+  }
+  // The D-bucket: its fingerprints first (2 B per item), an item only on a match.
+  const std::vector<uint16_t>& dfp = s->dfp[b];
+  for (size_t i = 0; i < dfp.size(); i++) {
+    if (dfp[i] != f) continue;
+    DItem& it = s->dbucket[b][i];
+    if (it.key == k && it.live) {
+      w.layer = Layer::kDram;
+      w.item = &it;
+      return w;
+    }
+  }
+  if (BlockInfo* bi = logs_[LogOf(h)].head) {
+    const LogBlock* blk = Block(bi);
+    for (uint32_t c = blk->header.load(std::memory_order_acquire) & kFullBits; c; c &= c - 1) {
+      const uint32_t j = static_cast<uint32_t>(std::countr_zero(c));
+      if (blk->slots[j].key.load(std::memory_order_relaxed) == k) {
+        w.layer = Layer::kLog;
+        w.block = bi;
+        w.j = j;
+        return w;
+      }
+    }
+  }
+  return w;
+}
+
+template <pm::PersistPolicy P>
+Status ElimDA<P>::Find(Key k, Value* v) const {
+  const uint64_t h = hash_(k);
+  detail::SharedGuard g(table_mu_);
+  LockGuard<detail::LogLock> lg(logs_[LogOf(h)].mu);
+  const Where w = Locate(h, k);
+  switch (w.layer) {
+    case Layer::kPm:
+      *v = BucketSlots(w.seg->off, w.b)[w.j].value.load(std::memory_order_relaxed);
+      return Status::OK();
+    case Layer::kDram:
+      *v = w.item->value;
+      return Status::OK();
+    case Layer::kLog:
+      *v = Block(w.block)->slots[w.j].value.load(std::memory_order_relaxed);
+      return Status::OK();
+    case Layer::kNone:
+      break;
+  }
+  return Status::NotFound();
+}
+
+template <pm::PersistPolicy P>
+int ElimDA<P>::LayerOf(Key k) const {
+  const uint64_t h = hash_(k);
+  detail::SharedGuard g(table_mu_);
+  LockGuard<detail::LogLock> lg(logs_[LogOf(h)].mu);
+  return static_cast<int>(Locate(h, k).layer);
+}
+
+template <pm::PersistPolicy P>
+uint64_t ElimDA<P>::PmSlotOffsetForTest(Key k) const {
+  const uint64_t h = hash_(k);
+  detail::SharedGuard g(table_mu_);
+  LockGuard<detail::LogLock> lg(logs_[LogOf(h)].mu);
+  const Where w = Locate(h, k);
+  if (w.layer != Layer::kPm) return 0;
+  return pool_->OffsetOf(&BucketSlots(w.seg->off, w.b)[w.j]);
+}
+
+template <pm::PersistPolicy P>
+Status ElimDA<P>::AppendCopyForTest(Key k, Value v) {
+  const uint64_t h = hash_(k);
+  LockGuard<detail::TableLock> g(table_mu_);
+  const Where w = Locate(h, k);
+  if (w.layer != Layer::kPm) return Status::InvalidArgument("elimda: key not in the PM table");
+  SegMeta* s = w.seg;
+  const uint32_t j = s->count[w.b];
+  if (j >= params_.bucket_items) return Status::OutOfSpace("elimda: P-bucket full");
+  PmSlot& slot = BucketSlots(s->off, w.b)[j];
+  slot.value.store(v, std::memory_order_relaxed);
+  slot.key.store(k, std::memory_order_relaxed);
+  persist_.Persist(&slot, sizeof(PmSlot));
+  Header(s)->count[w.b].store(j + 1, std::memory_order_release);
+  persist_.Persist(&Header(s)->count[w.b], sizeof(uint64_t));
+  s->fp[size_t{w.b} * params_.bucket_items + j] = FpOf(h);
+  s->count[w.b] = j + 1;
+  return Status::OK();
+}
+
+template <pm::PersistPolicy P>
+uint32_t ElimDA<P>::global_depth() const {
+  detail::SharedGuard g(table_mu_);
+  return gd_;
+}
+
+template <pm::PersistPolicy P>
+Status ElimDA<P>::Write(Key k, Value v, WriteMode mode) {
+  if (life_.closed()) [[unlikely]] return index::Lifecycle::ClosedError(kKindName);
+  const uint64_t h = hash_(k);
+  const uint32_t li = LogOf(h);
+  LogState& log = logs_[li];
+  for (;;) {
+    {
+      detail::SharedGuard g(table_mu_);
+      LockGuard<detail::LogLock> lg(log.mu);
+      const Where w = Locate(h, k);
+      if (w.layer != Layer::kNone) {
+        if (mode == WriteMode::kInsert) return Status::Exists();
+        // In place: one failure-atomic 8-byte store where the item is persistent, one persist.
+        std::atomic<uint64_t>* cell = nullptr;
+        if (w.layer == Layer::kPm) {
+          cell = &BucketSlots(w.seg->off, w.b)[w.j].value;
+        } else if (w.layer == Layer::kDram) {
+          cell = &Block(w.item->block)->slots[w.item->slot].value;
+        } else {
+          cell = &Block(w.block)->slots[w.j].value;
+        }
+        cell->store(v, std::memory_order_release);
+        persist_.Persist(cell, sizeof(Value));
+        if (w.layer == Layer::kDram) w.item->value = v;
+        return Status::OK();
+      }
+      if (mode == WriteMode::kUpdate) return Status::NotFound();
+      if (log.head) {
+        LogBlock* blk = Block(log.head);
+        const uint64_t hdr = blk->header.load(std::memory_order_relaxed);
+        const uint32_t bits = static_cast<uint32_t>(hdr & kFullBits);
+        if (bits != kFullBits) {
+          const uint32_t j = static_cast<uint32_t>(std::countr_one(bits));
+          PmSlot& s = blk->slots[j];
+          s.value.store(v, std::memory_order_relaxed);
+          s.key.store(k, std::memory_order_release);
+          persist_.Persist(&s, sizeof(PmSlot));  // I2: the item before its bit
+          blk->header.store(hdr | (uint64_t{1} << j), std::memory_order_release);  // I3: commit
+          persist_.Persist(&blk->header, sizeof(uint64_t));
+          size_.Add(1);
+          return Status::OK();
+        }
+      }
+    }
+    PMHASH_RETURN_IF_ERROR(Seal(li));  // no active block, or a full one: swap in a new one
+  }
+}
+
+template <pm::PersistPolicy P>
+Status ElimDA<P>::Erase(Key k) {
+  if (life_.closed()) [[unlikely]] return index::Lifecycle::ClosedError(kKindName);
+  const uint64_t h = hash_(k);
+  LogState& log = logs_[LogOf(h)];
+  detail::SharedGuard g(table_mu_);
+  LockGuard<detail::LogLock> lg(log.mu);
+  const Where w = Locate(h, k);
+  switch (w.layer) {
+    case Layer::kNone:
+      return Status::NotFound();
+    case Layer::kPm: {
+      // Every copy, newest first, so that a crash in between leaves the oldest (the value Find
+      // returns) in place (I6).
+      SegMeta* s = w.seg;
+      PmSlot* slots = BucketSlots(s->off, w.b);
+      const uint64_t t = Tombstone(h >> 63);
+      const uint16_t f = FpOf(h);
+      for (uint32_t j = s->count[w.b]; j-- > w.j;) {
+        if (s->fp[size_t{w.b} * params_.bucket_items + j] != f) continue;
+        if (slots[j].key.load(std::memory_order_relaxed) != k) continue;
+        slots[j].key.store(t, std::memory_order_release);
+        persist_.Persist(&slots[j].key, sizeof(Key));
+      }
+      break;
+    }
+    case Layer::kDram:
+    case Layer::kLog: {
+      BlockInfo* bi = w.layer == Layer::kDram ? w.item->block : w.block;
+      const uint32_t j = w.layer == Layer::kDram ? w.item->slot : w.j;
+      LogBlock* blk = Block(bi);
+      const uint64_t hdr = blk->header.load(std::memory_order_relaxed) & ~(uint64_t{1} << j);
+      blk->header.store(hdr, std::memory_order_release);
+      persist_.Persist(&blk->header, sizeof(uint64_t));
+      if (w.layer == Layer::kDram) {
+        w.item->live = 0;
+        if ((hdr & kFullBits) == 0 && bi != log.head) {
+          LockGuard<SpinLock> eg(empty_mu_);
+          empty_blocks_.push_back(bi);
+        }
+      }
+      break;
+    }
+  }
+  size_.Add(-1);
+  return Status::OK();
+}
+
+template <pm::PersistPolicy P>
+Status ElimDA<P>::Seal(uint32_t li) PMHASH_NO_THREAD_SAFETY_ANALYSIS {
+  LockGuard<detail::TableLock> g(table_mu_);
+  LogState& log = logs_[li];
+  BlockInfo* old = log.head;
+  if (old && (Block(old)->header.load(std::memory_order_relaxed) & kFullBits) != kFullBits) {
+    return Status::OK();  // another thread swapped first
+  }
+  SweepEmptyBlocks();
+  auto off = pool_->allocator().Allocate(1);
+  if (!off.ok()) {
+    Reclaim();
+    off = pool_->allocator().Allocate(1);
+    if (!off.ok()) return off.status();
+  }
+  auto* bi = new (std::nothrow) BlockInfo;
+  if (!bi) {
+    pool_->allocator().Free(off.value());
+    return Status::OutOfMemory("elimda: log block metadata");
+  }
+  LogBlock* blk = pool_->template At<LogBlock>(off.value());
+  blk->header.store(BlockHeader(0), std::memory_order_relaxed);
+  blk->next.store(old ? old->off : 0, std::memory_order_relaxed);
+  persist_.Persist(blk, 16);
+  std::atomic<uint64_t>& word = LogTable()[li];
+  word.store(off.value(), std::memory_order_release);  // I4: the swap's commit point
+  persist_.Persist(&word, sizeof(uint64_t));
+  bi->off = off.value();
+  bi->log = li;
+  bi->older = old;
+  if (old) old->newer = bi;
+  log.head = bi;
+  blocks_.fetch_add(1, std::memory_order_relaxed);
+  if (!old) return Status::OK();
+  log_swaps_.fetch_add(1, std::memory_order_relaxed);
+
+  // The sealed block's items enter the DRAM table; full D-buckets are relocated.
+  const LogBlock* sealed = Block(old);
+  const uint32_t bits =
+      static_cast<uint32_t>(sealed->header.load(std::memory_order_relaxed) & kFullBits);
+  std::vector<uint64_t> hashes;
+  for (uint32_t c = bits; c; c &= c - 1) {
+    const uint32_t j = static_cast<uint32_t>(std::countr_zero(c));
+    const Key k = sealed->slots[j].key.load(std::memory_order_relaxed);
+    const uint64_t h = hash_(k);
+    SegOf(h)->Push(BucketOf(h),
+                   DItem{k, sealed->slots[j].value.load(std::memory_order_relaxed), old, j, 1},
+                   FpOf(h));
+    hashes.push_back(h);
+  }
+  if (bits == 0) {
+    LockGuard<SpinLock> eg(empty_mu_);
+    empty_blocks_.push_back(old);
+  }
+  for (uint64_t h : hashes) {
+    // Out of space for a split leaves the items where they are: logged and in the DRAM table.
+    if (Status s = MakeRoom(h); !s.ok() && !s.IsOutOfSpace()) return s;
+  }
+  SweepEmptyBlocks();
+  return Status::OK();
+}
+
+// REQUIRES: exclusive. Relocates the D-bucket of h once it holds N_d live items, splitting the
+// segment while the P-bucket has no room for them.
+template <pm::PersistPolicy P>
+Status ElimDA<P>::MakeRoom(uint64_t h) PMHASH_NO_THREAD_SAFETY_ANALYSIS {
+  for (;;) {
+    SegMeta* s = SegOf(h);
+    const uint32_t b = BucketOf(h);
+    s->DropDead(b);
+    auto& d = s->dbucket[b];
+    if (d.size() < params_.dbucket_items) return Status::OK();
+    if (s->count[b] + d.size() <= params_.bucket_items) {
+      Relocate(s, b, d);
+      return Status::OK();
+    }
+    Status st = Split(s, h);
+    if (st.IsOutOfSpace()) {
+      // No room to grow: reuse the P-bucket's erased slots instead, if that makes room.
+      Compact(s, b);
+      if (s->count[b] + d.size() > params_.bucket_items) return st;
+      Relocate(s, b, d);
+      return Status::OK();
+    }
+    PMHASH_RETURN_IF_ERROR(st);
+  }
+}
+
+// REQUIRES: exclusive. Out of space: compact every P-bucket that has D-bucket items waiting and
+// relocate those items where they now fit, so that sealed log blocks empty and are freed.
+template <pm::PersistPolicy P>
+void ElimDA<P>::Reclaim() PMHASH_NO_THREAD_SAFETY_ANALYSIS {
+  for (size_t i = 0; i < dir_.size();) {
+    SegMeta* s = dir_[i];
+    i += size_t{1} << (gd_ - s->depth);
+    for (uint32_t b = 0; b < params_.segment_buckets; b++) {
+      s->DropDead(b);
+      auto& d = s->dbucket[b];
+      if (d.empty()) continue;
+      if (s->count[b] + d.size() > params_.bucket_items) Compact(s, b);
+      if (s->count[b] + d.size() <= params_.bucket_items) Relocate(s, b, d);
+    }
+  }
+  SweepEmptyBlocks();
+}
+
+// REQUIRES: exclusive. Moves the P-bucket's last live items into its dead slots (tombstones,
+// later copies of a key), then lowers its count (the commit point, one 8-byte store). A moved
+// item is written value first, then key, into a dead slot: until the count is lowered it is
+// stored twice with the same value (I1 keeps the first copy; recovery and splits drop the
+// second), never lost.
+template <pm::PersistPolicy P>
+void ElimDA<P>::Compact(SegMeta* s, uint32_t b) PMHASH_NO_THREAD_SAFETY_ANALYSIS {
+  const uint32_t n = s->count[b];
+  PmSlot* slots = BucketSlots(s->off, b);
+  uint16_t* fps = &s->fp[size_t{b} * params_.bucket_items];
+  size_t first = 0;
+  while (first < dir_.size() && dir_[first] != s) first++;
+  const uint64_t prefix = first >> (gd_ - s->depth);
+  std::vector<bool> live(n, false);
+  std::unordered_set<Key> seen;
+  uint32_t nlive = 0;
+  for (uint32_t j = 0; j < n; j++) {
+    const Key k = slots[j].key.load(std::memory_order_relaxed);
+    live[j] = LiveIn(k, prefix, s->depth, b) && seen.insert(k).second;
+    nlive += live[j];
+  }
+  if (nlive == n) return;
+  uint32_t dst = 0, src = n;
+  for (;;) {
+    while (dst < n && live[dst]) dst++;
+    while (src > 0 && !live[src - 1]) src--;
+    if (src == 0 || dst >= src - 1) break;
+    const uint32_t from = src - 1;
+    slots[dst].value.store(slots[from].value.load(std::memory_order_relaxed),
+                           std::memory_order_relaxed);
+    slots[dst].key.store(slots[from].key.load(std::memory_order_relaxed),
+                         std::memory_order_release);
+    persist_.Flush(&slots[dst], sizeof(PmSlot));
+    fps[dst] = fps[from];
+    live[dst] = true;
+    live[from] = false;
+  }
+  persist_.Fence();
+  SegHeader* hdr = Header(s);
+  hdr->count[b].store(nlive, std::memory_order_release);
+  persist_.Persist(&hdr->count[b], sizeof(uint64_t));
+  s->count[b] = nlive;
+  compactions_.fetch_add(1, std::memory_order_relaxed);
+}
+
+template <pm::PersistPolicy P>
+void ElimDA<P>::Relocate(SegMeta* s, uint32_t b, std::vector<DItem>& items)
+    PMHASH_NO_THREAD_SAFETY_ANALYSIS {
+  const uint32_t n = static_cast<uint32_t>(items.size());
+  const uint32_t at = s->count[b];
+  PmSlot* dst = BucketSlots(s->off, b) + at;
+  std::vector<uint64_t> img(size_t{n} * 2);
+  for (uint32_t i = 0; i < n; i++) {
+    img[2 * i] = items[i].key;
+    img[2 * i + 1] = items[i].value;
+  }
+  persist_.NtCopy(dst, img.data(), size_t{n} * sizeof(PmSlot));
+  persist_.Fence();
+  SegHeader* hdr = Header(s);
+  hdr->count[b].store(at + n, std::memory_order_release);  // I5: the relocation's commit point
+  persist_.Persist(&hdr->count[b], sizeof(uint64_t));
+  for (uint32_t i = 0; i < n; i++) {
+    s->fp[size_t{b} * params_.bucket_items + at + i] = FpOf(hash_(items[i].key));
+  }
+  s->count[b] = at + n;
+  // Invalidate the log slots: one header store per block, one fence for all.
+  std::unordered_map<BlockInfo*, uint32_t> clear;
+  for (const DItem& it : items) clear[it.block] |= 1u << it.slot;
+  for (auto& [bi, mask] : clear) {
+    LogBlock* blk = Block(bi);
+    const uint64_t hdr2 = blk->header.load(std::memory_order_relaxed) & ~uint64_t{mask};
+    blk->header.store(hdr2, std::memory_order_release);
+    persist_.Flush(&blk->header, sizeof(uint64_t));
+    if ((hdr2 & kFullBits) == 0 && bi != logs_[bi->log].head) {
+      LockGuard<SpinLock> eg(empty_mu_);
+      empty_blocks_.push_back(bi);
+    }
+  }
+  persist_.Fence();
+  items.clear();
+  s->dfp[b].clear();
+  relocations_.fetch_add(1, std::memory_order_relaxed);
+  relocated_items_.fetch_add(n, std::memory_order_relaxed);
+}
+
+template <pm::PersistPolicy P>
+Status ElimDA<P>::Double() PMHASH_NO_THREAD_SAFETY_ANALYSIS {
+  const auto started = ResizeLog::Now();
+  if (gd_ >= params_.max_depth) {
+    return Status::OutOfSpace("elimda: directory at max_depth " +
+                              std::to_string(params_.max_depth) +
+                              " and a bucket of that depth is full");
+  }
+  if ((uint64_t{8} << (gd_ + 1)) > max_directory_bytes_) {
+    return Status::OutOfSpace("elimda: doubling the directory would exceed max_directory_bytes");
+  }
+  std::vector<SegMeta*> nd(dir_.size() * 2);
+  for (size_t i = 0; i < dir_.size(); i++) nd[2 * i] = nd[2 * i + 1] = dir_[i];
+  dir_.swap(nd);
+  gd_++;
+  doublings_.fetch_add(1, std::memory_order_relaxed);
+  resize_log_.Record(started);
+  return Status::OK();
+}
+
+template <pm::PersistPolicy P>
+Status ElimDA<P>::Split(SegMeta* s, uint64_t h) PMHASH_NO_THREAD_SAFETY_ANALYSIS {
+  if (s->depth == gd_) PMHASH_RETURN_IF_ERROR(Double());
+  const auto started = ResizeLog::Now();
+  const uint32_t ld = s->depth;
+  auto& alloc = pool_->allocator();
+  auto a = alloc.Allocate(static_cast<uint32_t>(seg_chunks_));
+  if (!a.ok()) return a.status();
+  auto c = alloc.Allocate(static_cast<uint32_t>(seg_chunks_));
+  if (!c.ok()) {
+    alloc.Free(a.value(), static_cast<uint32_t>(seg_chunks_));
+    return c.status();
+  }
+  SegMeta* half[2] = {NewSegMeta(a.value(), ld + 1), NewSegMeta(c.value(), ld + 1)};
+  if (!half[0] || !half[1]) {
+    delete half[0];
+    delete half[1];
+    alloc.Free(a.value(), static_cast<uint32_t>(seg_chunks_));
+    alloc.Free(c.value(), static_cast<uint32_t>(seg_chunks_));
+    return Status::OutOfMemory("elimda: segment metadata");
+  }
+  const uint64_t prefix = h >> (64 - ld);
+  const uint64_t seg_bytes = seg_chunks_ * kBlockBytes;
+  std::vector<uint64_t> img[2] = {std::vector<uint64_t>(seg_bytes / 8, 0),
+                                  std::vector<uint64_t>(seg_bytes / 8, 0)};
+  const SegHeader* old_hdr = Header(s);
+  uint64_t dropped = 0;
+  // Older to newer: the first live copy of a key is kept, later ones dropped (paper 3.5).
+  for (uint32_t b = 0; b < params_.segment_buckets; b++) {
+    const PmSlot* slots = BucketSlots(s->off, b);
+    for (uint32_t j = 0; j < s->count[b]; j++) {
+      const Key k = slots[j].key.load(std::memory_order_relaxed);
+      const uint64_t kh = hash_(k);
+      if ((kh >> (64 - ld)) != prefix || BucketOf(kh) != b) continue;  // tombstone
+      const int side = static_cast<int>((kh >> (63 - ld)) & 1);
+      SegMeta* t = half[side];
+      const uint16_t f = FpOf(kh);
+      uint64_t* tslots =
+          img[side].data() + (sizeof(SegHeader) + size_t{b} * params_.bucket_items * 16) / 8;
+      const uint16_t* tfp = &t->fp[size_t{b} * params_.bucket_items];
+      bool dup = false;
+      for (uint32_t x = 0; x < t->count[b] && !dup; x++) dup = tfp[x] == f && tslots[2 * x] == k;
+      if (dup) {
+        dropped++;
+        continue;
+      }
+      const uint32_t x = t->count[b]++;
+      t->fp[size_t{b} * params_.bucket_items + x] = f;
+      tslots[2 * x] = k;
+      tslots[2 * x + 1] = slots[j].value.load(std::memory_order_relaxed);
+    }
+  }
+  for (int side = 0; side < 2; side++) {
+    uint64_t* w = img[side].data();
+    w[0] = SegWord(ld + 1);
+    w[1] = side == 0 ? c.value() : old_hdr->next.load(std::memory_order_relaxed);
+    for (uint32_t b = 0; b < params_.segment_buckets; b++) w[2 + b] = half[side]->count[b];
+    persist_.NtCopy(pool_->template At<char>(half[side]->off), w, seg_bytes);
+  }
+  persist_.Fence();
+  // I7: the commit point, one 8-byte write into the predecessor (or root 0).
+  const uint64_t span = uint64_t{1} << (gd_ - ld);
+  const uint64_t first = prefix * span;
+  if (first == 0) {
+    pool_->SetRoot(0, a.value());
+  } else {
+    SegHeader* pred = Header(dir_[first - 1]);
+    pred->next.store(a.value(), std::memory_order_release);
+    persist_.Persist(&pred->next, sizeof(uint64_t));
+  }
+  // DRAM: D-buckets split by the same bit, directory entries, the old segment freed.
+  for (uint32_t b = 0; b < params_.segment_buckets; b++) {
+    for (size_t i = 0; i < s->dbucket[b].size(); i++) {
+      const DItem& it = s->dbucket[b][i];
+      if (!it.live) continue;
+      half[(hash_(it.key) >> (63 - ld)) & 1]->Push(b, it, s->dfp[b][i]);
+    }
+  }
+  for (uint64_t e = first; e < first + span; e++) dir_[e] = half[e >= first + span / 2];
+  alloc.Free(s->off, static_cast<uint32_t>(seg_chunks_));
+  delete s;
+  segments_.fetch_add(1, std::memory_order_relaxed);
+  dups_dropped_.fetch_add(dropped, std::memory_order_relaxed);
+  splits_.fetch_add(1, std::memory_order_relaxed);
+  resize_log_.Record(started);
+  return Status::OK();
+}
+
+// REQUIRES: exclusive (or recovery). Unlinks and frees sealed blocks left without items.
+template <pm::PersistPolicy P>
+void ElimDA<P>::SweepEmptyBlocks() PMHASH_NO_THREAD_SAFETY_ANALYSIS {
+  std::vector<BlockInfo*> todo;
+  {
+    LockGuard<SpinLock> eg(empty_mu_);
+    todo.swap(empty_blocks_);
+  }
+  if (todo.empty()) return;
+  std::unordered_set<BlockInfo*> done;
+  for (BlockInfo* bi : todo) {
+    if (!done.insert(bi).second) continue;
+    if (bi == logs_[bi->log].head) continue;  // the active block is never unlinked
+    if ((Block(bi)->header.load(std::memory_order_relaxed) & kFullBits) != 0) continue;
+    Unlink(bi);
+  }
+}
+
+template <pm::PersistPolicy P>
+void ElimDA<P>::Unlink(BlockInfo* bi) {
+  // I8: the newer block's `next` skips bi (one 8-byte store), then bi is free.
+  BlockInfo* newer = bi->newer;
+  LogBlock* nb = Block(newer);
+  nb->next.store(bi->older ? bi->older->off : 0, std::memory_order_release);
+  persist_.Persist(&nb->next, sizeof(uint64_t));
+  newer->older = bi->older;
+  if (bi->older) bi->older->newer = newer;
+  pool_->allocator().Free(bi->off, 1);
+  delete bi;
+  blocks_.fetch_sub(1, std::memory_order_relaxed);
+  blocks_freed_.fetch_add(1, std::memory_order_relaxed);
+}
+
+template <pm::PersistPolicy P>
+Status ElimDA<P>::ForEach(const std::function<void(Key, Value)>& fn) const
+    PMHASH_NO_THREAD_SAFETY_ANALYSIS {
+  std::vector<std::pair<Key, Value>> pairs;
+  {
+    LockGuard<detail::TableLock> g(table_mu_);
+    for (size_t i = 0; i < dir_.size();) {
+      const SegMeta* s = dir_[i];
+      const uint64_t prefix = i >> (gd_ - s->depth);
+      for (uint32_t b = 0; b < params_.segment_buckets; b++) {
+        const PmSlot* slots = BucketSlots(s->off, b);
+        std::unordered_set<Key> seen;
+        for (uint32_t j = 0; j < s->count[b]; j++) {
+          const Key k = slots[j].key.load(std::memory_order_relaxed);
+          if (!LiveIn(k, prefix, s->depth, b) || !seen.insert(k).second) continue;
+          pairs.emplace_back(k, slots[j].value.load(std::memory_order_relaxed));
+        }
+        for (const DItem& it : s->dbucket[b]) {
+          if (it.live) pairs.emplace_back(it.key, it.value);
+        }
+      }
+      i += size_t{1} << (gd_ - s->depth);
+    }
+    for (uint32_t li = 0; li < params_.logs; li++) {
+      if (const BlockInfo* bi = logs_[li].head) {
+        const LogBlock* blk = Block(bi);
+        for (uint32_t c = blk->header.load(std::memory_order_relaxed) & kFullBits; c; c &= c - 1) {
+          const uint32_t j = static_cast<uint32_t>(std::countr_zero(c));
+          pairs.emplace_back(blk->slots[j].key.load(std::memory_order_relaxed),
+                             blk->slots[j].value.load(std::memory_order_relaxed));
+        }
+      }
+    }
+  }
+  for (const auto& [k, v] : pairs) fn(k, v);
+  return Status::OK();
+}
+
+template <pm::PersistPolicy P>
+IndexStats ElimDA<P>::Stats() const PMHASH_NO_THREAD_SAFETY_ANALYSIS {
+  IndexStats s;
+  this->FillCommonStats(&s);
+  s.size = Size();
+  uint64_t dram_items = 0, fp_bytes = 0, dir_bytes = 0;
+  uint32_t gd = 0;
+  {
+    detail::SharedGuard g(table_mu_);
+    gd = gd_;
+    dir_bytes = dir_.size() * sizeof(SegMeta*);
+    for (size_t i = 0; i < dir_.size();) {
+      const SegMeta* m = dir_[i];
+      for (const auto& d : m->dbucket) dram_items += d.size();
+      fp_bytes += m->fp.size() * sizeof(uint16_t);
+      i += size_t{1} << (gd_ - m->depth);
+    }
+  }
+  const uint64_t segs = segments_.load(std::memory_order_relaxed);
+  const uint64_t blocks = blocks_.load(std::memory_order_relaxed);
+  s.buckets = segs * params_.segment_buckets;
+  s.capacity_slots = s.buckets * params_.bucket_items + blocks * kBlockSlots;  // PM table + logs
+  s.load_factor = s.capacity_slots ? static_cast<double>(s.size) / s.capacity_slots : 0;
+  s.pm_bytes = segs * seg_chunks_ * kBlockBytes + blocks * kBlockBytes +
+               LogTableChunks(params_) * kBlockBytes + pm::kHeaderBytes;
+  s.dram_bytes = dir_bytes + fp_bytes + dram_items * (sizeof(DItem) + sizeof(uint16_t)) +
+                 blocks * sizeof(BlockInfo) + uint64_t{params_.logs} * sizeof(LogState) +
+                 pool_->allocator().dram_bytes();
+  s.global_depth = gd;
+  auto add = [&](const char* name, double v) { s.details.push_back({name, v}); };
+  add("elimda.segments", static_cast<double>(segs));
+  add("elimda.log_blocks", static_cast<double>(blocks));
+  add("elimda.log_swaps", static_cast<double>(log_swaps_.load()));
+  add("elimda.relocations", static_cast<double>(relocations_.load()));
+  add("elimda.relocated_items", static_cast<double>(relocated_items_.load()));
+  add("elimda.split_duplicates_dropped", static_cast<double>(dups_dropped_.load()));
+  add("elimda.blocks_freed", static_cast<double>(blocks_freed_.load()));
+  add("elimda.compactions", static_cast<double>(compactions_.load()));
+  add("elimda.dram_items", static_cast<double>(dram_items));
+  add("alloc.reused", static_cast<double>(pool_->allocator().reused_allocations()));
+  return s;
+}
+
+// REQUIRES: no concurrent writers.
+template <pm::PersistPolicy P>
+Status ElimDA<P>::CheckInvariants() const PMHASH_NO_THREAD_SAFETY_ANALYSIS {
+  auto fail = [](const std::string& what) {
+    return Status::Corruption("elimda invariant: " + what);
+  };
+  LockGuard<detail::TableLock> g(table_mu_);
+  std::unordered_set<Key> keys;
+  uint64_t live = 0, chunks = LogTableChunks(params_), segs = 0;
+  uint64_t i = 0;
+  for (uint64_t off = pool_->root(0); off != 0; segs++) {
+    if (segs > pool_->allocator().chunk_count()) return fail("segment chain has a cycle");
+    if (i >= dir_.size()) return fail("segment chain longer than the directory");
+    const SegMeta* s = dir_[i];
+    if (s->off != off) return fail("directory and segment chain disagree");
+    const uint64_t stride = uint64_t{1} << (gd_ - s->depth);
+    if (i % stride != 0) return fail("segment out of prefix order");
+    for (uint64_t e = i; e < i + stride; e++) {
+      if (dir_[e] != s) return fail("directory entry");
+    }
+    if (!pool_->allocator().IsUsed(off)) return fail("segment not marked allocated");
+    const SegHeader* h = Header(s);
+    if (h->tag_depth.load() != SegWord(s->depth)) return fail("segment header word");
+    const uint64_t prefix = i >> (gd_ - s->depth);
+    for (uint32_t b = 0; b < params_.segment_buckets; b++) {
+      if (h->count[b].load() != s->count[b]) return fail("bucket count differs from PM");
+      const PmSlot* slots = BucketSlots(off, b);
+      std::unordered_set<Key> in_bucket;  // a later copy (a crashed compaction) is not live
+      for (uint32_t j = 0; j < s->count[b]; j++) {
+        const Key k = slots[j].key.load(std::memory_order_relaxed);
+        if (!LiveIn(k, prefix, s->depth, b)) continue;
+        if (s->fp[size_t{b} * params_.bucket_items + j] != FpOf(hash_(k))) {
+          return fail("fingerprint");
+        }
+        if (!in_bucket.insert(k).second) continue;
+        if (!keys.insert(k).second) return fail("key " + std::to_string(k) + " stored twice");
+        live++;
+      }
+      if (s->dfp[b].size() != s->dbucket[b].size()) return fail("D-bucket fingerprints");
+      for (size_t x = 0; x < s->dbucket[b].size(); x++) {
+        const DItem& it = s->dbucket[b][x];
+        if (s->dfp[b][x] != FpOf(hash_(it.key))) return fail("D-bucket fingerprint");
+        if (!it.live) continue;
+        const uint64_t kh = hash_(it.key);
+        if ((kh >> (64 - s->depth)) != prefix || BucketOf(kh) != b) {
+          return fail("D-bucket item misplaced");
+        }
+        const LogBlock* blk = Block(it.block);
+        if (!((blk->header.load() >> it.slot) & 1)) return fail("D-bucket item without its bit");
+        const PmSlot& ls = blk->slots[it.slot];
+        if (ls.key.load() != it.key || ls.value.load() != it.value) {
+          return fail("D-bucket item differs from its log slot");
+        }
+        if (!keys.insert(it.key).second) {
+          return fail("key " + std::to_string(it.key) + " stored twice");
+        }
+        live++;
+      }
+    }
+    chunks += seg_chunks_;
+    i += stride;
+    off = h->next.load(std::memory_order_relaxed);
+  }
+  if (i != dir_.size()) return fail("segment chain does not cover the directory");
+  uint64_t sealed_items = 0, dram_live = 0;
+  for (size_t x = 0; x < dir_.size();) {
+    for (const auto& d : dir_[x]->dbucket) {
+      for (const DItem& it : d) dram_live += it.live;
+    }
+    x += size_t{1} << (gd_ - dir_[x]->depth);
+  }
+  const auto* words = LogTable();
+  for (uint32_t li = 0; li < params_.logs; li++) {
+    const BlockInfo* head = logs_[li].head;
+    if (words[li].load() != (head ? head->off : 0)) return fail("log table word");
+    for (const BlockInfo* bi = head; bi; bi = bi->older) {
+      chunks++;
+      const LogBlock* blk = Block(bi);
+      if ((blk->header.load() >> 16) != kBlockTag) return fail("log block tag");
+      if (blk->next.load() != (bi->older ? bi->older->off : 0)) return fail("log chain");
+      const uint32_t bits = static_cast<uint32_t>(blk->header.load() & kFullBits);
+      for (uint32_t c = bits; c; c &= c - 1) {
+        const uint32_t j = static_cast<uint32_t>(std::countr_zero(c));
+        const Key k = blk->slots[j].key.load();
+        if (LogOf(hash_(k)) != li) return fail("logged key in the wrong log");
+        if (bi == head) {
+          if (!keys.insert(k).second) return fail("key " + std::to_string(k) + " stored twice");
+          live++;
+        } else {
+          sealed_items++;
+        }
+      }
+    }
+  }
+  if (sealed_items != dram_live) return fail("sealed log items != live D-bucket items");
+  if (pool_->allocator().used_chunks() != chunks) {
+    return fail("allocated chunks (" + std::to_string(pool_->allocator().used_chunks()) +
+                ") != reachable chunks (" + std::to_string(chunks) + "): leak");
+  }
+  if (live != Size()) {
+    return fail("Size() (" + std::to_string(Size()) + ") != live items (" + std::to_string(live) +
+                ")");
+  }
+  return Status::OK();
+}
+
+PMHASH_ENGINE_INSTANTIATIONS(extern, ElimDA);
+
+}  // namespace pmhash::elimda

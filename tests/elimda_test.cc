@@ -1,0 +1,294 @@
+// tests/elimda_test.cc — ElimDA specifics (src/index/elimda/elimda.h) that the typed suites
+// cannot see:
+//
+//   LayersAndGrowth        with a small geometry, keys end up in all three layers (PM table,
+//                          DRAM table backed by sealed log blocks, active collecting logs); logs
+//                          are swapped, D-buckets relocated, segments split, emptied log blocks
+//                          freed; every key is found and the invariants hold.
+//   InsertExistsInEveryLayer  Insert of a present key returns kExists and keeps the first value,
+//                          whichever layer holds it; Update/Erase work in every layer.
+//   RecoveryRebuildsDram   a crash (Abandon) after inserts, updates and erases: recovery rebuilds
+//                          fingerprints, D-buckets and logs: same contents, same layers, no leak.
+//   PersistCost            ADR: an append is two persists (item, then its bit); update and erase
+//                          one; finds and failed writes none. eADR: no line is ever flushed.
+//   Duplicates             a P-bucket holding a key twice: the first copy wins, splits drop the
+//                          second, an erase removes both.
+//   HostilePool            corrupt offsets and header words are refused with kCorruption.
+#include "index/elimda/elimda.h"
+
+#include <gtest/gtest.h>
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "test_util.h"
+
+namespace pmhash::testing {
+namespace {
+
+Options SmallOptions(const std::string& path) {
+  Options o;
+  o.path = path;
+  o.pool_size = uint64_t{32} << 20;
+  o.elimda.bucket_items = 32;
+  o.elimda.dbucket_items = 16;
+  o.elimda.segment_buckets = 2;
+  o.elimda.logs = 4;
+  o.elimda.initial_depth = 1;
+  o.hash_seed = TestSeed(0xe11d);
+  return o;
+}
+
+double Detail(const IndexStats& s, const std::string& name) {
+  for (const auto& d : s.details) {
+    if (d.name == name) return d.value;
+  }
+  ADD_FAILURE() << "no detail " << name;
+  return -1;
+}
+
+template <class I>
+void ExpectContents(I& ix, const std::map<Key, Value>& model) {
+  Status s = ix.CheckInvariants();
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  ASSERT_EQ(ix.Size(), model.size());
+  for (const auto& [k, v] : model) {
+    Value got = 0;
+    ASSERT_TRUE(ix.Find(k, &got).ok()) << k;
+    ASSERT_EQ(got, v) << k;
+  }
+  std::map<Key, Value> seen;
+  ASSERT_TRUE(ix.ForEach([&](Key k, Value v) { EXPECT_TRUE(seen.emplace(k, v).second); }).ok());
+  ASSERT_EQ(seen, model);
+}
+
+using Engine = elimda::ElimDA<pm::Adr>;
+
+TEST(ElimdaLayers, LayersAndGrowth) {
+  ScopedPath path("elimda_layers");
+  auto r = Engine::Open(SmallOptions(path.path()));
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  auto& ix = **r;
+  std::map<Key, Value> model;
+  const uint64_t n = Scaled(4000, 4);
+  for (uint64_t i = 0; i < n; i++) {
+    const Key k = SplitMix64(i);
+    ASSERT_TRUE(ix.Insert(k, i).ok());
+    model[k] = i;
+    if (i % 3 == 0 && i > 0) {
+      const Key e = SplitMix64(i / 2);
+      if (model.erase(e)) {
+        ASSERT_TRUE(ix.Erase(e).ok());
+      }
+    }
+  }
+  ASSERT_NO_FATAL_FAILURE(ExpectContents(ix, model));
+  int layers[4] = {0, 0, 0, 0};
+  for (const auto& [k, v] : model) layers[ix.LayerOf(k)]++;
+  EXPECT_EQ(layers[0], 0);
+  EXPECT_GT(layers[1], 0) << "no key in the PM table";
+  EXPECT_GT(layers[2], 0) << "no key in the DRAM table";
+  EXPECT_GT(layers[3], 0) << "no key in an active log";
+  const IndexStats s = ix.Stats();
+  EXPECT_GT(Detail(s, "elimda.log_swaps"), 0);
+  EXPECT_GT(Detail(s, "elimda.relocations"), 0);
+  EXPECT_GT(Detail(s, "elimda.blocks_freed"), 0);
+  EXPECT_GT(s.splits, 0u);
+  EXPECT_GT(s.doublings, 0u);
+  EXPECT_GT(ix.global_depth(), 1u);
+}
+
+TEST(ElimdaLayers, InsertExistsInEveryLayer) {
+  ScopedPath path("elimda_exists");
+  auto r = Engine::Open(SmallOptions(path.path()));
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  auto& ix = **r;
+  std::map<Key, Value> model;
+  for (uint64_t i = 0; i < 1500; i++) {
+    ASSERT_TRUE(ix.Insert(SplitMix64(i), i).ok());
+    model[SplitMix64(i)] = i;
+  }
+  bool tested[4] = {false, false, false, false};
+  for (auto& [k, v] : model) {
+    const int layer = ix.LayerOf(k);
+    if (tested[layer]) continue;
+    tested[layer] = true;
+    SCOPED_TRACE("layer " + std::to_string(layer));
+    EXPECT_TRUE(ix.Insert(k, v + 100).IsExists());
+    Value got = 0;
+    ASSERT_TRUE(ix.Find(k, &got).ok());
+    EXPECT_EQ(got, v) << "the first-inserted value must win";
+    ASSERT_TRUE(ix.Update(k, v + 1).ok());
+    ASSERT_TRUE(ix.Find(k, &got).ok());
+    EXPECT_EQ(got, v + 1);
+    EXPECT_EQ(ix.LayerOf(k), layer) << "an update is in place";
+    ASSERT_TRUE(ix.Erase(k).ok());
+    EXPECT_TRUE(ix.Find(k, &got).IsNotFound());
+    EXPECT_TRUE(ix.Erase(k).IsNotFound());
+    EXPECT_TRUE(ix.Update(k, 1).IsNotFound());
+    ASSERT_TRUE(ix.Insert(k, v + 2).ok());
+    ASSERT_TRUE(ix.Find(k, &got).ok());
+    EXPECT_EQ(got, v + 2);
+    v += 2;
+  }
+  EXPECT_TRUE(tested[1] && tested[2] && tested[3]);
+  ASSERT_NO_FATAL_FAILURE(ExpectContents(ix, model));
+}
+
+TEST(ElimdaRecovery, RecoveryRebuildsDram) {
+  ScopedPath path("elimda_recovery");
+  const Options o = SmallOptions(path.path());
+  std::map<Key, Value> model;
+  std::map<Key, int> layer;
+  {
+    auto r = Engine::Open(o);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    auto& ix = **r;
+    for (uint64_t i = 0; i < 3000; i++) {
+      const Key k = SplitMix64(i);
+      ASSERT_TRUE(ix.Upsert(k, i).ok());
+      model[k] = i;
+      if (i % 5 == 0) {
+        ASSERT_TRUE(ix.Update(SplitMix64(i / 2), i + 7).ok());
+        model[SplitMix64(i / 2)] = i + 7;
+      }
+      if (i % 7 == 0) {
+        ASSERT_TRUE(ix.Erase(SplitMix64(i / 3)).ok() || !model.count(SplitMix64(i / 3)));
+        model.erase(SplitMix64(i / 3));
+      }
+    }
+    for (const auto& [k, v] : model) layer[k] = ix.LayerOf(k);
+    ix.Abandon();  // the destructor leaves the pool as a crash would
+  }
+  auto r = Engine::Open(o);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  auto& ix = **r;
+  EXPECT_TRUE(ix.Stats().recovered);
+  ASSERT_NO_FATAL_FAILURE(ExpectContents(ix, model));
+  for (const auto& [k, l] : layer) EXPECT_EQ(ix.LayerOf(k), l) << k;
+  // And it keeps working.
+  for (uint64_t i = 3000; i < 4000; i++) {
+    ASSERT_TRUE(ix.Insert(SplitMix64(i), i).ok());
+    model[SplitMix64(i)] = i;
+  }
+  ASSERT_NO_FATAL_FAILURE(ExpectContents(ix, model));
+}
+
+TEST(ElimdaPersist, PersistCost) {
+  ScopedPath path("elimda_persist");
+  Options o = SmallOptions(path.path());
+  o.counters = true;
+  o.elimda.logs = 128;  // 1920 slots: the appends below never seal a log
+  auto r = Engine::Open(o);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  auto& ix = **r;
+  ix.ResetCounters();
+  for (uint64_t i = 0; i < 400; i++) ASSERT_TRUE(ix.Insert(SplitMix64(i), i).ok());
+  TrafficStats t = ix.pool().counters().Snapshot();
+  EXPECT_EQ(ix.log_swaps(), 0u);
+  // The item, then its bit; and each log's first block (header, then the log table word).
+  const uint64_t first_blocks = static_cast<uint64_t>(Detail(ix.Stats(), "elimda.log_blocks"));
+  EXPECT_EQ(t.persists, 800u + 2 * first_blocks);
+  EXPECT_EQ(t.fences, 800u + 2 * first_blocks);
+  ExpectUpdateEraseOnePersistFailuresNone(ix, ix.pool().counters(), 400, 1);
+
+  ScopedPath epath("elimda_persist_eadr");
+  Options eo = o;
+  eo.path = epath.path();
+  auto e = elimda::ElimDA<pm::Eadr>::Open(eo);
+  ASSERT_TRUE(e.ok()) << e.status().ToString();
+  (*e)->ResetCounters();
+  for (uint64_t i = 0; i < 3000; i++) ASSERT_TRUE((*e)->Insert(SplitMix64(i), i).ok());
+  EXPECT_GT((*e)->relocations(), 0u);
+  EXPECT_EQ((*e)->pool().counters().Snapshot().flushed_lines, 0u) << "eADR never flushes";
+}
+
+// A pool whose P-bucket holds a key twice (as one written by the paper's blind appends would):
+// the older copy wins everywhere, recovery counts the key once, and the split of its segment
+// drops the newer copy; Erase removes both.
+TEST(ElimdaDuplicates, FirstCopyWinsAndSplitDropsDuplicates) {
+  ScopedPath path("elimda_dups");
+  const Options o = SmallOptions(path.path());
+  std::map<Key, Value> model;
+  std::vector<Key> dup_keys;
+  {
+    auto r = Engine::Open(o);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    auto& ix = **r;
+    for (uint64_t i = 0; i < 400; i++) {
+      ASSERT_TRUE(ix.Insert(SplitMix64(i), i).ok());
+      model[SplitMix64(i)] = i;
+    }
+    for (const auto& [k, v] : model) {
+      if (ix.LayerOf(k) == 1 && ix.AppendCopyForTest(k, v + 1000).ok()) dup_keys.push_back(k);
+      if (dup_keys.size() == 6) break;
+    }
+    ASSERT_GE(dup_keys.size(), 2u);
+    ASSERT_NO_FATAL_FAILURE(ExpectContents(ix, model));
+    ix.Abandon();
+  }
+  auto r = Engine::Open(o);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  auto& ix = **r;
+  ASSERT_NO_FATAL_FAILURE(ExpectContents(ix, model));
+  ASSERT_TRUE(ix.Erase(dup_keys[0]).ok());
+  model.erase(dup_keys[0]);
+  Value v;
+  EXPECT_TRUE(ix.Find(dup_keys[0], &v).IsNotFound()) << "an erase must remove every copy";
+  for (uint64_t i = 400; i < 4000; i++) {
+    ASSERT_TRUE(ix.Insert(SplitMix64(i), i).ok());
+    model[SplitMix64(i)] = i;
+  }
+  EXPECT_GE(ix.duplicates_dropped(), dup_keys.size() - 1);
+  ASSERT_NO_FATAL_FAILURE(ExpectContents(ix, model));
+}
+
+// Closed cleanly, then one word of the pool overwritten: open must refuse it.
+TEST(ElimdaHostile, CorruptWordsAreRefused) {
+  ScopedPath path("elimda_hostile");
+  Options o = SmallOptions(path.path());
+  o.durability = Durability::kAdr;
+  uint64_t seg = 0, table = 0, block = 0;
+  {
+    auto r = Engine::Open(o);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    for (uint64_t i = 0; i < 500; i++) ASSERT_TRUE((*r)->Insert(SplitMix64(i), i).ok());
+    seg = (*r)->pool().root(0);
+    table = (*r)->pool().root(1);
+    ASSERT_TRUE(ReadAt(path.path(), table, &block, 8));
+    ASSERT_TRUE((*r)->Close().ok());
+  }
+  ASSERT_NE(block, 0u);
+  const std::vector<uint8_t> clean = ReadFile(path.path());
+  struct Patch {
+    const char* what;
+    uint64_t offset;
+    uint64_t value;
+  };
+  const Patch patches[] = {
+      {"segment header word", seg, 0x1234},
+      {"segment next offset (misaligned)", seg + 8, seg + 3},
+      {"segment next offset (outside the heap)", seg + 8, uint64_t{1} << 40},
+      {"segment bucket count", seg + 16, 1000},
+      {"log table word (misaligned)", table, block + 8},
+      {"log table word (outside the heap)", table, uint64_t{1} << 41},
+      {"log block header word", block, 0xFFFF},
+      {"log chain (a cycle)", block + 8, block},
+  };
+  for (const Patch& p : patches) {
+    SCOPED_TRACE(p.what);
+    ASSERT_TRUE(WriteFile(path.path(), clean));
+    ASSERT_TRUE(PatchFile(path.path(), p.offset, &p.value, 8));
+    auto r = Engine::Open(o);
+    ASSERT_FALSE(r.ok());
+    EXPECT_TRUE(r.status().IsCorruption()) << r.status().ToString();
+  }
+  ASSERT_TRUE(WriteFile(path.path(), clean));
+  auto r = Engine::Open(o);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ((*r)->Size(), 500u);
+}
+
+}  // namespace
+}  // namespace pmhash::testing
