@@ -289,8 +289,10 @@ class Harness {
       c.state = sim.Capture();  // after the read: what it saw happened before this crash
       captured_.push_back(std::move(c));
       if (cfg_.max_states_per_op && captured_.size() >= 2 * cfg_.max_states_per_op) {
-        size_t kept = 0;
-        for (size_t i = 0; i < captured_.size(); i += 2) captured_[kept++] = std::move(captured_[i]);
+        // Keep the even-numbered states; the first stays where it is (a self-move-assignment
+        // of std::vector empties it in libstdc++).
+        size_t kept = 1;
+        for (size_t i = 2; i < captured_.size(); i += 2) captured_[kept++] = std::move(captured_[i]);
         captured_.resize(kept);
         capture_stride_ *= 2;
       }
@@ -651,6 +653,10 @@ class Harness {
       // store is a crash point) can capture thousands of states before the first check.
       if (!report_.failure.empty() || Exhausted()) break;
       const pm::CrashSimulator::State& st = cap.state;
+      if (st.persisted.empty()) {
+        report_.failure = "internal: a captured crash state has no persisted image";
+        break;
+      }
       report_.states_checked++;
       bool after_only = false;
       if (cap.seen) {
