@@ -44,26 +44,34 @@ uint64_t PoolBytes(std::string_view index, uint64_t keys, ItemBytes items) {
 
 uint64_t ProbeOps(uint64_t keys) { return std::clamp<uint64_t>(keys / 4, 200000, 2000000); }
 
-// Repetitions: the first run of a row starts the per-phase samples; later runs add theirs and
-// replace a phase's timing when faster. Stats and the counting pass come from the first run.
+// Repetitions are interleaved rounds (reference, row, row, ..., reference, row, ...): the
+// first round starts the per-phase samples, later rounds add theirs, and after the last round
+// every phase reports its median round (UseMedianRound). Stats and the counting pass come from the
+// first round. Ratios are then the median of the per-round ratios (TableResult::RatioTo), so that
+// a slow round of the reference and a fast round of a row are never paired.
 void StartSamples(RowResult* row) {
   if (row == nullptr) return;
   for (auto& p : row->phases) p.samples = {p.ok() ? p.mops() : 0.0};
 }
 
-void KeepBest(RowResult* best, const RowResult& run) {
-  if (best->error.ok() && !run.error.ok()) best->error = run.error;
-  for (size_t i = 0; i < best->phases.size() && i < run.phases.size(); i++) {
-    PhaseResult& b = best->phases[i];
+void AddRound(RowResult* first, const RowResult& run) {
+  if (first->error.ok() && !run.error.ok()) first->error = run.error;
+  for (size_t i = 0; i < first->phases.size() && i < run.phases.size(); i++) {
+    PhaseResult& b = first->phases[i];
     const PhaseResult& r = run.phases[i];
     b.samples.push_back(r.ok() ? r.mops() : 0.0);
-    if (!r.ok()) {
-      if (b.ok()) b.failure = r.failure;
-    } else if (b.ok() && r.mops() > b.mops()) {
-      b.ops = r.ops;
-      b.seconds = r.seconds;
-      b.latency = r.latency;  // the latency figures of the run reported
-    }
+    if (!r.ok() && b.ok()) b.failure = r.failure;
+  }
+}
+
+// Each phase's timing becomes that of its median round (the latency histogram stays the first
+// round's).
+void UseMedianRound(RowResult* row) {
+  if (row == nullptr) return;
+  for (auto& p : row->phases) {
+    if (p.samples.size() < 2 || !p.ok() || p.ops == 0) continue;
+    const double m = Median(p.samples);
+    if (m > 0) p.seconds = static_cast<double>(p.ops) / (m * 1e6);
   }
 }
 
@@ -286,6 +294,7 @@ Status RunBench(const BenchConfig& config, BenchListener* listener, BenchReport*
     TableResult table;
     table.threads = threads;
     const RunnerOptions ro{threads, c.pin, c.latency_every};
+    std::vector<std::vector<double>> probe_rounds;  // per persist limit: Mops/s of every round
     for (int rep = 0; rep < c.repeat; rep++) {
       const bool last = rep + 1 == c.repeat;
       const std::string tag =
@@ -303,9 +312,9 @@ Status RunBench(const BenchConfig& config, BenchListener* listener, BenchReport*
                                                  ProbeOps(c.keys), c.seed);
           if (rep == 0) {
             table.persist_limits.push_back(std::move(p));
-          } else if (p.failure.ok() && p.mops() > table.persist_limits[slot].mops()) {
-            table.persist_limits[slot] = std::move(p);
+            probe_rounds.emplace_back();
           }
+          probe_rounds[slot].push_back(p.failure.ok() ? p.mops() : 0.0);
           slot++;
         }
       }
@@ -318,7 +327,7 @@ Status RunBench(const BenchConfig& config, BenchListener* listener, BenchReport*
           table.reference = std::move(ref);
           StartSamples(&*table.reference);
         } else {
-          KeepBest(&*table.reference, ref);
+          AddRound(&*table.reference, ref);
         }
       }
       const bool any_multi =
@@ -331,7 +340,7 @@ Status RunBench(const BenchConfig& config, BenchListener* listener, BenchReport*
           table.concurrent_reference = std::move(ref);
           StartSamples(&*table.concurrent_reference);
         } else {
-          KeepBest(&*table.concurrent_reference, ref);
+          AddRound(&*table.concurrent_reference, ref);
         }
       }
       size_t slot = 0;
@@ -390,11 +399,21 @@ Status RunBench(const BenchConfig& config, BenchListener* listener, BenchReport*
             table.rows.push_back(std::move(row));
             StartSamples(&table.rows.back());
           } else {
-            KeepBest(&table.rows[slot], row);
+            AddRound(&table.rows[slot], row);
             table.rows[slot].kept_pool = row.kept_pool;
           }
           slot++;
         }
+      }
+    }
+    if (c.repeat > 1) {
+      if (table.reference) UseMedianRound(&*table.reference);
+      if (table.concurrent_reference) UseMedianRound(&*table.concurrent_reference);
+      for (auto& row : table.rows) UseMedianRound(&row);
+      for (size_t i = 0; i < table.persist_limits.size(); i++) {
+        PersistProbeResult& p = table.persist_limits[i];
+        const double m = Median(probe_rounds[i]);
+        if (p.failure.ok() && m > 0) p.seconds = static_cast<double>(p.ops) / (m * 1e6);
       }
     }
     l.OnTable(*report, table);

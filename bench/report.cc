@@ -285,6 +285,10 @@ void JsonRow(JsonWriter& j, const TableResult& t, const RowResult& row, uint32_t
     j.NumberMember("mops", p.ok() ? p.mops() : NAN);
     j.NumberMember("ratio", row.kind == RowKind::kReference ? NAN : t.Ratio(p));
     j.NumberMember("ratio_absl", row.kind == RowKind::kReference ? NAN : t.RatioAbsl(p));
+    const auto [ratio_min, ratio_max] =
+        row.kind == RowKind::kReference ? std::pair<double, double>{NAN, NAN} : t.RatioSpread(p);
+    j.NumberMember("ratio_min", ratio_min);
+    j.NumberMember("ratio_max", ratio_max);
     j.StatusOrNullMember("error", p.failure);
     j.Key("samples_mops");
     j.BeginArray();
@@ -372,7 +376,8 @@ void WriteBanner(std::ostream& os, const BenchReport& r) {
   os << "pmhash bench: " << c.keys << " keys, seed " << seed << ", indexes " << Join(c.indexes, ",")
      << ", durability " << Join(durs, ",") << ", threads " << Join(threads, ",")
      << (c.pin ? ", pinned" : "")
-     << (c.repeat > 1 ? ", best of " + std::to_string(c.repeat) + " runs" : "") << "\n";
+     << (c.repeat > 1 ? ", medians of " + std::to_string(c.repeat) + " interleaved rounds" : "")
+     << "\n";
   const MachineInfo& m = r.machine;
   os << "machine: " << m.cpu_model << " | " << m.logical_cpus << " CPUs | flush "
      << m.flush_instruction << " | simd " << m.simd << " | " << m.kernel << "\n";
@@ -443,6 +448,21 @@ void WriteTable(std::ostream& os, const BenchReport& r, const TableResult& t) {
   if (t.reference) print_row(*t.reference);
   if (t.concurrent_reference) print_row(*t.concurrent_reference);
   for (const auto& row : t.rows) print_row(row);
+
+  // With rounds: the spread of every ratio (lowest..highest per-round ratio).
+  if (r.config.repeat > 1 && !t.rows.empty()) {
+    os << "\nratio spread over " << r.config.repeat << " rounds (lowest..highest):\n";
+    for (const auto& row : t.rows) {
+      std::string line = PadRight(RowLabel(row), label_w - 1) + " ";
+      for (const auto& n : phase_names) {
+        const PhaseResult* p = row.Phase(n);
+        const auto [lo, hi] = p ? t.RatioSpread(*p) : std::pair<double, double>{NAN, NAN};
+        line += PadRight(std::isnan(lo) ? std::string("-") : Fixed(lo, 2) + ".." + Fixed(hi, 2),
+                         col_w);
+      }
+      os << line << "\n";
+    }
+  }
 
   // The one-persist limit, and the durable rows as a fraction of it.
   if (!t.persist_limits.empty()) {

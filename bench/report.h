@@ -25,7 +25,9 @@
 //            phases[] {name, op, threads, ops, seconds, mops, error,
 //                      ratio: number|null (vs concurrent_reference if present, else absl),
 //                      ratio_absl: number|null (vs absl, 1 thread),
-//                      samples_mops[]: every repetition (empty or one element for one run),
+//                      ratio_min, ratio_max: number|null (lowest and highest per-round ratio
+//                        with --repeat; ratio is then the median of the per-round ratios),
+//                      samples_mops[]: every round (empty or one element for one run),
 //                      latency: {count, sample_every, mean_ns, min_ns, p50_ns, p90_ns, p99_ns,
 //                                p999_ns, p9999_ns, max_ns, buckets[[upper_ns, count]...]}|null},
 //            stats {size, capacity_slots, load_factor, pm_bytes, dram_bytes, pool_bytes,

@@ -6,11 +6,13 @@
 // Later workloads and metrics (issue 4) add fields here, never printing code.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "bench/histogram.h"
@@ -22,6 +24,16 @@
 #include "pmhash/status.h"
 
 namespace pmhash::bench {
+
+// The median of `v` (the mean of the two middle values for an even count); 0 if empty.
+inline double Median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  const size_t mid = v.size() / 2;
+  std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(mid), v.end());
+  if (v.size() % 2 == 1) return v[mid];
+  const double hi = v[mid];
+  return (*std::max_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(mid)) + hi) / 2;
+}
 
 struct BenchConfig {
   std::vector<std::string> indexes;  // registered index names; empty: all
@@ -46,9 +58,10 @@ struct BenchConfig {
   std::optional<uint64_t> count_keys;
   bool check = false;         // CheckInvariants after the insert phase (untimed)
   bool persist_probe = true;  // measure the one-persist limit (adr / eadr rows)
-  // Run every timed row (reference, indexes, probe) this many times, each on a fresh table, and
-  // report each phase's fastest run: the least disturbed estimate on a shared machine. The
-  // counting pass runs once.
+  // Interleaved rounds: every timed row (reference, indexes, probe) runs this many times, each on
+  // a fresh table, in rounds (reference, row, row, ..., reference, row, ...); each phase reports
+  // its median round and ratios are medians of per-round ratios (a best-of-N or a single run can
+  // be off by 2x on a shared machine). The counting pass runs once.
   int repeat = 1;
 
   // ---- issue 4: workloads, metrics, experiments ----
@@ -180,11 +193,32 @@ struct TableResult {
     }
     return reference ? &*reference : nullptr;
   }
+  // With interleaved rounds (BenchConfig::repeat), the per-round ratios phase/base of round i;
+  // empty for a single run.
+  static std::vector<double> RoundRatios(const RowResult* base, const PhaseResult& phase) {
+    std::vector<double> r;
+    if (!base || !phase.ok()) return r;
+    const PhaseResult* ref = base->Phase(phase.name);
+    if (!ref || phase.samples.size() < 2 || ref->samples.size() != phase.samples.size()) return r;
+    for (size_t i = 0; i < phase.samples.size(); i++) {
+      if (ref->samples[i] > 0) r.push_back(phase.samples[i] / ref->samples[i]);
+    }
+    return r;
+  }
+  // phase / base: the median of the per-round ratios with rounds, else the one ratio.
   static double RatioTo(const RowResult* base, const PhaseResult& phase) {
     if (!base || !phase.ok()) return NAN;
     const PhaseResult* ref = base->Phase(phase.name);
     if (!ref || !ref->ok() || ref->mops() <= 0) return NAN;
+    if (std::vector<double> r = RoundRatios(base, phase); !r.empty()) return Median(std::move(r));
     return phase.mops() / ref->mops();
+  }
+  // The lowest and highest per-round ratio (NaN, NaN without rounds).
+  std::pair<double, double> RatioSpread(const PhaseResult& phase) const {
+    const std::vector<double> r = RoundRatios(RatioBase(), phase);
+    if (r.empty()) return {NAN, NAN};
+    const auto [lo, hi] = std::minmax_element(r.begin(), r.end());
+    return {*lo, *hi};
   }
   // phase's Mops over RatioBase()'s Mops for the phase of the same name; NaN if either is
   // missing or failed.

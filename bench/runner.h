@@ -95,8 +95,8 @@ struct PhaseResult {
   uint64_t ops = 0;    // operations completed (all of them unless a failure stopped a thread)
   double seconds = 0;  // wall time from the start barrier to the end of the last thread
   Status failure;      // the first unexpected result, OK if none
-  // With repetitions (BenchConfig::repeat), ops/seconds are those of the fastest repetition and
-  // this holds the Mops/s of every repetition, in order. Empty for a single run.
+  // With rounds (BenchConfig::repeat), ops/seconds give the median round's Mops/s and this holds
+  // the Mops/s of every round, in order. Empty for a single run.
   std::vector<double> samples;
   // Per-operation latency (ns) of the timed operations, all threads merged (RunnerOptions::
   // latency_every); count() == 0 when latency was off. Includes the clock overhead

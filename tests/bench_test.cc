@@ -11,6 +11,7 @@
 #include <cstring>
 #include <fstream>
 #include <random>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -331,6 +332,65 @@ TEST(Report, JsonParsesAndHasTheSchemaFields) {
     line_start = end + 1;
   }
   EXPECT_NE(ToSeriesCsv(report).find("average_utility"), std::string::npos);
+}
+
+// Rounds: a phase reports its median round, and a ratio is the median of the per-round ratios,
+// never the ratio of two medians taken from different rounds.
+TEST(Report, RoundsReportMediansOfPerRoundRatios) {
+  EXPECT_EQ(Median({}), 0);
+  EXPECT_EQ(Median({3, 1, 2}), 2);
+  EXPECT_EQ(Median({4, 1, 3, 2}), 2.5);
+  TableResult t;
+  RowResult ref, row;
+  PhaseResult rp, p;
+  rp.name = p.name = "insert";
+  rp.ops = p.ops = 1'000'000;
+  rp.samples = {10, 2, 4};  // round 2 of the reference was disturbed
+  p.samples = {5, 2, 1};    // per-round ratios 0.5, 1.0, 0.25
+  rp.seconds = 1.0 / Median(rp.samples);
+  p.seconds = 1.0 / Median(p.samples);
+  ref.phases = {rp};
+  row.phases = {p};
+  t.reference = ref;
+  t.rows = {row};
+  EXPECT_DOUBLE_EQ(t.Ratio(t.rows[0].phases[0]), 0.5);  // not median 2 / median 4
+  const auto [lo, hi] = t.RatioSpread(t.rows[0].phases[0]);
+  EXPECT_DOUBLE_EQ(lo, 0.25);
+  EXPECT_DOUBLE_EQ(hi, 1.0);
+  // A single run: the plain ratio and no spread.
+  t.reference->phases[0].samples.clear();
+  t.rows[0].phases[0].samples.clear();
+  EXPECT_DOUBLE_EQ(t.Ratio(t.rows[0].phases[0]), 0.5);
+  EXPECT_TRUE(std::isnan(t.RatioSpread(t.rows[0].phases[0]).first));
+}
+
+// An end-to-end run with rounds: every phase keeps one sample per round, its Mops is their
+// median, and the report prints the spread.
+TEST(Report, RepeatRunsInterleavedRounds) {
+  BenchConfig c;
+  c.indexes = {"reh"};
+  c.durabilities = {Durability::kDram};
+  c.keys = 2000;
+  c.repeat = 3;
+  c.persist_probe = false;
+  c.count_keys = 0;
+  BenchReport report;
+  const Status s = RunBench(c, nullptr, &report);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  ASSERT_EQ(report.tables.size(), 1u);
+  const TableResult& t = report.tables[0];
+  ASSERT_TRUE(t.reference);
+  ASSERT_EQ(t.rows.size(), 1u);
+  for (const PhaseResult& p : t.rows[0].phases) {
+    ASSERT_EQ(p.samples.size(), 3u) << p.name;
+    EXPECT_NEAR(p.mops(), Median(p.samples), 1e-6 * Median(p.samples)) << p.name;
+    const auto [lo, hi] = t.RatioSpread(p);
+    EXPECT_LE(lo, t.Ratio(p)) << p.name;
+    EXPECT_GE(hi, t.Ratio(p)) << p.name;
+  }
+  std::ostringstream os;
+  WriteTable(os, report, t);
+  EXPECT_NE(os.str().find("ratio spread over 3 rounds"), std::string::npos) << os.str();
 }
 
 // Variable-size items: the expansion keeps the generator's key as its prefix (distinct keys stay

@@ -78,8 +78,9 @@ constexpr FlagSpec kBenchFlags[] = {
     {"check", "", "run CheckInvariants after the insert phase (untimed)"},
     {"no-probe", "", "skip the persist-limit probe (store + flush + fence on random lines)"},
     {"repeat", "R",
-     "run every timed row R times on fresh tables and report each phase's\n"
-     "fastest run (default 1; for shared, noisy machines)"},
+     "R interleaved rounds (reference, rows, reference, rows...) on fresh\n"
+     "tables; report medians, ratios as medians of per-round ratios, and\n"
+     "their spread (default 1; use 3+ on shared, noisy machines)"},
     {"key-bytes", "N",
      "variable-size items: N-byte keys (8..65536) expanded from the generated\n"
      "keys, through the bytes API of the kinds that offer it (others are\n"
