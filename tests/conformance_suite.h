@@ -307,7 +307,7 @@ class ConformanceTest : public ::testing::Test {
   void RandomOps(HashMode mode, uint64_t seed) {
     SCOPED_TRACE(SeedTrace(seed));
     std::mt19937_64 rng(seed);
-    const uint64_t total_ops = Scaled(200000);
+    const uint64_t total_ops = Scaled(200000, 4);  // sanitizers: 50,000 (CI minutes)
     // Key universe: ~1/3 of the ops' count, so that every outcome (exists, not found) is common.
     const uint64_t range = std::max<uint64_t>(64, total_ops / 3);
     std::vector<Key> keys(range);
