@@ -412,10 +412,22 @@ class ElimDA : public index::EngineBase<ElimDA<P>, P, Config> {
       f.resize(n);
     }
   };
+  // A log's DRAM state, one cache line: its lock, its active block and a mirror of that block's
+  // valid bits and of its items' fingerprints, so that a search whose fingerprint matches no
+  // logged item (every negative one, nearly) reads neither the block (PM) nor its BlockInfo.
+  // The mirror describes `mirror_of` only; Locate falls back to reading the block while
+  // mirror_of != head. Its bits are a superset of the block's (Locate re-checks the header on a
+  // fingerprint match): a bit is set in the mirror before the item is appended, and cleared
+  // after the erase that clears it in the block. Written under the log lock or the exclusive
+  // table lock, like the block itself.
   struct alignas(64) LogState {
     detail::LogLock mu;
+    uint32_t mirror_bits = 0;
     BlockInfo* head = nullptr;  // the active block (newest)
+    const BlockInfo* mirror_of = nullptr;
+    uint16_t mirror_fp[kBlockSlots] = {};
   };
+  static_assert(sizeof(LogState) == 64, "one cache line per log");
   enum class Layer { kNone, kPm, kDram, kLog };
   struct Where {
     Layer layer = Layer::kNone;
@@ -460,6 +472,8 @@ class ElimDA : public index::EngineBase<ElimDA<P>, P, Config> {
 
   // REQUIRES: table lock (shared or exclusive) and k's log lock, or exclusive.
   Where Locate(uint64_t h, Key k) const;
+  // Rebuilds log's mirror from its active block (recovery). REQUIRES: exclusive.
+  void MirrorActiveBlock(LogState* log) const;
   // REQUIRES: exclusive.
   Status Seal(uint32_t log);
   Status MakeRoom(uint64_t h);
@@ -539,6 +553,8 @@ void ElimDA<P>::DeleteAll() {
         b = o;
       }
       logs_[i].head = nullptr;
+      logs_[i].mirror_of = nullptr;
+      logs_[i].mirror_bits = 0;
     }
   }
   empty_blocks_.clear();
@@ -740,6 +756,7 @@ Status ElimDA<P>::Recover() {
   }
   blocks_.store(blocks, std::memory_order_relaxed);
   SweepEmptyBlocks();
+  for (uint32_t li = 0; li < params_.logs; li++) MirrorActiveBlock(&logs_[li]);
   size_.Reset(static_cast<int64_t>(live));
   recovered_ = !pool_->created() && !pool_->was_clean();
   recovery_seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -755,15 +772,18 @@ typename ElimDA<P>::Where ElimDA<P>::Locate(uint64_t h, Key k) const {
   const uint32_t n = s->count[b];
   const uint16_t* fps = &s->fp[size_t{b} * params_.bucket_items];
   const PmSlot* slots = BucketSlots(s->off, b);
-  // Eight fingerprints per SSE2 compare (the bucket's fingerprint array has bucket_items >= 16
-  // entries, a multiple of 16, so a load never leaves it); PM is read on a match only.
+  // Sixteen fingerprints per step: two SSE2 compares packed into one 16-bit mask (the bucket's
+  // fingerprint array has bucket_items >= 16 entries, a multiple of 16, so a load never leaves
+  // it); PM is read on a match only.
   const __m128i fv = _mm_set1_epi16(static_cast<short>(f));
-  for (uint32_t base = 0; base < n; base += 8) {
-    const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(fps + base));
-    uint32_t m = static_cast<uint32_t>(_mm_movemask_epi8(_mm_cmpeq_epi16(v, fv)));
-    if (n - base < 8) m &= (1u << (2 * (n - base))) - 1;
-    for (; m; m &= m - 1, m &= m - 1) {  // two mask bits per 16-bit lane
-      const uint32_t j = base + static_cast<uint32_t>(std::countr_zero(m)) / 2;
+  for (uint32_t base = 0; base < n; base += 16) {
+    const __m128i lo = _mm_loadu_si128(reinterpret_cast<const __m128i*>(fps + base));
+    const __m128i hi = _mm_loadu_si128(reinterpret_cast<const __m128i*>(fps + base + 8));
+    uint32_t m = static_cast<uint32_t>(_mm_movemask_epi8(
+        _mm_packs_epi16(_mm_cmpeq_epi16(lo, fv), _mm_cmpeq_epi16(hi, fv))));
+    if (n - base < 16) m &= (1u << (n - base)) - 1;
+    for (; m; m &= m - 1) {  // bit i: lane base + i
+      const uint32_t j = base + static_cast<uint32_t>(std::countr_zero(m));
       if (slots[j].key.load(std::memory_order_acquire) == k) {
         w.layer = Layer::kPm;
         w.seg = s;
@@ -784,9 +804,19 @@ typename ElimDA<P>::Where ElimDA<P>::Locate(uint64_t h, Key k) const {
       return w;
     }
   }
-  if (BlockInfo* bi = logs_[LogOf(h)].head) {
+  const LogState& log = logs_[LogOf(h)];
+  if (BlockInfo* bi = log.head) {
+    uint32_t candidates = kFullBits;
+    if (log.mirror_of == bi) {  // the mirror: PM is read on a fingerprint match only
+      candidates = 0;
+      for (uint32_t c = log.mirror_bits; c; c &= c - 1) {
+        const uint32_t j = static_cast<uint32_t>(std::countr_zero(c));
+        if (log.mirror_fp[j] == f) candidates |= 1u << j;
+      }
+      if (candidates == 0) return w;
+    }
     const LogBlock* blk = Block(bi);
-    for (uint32_t c = blk->header.load(std::memory_order_acquire) & kFullBits; c; c &= c - 1) {
+    for (uint32_t c = blk->header.load(std::memory_order_acquire) & candidates; c; c &= c - 1) {
       const uint32_t j = static_cast<uint32_t>(std::countr_zero(c));
       if (blk->slots[j].key.load(std::memory_order_relaxed) == k) {
         w.layer = Layer::kLog;
@@ -797,6 +827,21 @@ typename ElimDA<P>::Where ElimDA<P>::Locate(uint64_t h, Key k) const {
     }
   }
   return w;
+}
+
+template <pm::PersistPolicy P>
+void ElimDA<P>::MirrorActiveBlock(LogState* log) const {
+  log->mirror_of = log->head;
+  log->mirror_bits = 0;
+  if (!log->head) return;
+  const LogBlock* blk = Block(log->head);
+  const uint32_t bits =
+      static_cast<uint32_t>(blk->header.load(std::memory_order_relaxed) & kFullBits);
+  for (uint32_t c = bits; c; c &= c - 1) {
+    const uint32_t j = static_cast<uint32_t>(std::countr_zero(c));
+    log->mirror_fp[j] = FpOf(hash_(blk->slots[j].key.load(std::memory_order_relaxed)));
+  }
+  log->mirror_bits = bits;
 }
 
 template <pm::PersistPolicy P>
@@ -899,6 +944,10 @@ Status ElimDA<P>::Write(Key k, Value v, WriteMode mode) {
         const uint32_t bits = static_cast<uint32_t>(hdr & kFullBits);
         if (bits != kFullBits) {
           const uint32_t j = static_cast<uint32_t>(std::countr_one(bits));
+          if (log.mirror_of == log.head) {
+            log.mirror_fp[j] = FpOf(h);
+            log.mirror_bits |= 1u << j;
+          }
           PmSlot& s = blk->slots[j];
           s.value.store(v, std::memory_order_relaxed);
           s.key.store(k, std::memory_order_release);
@@ -948,6 +997,7 @@ Status ElimDA<P>::Erase(Key k) {
       const uint64_t hdr = blk->header.load(std::memory_order_relaxed) & ~(uint64_t{1} << j);
       blk->header.store(hdr, std::memory_order_release);
       persist_.Persist(&blk->header, sizeof(uint64_t));
+      if (log.mirror_of == bi) log.mirror_bits &= ~(1u << j);
       if (w.layer == Layer::kDram) {
         w.item->live = 0;
         if ((hdr & kFullBits) == 0 && bi != log.head) {
@@ -994,6 +1044,8 @@ Status ElimDA<P>::Seal(uint32_t li) PMHASH_NO_THREAD_SAFETY_ANALYSIS {
   bi->older = old;
   if (old) old->newer = bi;
   log.head = bi;
+  log.mirror_of = bi;  // a fresh block: no items
+  log.mirror_bits = 0;
   blocks_.fetch_add(1, std::memory_order_relaxed);
   if (!old) return Status::OK();
   log_swaps_.fetch_add(1, std::memory_order_relaxed);
@@ -1450,6 +1502,17 @@ Status ElimDA<P>::CheckInvariants() const PMHASH_NO_THREAD_SAFETY_ANALYSIS {
   for (uint32_t li = 0; li < params_.logs; li++) {
     const BlockInfo* head = logs_[li].head;
     if (words[li].load() != (head ? head->off : 0)) return fail("log table word");
+    if (head && logs_[li].mirror_of == head) {  // the mirror covers every live item (a superset)
+      const LogState& log = logs_[li];
+      const LogBlock* blk = Block(head);
+      const uint32_t bits = static_cast<uint32_t>(blk->header.load() & kFullBits);
+      if ((bits & ~log.mirror_bits) != 0) return fail("log mirror misses a logged item");
+      for (uint32_t c = bits; c; c &= c - 1) {
+        const uint32_t j = static_cast<uint32_t>(std::countr_zero(c));
+        if (log.mirror_fp[j] != FpOf(hash_(blk->slots[j].key.load())))
+          return fail("log mirror fingerprint");
+      }
+    }
     for (const BlockInfo* bi = head; bi; bi = bi->older) {
       chunks++;
       const LogBlock* blk = Block(bi);
