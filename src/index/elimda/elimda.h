@@ -34,8 +34,9 @@
 //     for a new log block first relocates every waiting D-bucket that fits after compaction, so
 //     that emptied log blocks are freed. Only then is it refused with kOutOfSpace.
 //   * Reversed search: PM table via the DRAM fingerprints (PM read only on a fingerprint hit),
-//     then the D-bucket, then the log's active block. Every sealed item is in the DRAM table, so
-//     there is no shadow-log step.
+//     then the D-bucket, then the log's active block through its DRAM mirror (valid bits and
+//     fingerprints in the log's cache line: PM read only on a fingerprint hit). Every sealed
+//     item is in the DRAM table, so there is no shadow-log step.
 //
 // Our API's semantics (the paper appends blindly): Insert checks existence first, under the
 // key's log lock (fingerprints, D-bucket, active log; PM only on a fingerprint hit), and returns
