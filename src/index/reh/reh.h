@@ -672,6 +672,11 @@ Status Reh<P>::Split(Meta* m, uint64_t h) PMHASH_NO_THREAD_SAFETY_ANALYSIS {
       moved |= static_cast<uint16_t>(1u << j);
     }
   }
+  // B stays locked until every directory entry of its range names it: a thread that finds B
+  // through an entry already written could otherwise lock B and split it while this loop is
+  // still writing B into the rest of the range, over that split's entries (two metas left
+  // claiming one range; found by StressTest.SharedRange under TSan).
+  mb->lock.MarkLocked();
   mb->fp[0].store(m->fp[0].load(std::memory_order_relaxed), std::memory_order_relaxed);
   mb->fp[1].store(m->fp[1].load(std::memory_order_relaxed), std::memory_order_relaxed);
   mb->bitmap.store(moved, std::memory_order_relaxed);
@@ -687,6 +692,7 @@ Status Reh<P>::Split(Meta* m, uint64_t h) PMHASH_NO_THREAD_SAFETY_ANALYSIS {
     d->entries[e].store(mb, std::memory_order_release);
   }
   dir_lock_.unlock_shared();
+  mb->lock.Unlock();
   m->lock.Unlock();
   splits_.fetch_add(1, std::memory_order_relaxed);
   resize_log_.Record(started);
