@@ -346,21 +346,21 @@ TEST(Report, RoundsReportMediansOfPerRoundRatios) {
   rp.name = p.name = "insert";
   rp.ops = p.ops = 1'000'000;
   rp.samples = {10, 2, 4};  // round 2 of the reference was disturbed
-  p.samples = {5, 2, 1};    // per-round ratios 0.5, 1.0, 0.25
+  p.samples = {5, 3, 1};    // per-round ratios 0.5, 1.5, 0.25; medians 3 / 4 = 0.75
   rp.seconds = 1.0 / Median(rp.samples);
   p.seconds = 1.0 / Median(p.samples);
   ref.phases = {rp};
   row.phases = {p};
   t.reference = ref;
   t.rows = {row};
-  EXPECT_DOUBLE_EQ(t.Ratio(t.rows[0].phases[0]), 0.5);  // not median 2 / median 4
+  EXPECT_DOUBLE_EQ(t.Ratio(t.rows[0].phases[0]), 0.5);  // not the ratio of the medians, 0.75
   const auto [lo, hi] = t.RatioSpread(t.rows[0].phases[0]);
   EXPECT_DOUBLE_EQ(lo, 0.25);
-  EXPECT_DOUBLE_EQ(hi, 1.0);
-  // A single run: the plain ratio and no spread.
+  EXPECT_DOUBLE_EQ(hi, 1.5);
+  // A single run: the plain ratio of the two timings (here the medians) and no spread.
   t.reference->phases[0].samples.clear();
   t.rows[0].phases[0].samples.clear();
-  EXPECT_DOUBLE_EQ(t.Ratio(t.rows[0].phases[0]), 0.5);
+  EXPECT_DOUBLE_EQ(t.Ratio(t.rows[0].phases[0]), 0.75);
   EXPECT_TRUE(std::isnan(t.RatioSpread(t.rows[0].phases[0]).first));
 }
 
