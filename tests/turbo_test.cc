@@ -449,6 +449,17 @@ TEST(Turbo, InvalidParams) {
   }
 }
 
+// An open-time option (not a pool property) is refused before any file is created.
+TEST(Turbo, InvalidOptionCreatesNoFile) {
+  ScopedPath p("gc-ratio");
+  Options o = Small(p.path(), Durability::kAdr);
+  o.turbo.gc_deleted_ratio = -0.5;
+  auto r = Turbo<pm::Adr>::Open(o);
+  ASSERT_FALSE(r.ok());
+  EXPECT_TRUE(r.status().IsInvalidArgument()) << r.status().ToString();
+  EXPECT_FALSE(FileExists(p.path())) << "the refused open created " << p.path();
+}
+
 // ============================================================================================
 // Record space (issue 11): records live in the record heap's size-class slabs
 // ============================================================================================

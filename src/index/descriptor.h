@@ -3,12 +3,13 @@
 //
 // Each index folder defines one descriptor per kind (src/index/reh/reh.h: reh::Descriptor):
 //
-//   struct Descriptor {
+//   struct Descriptor : DescriptorTypes<RehParams, &Options::reh, PersistentParams, Reh> {
+//     // From DescriptorTypes:
+//     //   using Params = RehParams;              the user's struct in Options (options.h)
+//     //   Given(options)                         options.reh
+//     //   using Stored = reh::PersistentParams;  its image in the pool header (<= 128 B)
+//     //   template <class P> using Engine = reh::Reh<P>;
 //     static constexpr std::string_view kName, kPaper, kSummary;   // registry row
-//     using Params = RehParams;                 // the user's struct in Options (options.h)
-//     using Stored = reh::PersistentParams;     // its image in the pool header (<= 128 B)
-//     template <class P> using Engine = reh::Reh<P>;
-//     static const Params& Given(const Options&);
 //     static constexpr auto kProperties = std::tuple{PoolProperty{...}, ...};
 //     static std::string Check(const Stored&);  // "" or why the values are impossible
 //     static PoolLayout Layout(const Stored&);  // chunk size and minimum chunks of a new pool
@@ -62,6 +63,18 @@ struct PoolProperty {
 template <class Params, class Stored, class V>
 PoolProperty(std::string_view, std::optional<V> Params::*, uint32_t Stored::*, V)
     -> PoolProperty<Params, Stored, V>;
+
+// The types of a descriptor, named once: the user's parameter struct and the Options member
+// that holds it, its stored image, and the engine template (one durability policy argument).
+template <class ParamsT, ParamsT Options::*kGiven, class StoredT,
+          template <pm::PersistPolicy> class EngineT>
+struct DescriptorTypes {
+  using Params = ParamsT;
+  using Stored = StoredT;
+  template <pm::PersistPolicy P>
+  using Engine = EngineT<P>;
+  static const Params& Given(const Options& o) { return o.*kGiven; }
+};
 
 // What an index needs of a new pool's heap.
 struct PoolLayout {

@@ -15,6 +15,9 @@
 //     template <pm::PersistPolicy P>
 //     class Reh : public index::EngineBase<Reh<P>, P, Config> {
 //       PMHASH_ENGINE_BASE(P, Config, Reh<P>);   // Base, friend Base, the members it uses
+//       PMHASH_ENGINE_API(Reh, Descriptor);       // kKindName, Open, Find, Erase, ForEach, ...
+//      public:
+//       ~Reh() { this->CloseUnlessAbandoned(); }
 //
 // Members are protected, not private: they are the engine's own state, shared with it only to
 // avoid declaring them three times. Destruction order: members of the engine are destroyed
@@ -22,10 +25,13 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <new>
 #include <string>
+#include <string_view>
 
 #include "common/hash.h"
 #include "common/resize_log.h"
@@ -86,15 +92,28 @@ class EngineBase {
 
   // Every engine's Open: NewEngine, then the engine's `Status Init()` if it has one (DRAM
   // structures sized by the Config), its `Status Create()` if the pool is new, and always its
-  // `Status Recover()` (a new pool is recovered like any other: one path to trust).
+  // `Status Recover()` (a new pool is recovered like any other: one path to trust). Recover
+  // starts from an empty allocator (it marks every chunk it reaches: what it does not reach is
+  // free, so nothing leaks); the base records whether the open recovered from a crash and how
+  // long recovery took.
+  // A descriptor may check this open's options first (`static Status CheckOptions(const
+  // Options&)`), before any file is opened or created.
   template <class D>
   static Result<std::unique_ptr<Engine>> OpenAs(const Options& options) {
+    if constexpr (requires { D::CheckOptions(options); }) {
+      PMHASH_RETURN_IF_ERROR(D::CheckOptions(options));
+    }
     auto r = NewEngine<D>(options);
     if (!r.ok()) return r;
     Engine& e = **r;
     if constexpr (requires { e.Init(); }) PMHASH_RETURN_IF_ERROR(e.Init());
     if (e.pool_->created()) PMHASH_RETURN_IF_ERROR(e.Create());
+    const auto t0 = std::chrono::steady_clock::now();
+    e.pool_->allocator().Reset();
     PMHASH_RETURN_IF_ERROR(e.Recover());
+    e.recovered_ = !e.pool_->created() && !e.pool_->was_clean();
+    e.recovery_seconds_ =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     return r;
   }
 
@@ -111,10 +130,11 @@ class EngineBase {
   }
   void Quiesce() {}
 
-  // The IndexStats fields every engine fills the same way: pool size, resize counts and
-  // durations, how the last open went, traffic and mapping. `splits` counts the engine's own
+  // The IndexStats fields every engine fills the same way: live pairs, pool size, resize counts
+  // and durations, how the last open went, traffic and mapping. `splits` counts the engine's own
   // structural growth events (splits_ unless it says otherwise).
   void FillCommonStats(IndexStats* s) const {
+    s->size = self().Size();
     s->pool_bytes = pool_->size();
     s->splits = splits_.load(std::memory_order_relaxed);
     s->doublings = doublings_.load(std::memory_order_relaxed);
@@ -140,6 +160,7 @@ class EngineBase {
 
  private:
   Engine& self() { return static_cast<Engine&>(*this); }
+  const Engine& self() const { return static_cast<const Engine&>(*this); }
 };
 
 }  // namespace pmhash::index
@@ -162,3 +183,26 @@ class EngineBase {
   friend Base;                                                                                  \
   using Base::pool_, Base::params_, Base::hash_, Base::persist_, Base::size_, Base::splits_,    \
       Base::doublings_, Base::resize_log_, Base::recovered_, Base::recovery_seconds_, Base::life_
+
+
+// The calls every engine offers the facade (IndexAdapter<T>, src/index_adapter.h), declared once
+// for all engines; each defines all but Open, which is EngineBase::OpenAs over its descriptor:
+//   kKindName                                    the descriptor's kName
+//   Open(options)                                open or create, then recover
+//   Find(k, &v)  Erase(k)  ForEach(fn)           the uint64 reads and erase (Insert, Update and
+//                                                Upsert are the base's, over the engine's Write)
+//   Stats()  CheckInvariants()                   for tools and tests
+// It leaves the class body in a public section. The destructor stays the engine's own
+// (`this->CloseUnlessAbandoned()` first: src/index/lifecycle.h).
+#define PMHASH_ENGINE_API(ENGINE, DESCRIPTOR)                                                \
+ public:                                                                                     \
+  static constexpr std::string_view kKindName = DESCRIPTOR::kName;                           \
+  static ::pmhash::Result<std::unique_ptr<ENGINE>> Open(const ::pmhash::Options& options) {  \
+    return Base::template OpenAs<DESCRIPTOR>(options);                                       \
+  }                                                                                          \
+  ::pmhash::Status Find(::pmhash::Key k, ::pmhash::Value* v) const;                         \
+  ::pmhash::Status Erase(::pmhash::Key k);                                                   \
+  ::pmhash::Status ForEach(const std::function<void(::pmhash::Key, ::pmhash::Value)>& fn)    \
+      const;                                                                                 \
+  ::pmhash::IndexStats Stats() const;                                                        \
+  ::pmhash::Status CheckInvariants() const

@@ -286,17 +286,13 @@ class PMHASH_CAPABILITY("mutex") LogLock {
 };
 }  // namespace detail
 
-struct Descriptor {
+struct Descriptor
+    : index::DescriptorTypes<ElimdaParams, &Options::elimda, PersistentParams, ElimDA> {
   static constexpr std::string_view kName = "elimda";
   static constexpr std::string_view kPaper =
       "ElimDA: Eliminating Double I/O Amplifications of Hashing Indexes for Persistent Memory";
   static constexpr std::string_view kSummary =
       "insert-ahead 256 B logs, DRAM table + 16-bit fingerprints, whole-block bucket relocation";
-  using Params = ElimdaParams;
-  using Stored = PersistentParams;
-  template <class P>
-  using Engine = ElimDA<P>;
-  static const Params& Given(const Options& o) { return o.elimda; }
   static constexpr auto kProperties = std::tuple{
       index::PoolProperty{"elimda.bucket_items", &Params::bucket_items, &Stored::bucket_items,
                           256u},
@@ -343,21 +339,11 @@ struct Descriptor {
 template <pm::PersistPolicy P>
 class ElimDA : public index::EngineBase<ElimDA<P>, P, Config> {
   PMHASH_ENGINE_BASE(P, Config, ElimDA<P>);
+  PMHASH_ENGINE_API(ElimDA, Descriptor);  // Open, Find, Erase, ForEach, Stats, CheckInvariants
 
  public:
-  static constexpr std::string_view kKindName = "elimda";
-
-  static Result<std::unique_ptr<ElimDA>> Open(const Options& options) {
-    return Base::template OpenAs<Descriptor>(options);
-  }
   ~ElimDA();
   using Base::Size;
-
-  Status Find(Key k, Value* v) const;
-  Status Erase(Key k);
-  Status ForEach(const std::function<void(Key, Value)>& fn) const;
-  IndexStats Stats() const;
-  Status CheckInvariants() const;
 
   // For tests and tools.
   uint32_t global_depth() const;
@@ -626,10 +612,8 @@ Status ElimDA<P>::Create() {
 
 template <pm::PersistPolicy P>
 Status ElimDA<P>::Recover() {
-  const auto t0 = std::chrono::steady_clock::now();
   DeleteAll();
   auto& alloc = pool_->allocator();
-  alloc.Reset();
   auto bad = [](const std::string& what) { return Status::Corruption("elimda: " + what); };
 
   // Log table.
@@ -759,8 +743,6 @@ Status ElimDA<P>::Recover() {
   SweepEmptyBlocks();
   for (uint32_t li = 0; li < params_.logs; li++) MirrorActiveBlock(&logs_[li]);
   size_.Reset(static_cast<int64_t>(live));
-  recovered_ = !pool_->created() && !pool_->was_clean();
-  recovery_seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return Status::OK();
 }
 
@@ -1389,7 +1371,6 @@ template <pm::PersistPolicy P>
 IndexStats ElimDA<P>::Stats() const PMHASH_NO_THREAD_SAFETY_ANALYSIS {
   IndexStats s;
   this->FillCommonStats(&s);
-  s.size = Size();
   uint64_t dram_items = 0, fp_bytes = 0, dir_bytes = 0;
   uint32_t gd = 0;
   {

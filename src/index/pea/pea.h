@@ -177,19 +177,11 @@ namespace pmhash::pea {
 template <pm::PersistPolicy P>
 class Pea : public index::EngineBase<Pea<P>, P, Config> {
   PMHASH_ENGINE_BASE(P, Config, Pea<P>);
+  PMHASH_ENGINE_API(Pea, Descriptor);  // Open, Find, Erase, ForEach, Stats, CheckInvariants
 
  public:
-  static constexpr std::string_view kKindName = "pea";
-
-  static Result<std::unique_ptr<Pea>> Open(const Options& options);
   ~Pea() { this->CloseUnlessAbandoned(); }  // src/index/lifecycle.h
-
-  Status Find(Key k, Value* v) const;
-  Status Erase(Key k);
   uint64_t Size() const;
-  Status ForEach(const std::function<void(Key, Value)>& fn) const;
-  IndexStats Stats() const;
-  Status CheckInvariants() const;
 
   // For tests and tools.
   uint32_t global_depth() const { return dir_.load(std::memory_order_acquire)->depth; }

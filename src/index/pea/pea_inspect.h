@@ -137,7 +137,6 @@ IndexStats Pea<P>::Stats() const {
     }
   });
   const uint64_t segments = per[0] + per[1] + per[2];
-  s.size = Size();
   s.buckets = segments * params_.segment_buckets + per[2] * 2;
   s.capacity_slots = s.buckets * kSlots;
   s.load_factor = s.capacity_slots ? static_cast<double>(s.size) / s.capacity_slots : 0;

@@ -139,17 +139,12 @@ struct Config : PersistentParams {
 template <pm::PersistPolicy P>
 class Pea;
 
-struct Descriptor {
+struct Descriptor : index::DescriptorTypes<PeaParams, &Options::pea, PersistentParams, Pea> {
   static constexpr std::string_view kName = "pea";
   static constexpr std::string_view kPaper =
       "Liu, Chen: Pea Hash: A Performant Extendible Adaptive Hashing Index (SIGMOD 2023)";
   static constexpr std::string_view kSummary =
       "extendible hashing, 512 KB segments, adaptive single/2-choice/stash strategy, 4-way split";
-  using Params = PeaParams;
-  using Stored = PersistentParams;
-  template <class P>
-  using Engine = Pea<P>;
-  static const Params& Given(const Options& o) { return o.pea; }
   static constexpr auto kProperties = std::tuple{
       index::PoolProperty{"pea.segment_buckets", &Params::segment_buckets,
                           &Stored::segment_buckets, 2048u},

@@ -9,11 +9,6 @@
 namespace pmhash::pea {
 
 template <pm::PersistPolicy P>
-Result<std::unique_ptr<Pea<P>>> Pea<P>::Open(const Options& options) {
-  return Base::template OpenAs<Descriptor>(options);
-}
-
-template <pm::PersistPolicy P>
 Status Pea<P>::Create() {
   pm::ChunkAllocator& alloc = pool_->allocator();
   const uint32_t g = params_.initial_depth;
@@ -56,9 +51,7 @@ Status Pea<P>::Create() {
 // interrupted two-step updates, rebuild the DRAM lock table. Every value read is validated.
 template <pm::PersistPolicy P>
 Status Pea<P>::Recover() {
-  const auto t0 = std::chrono::steady_clock::now();
   pm::ChunkAllocator& alloc = pool_->allocator();
-  alloc.Reset();
 
   // The directory: the valid descriptor with the larger global depth.
   uint64_t desc[2] = {pool_->root(0), pool_->root(1)};
@@ -175,8 +168,6 @@ Status Pea<P>::Recover() {
   size_.Reset(0);
   size_base_.store(0);
   size_known_.store(pool_->created());
-  recovered_ = !pool_->created() && !pool_->was_clean();
-  recovery_seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return Status::OK();
 }
 

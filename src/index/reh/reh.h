@@ -188,17 +188,12 @@ struct Config : PersistentParams {
 template <pm::PersistPolicy P>
 class Reh;
 
-struct Descriptor {
+struct Descriptor : index::DescriptorTypes<RehParams, &Options::reh, PersistentParams, Reh> {
   static constexpr std::string_view kName = "reh";
   static constexpr std::string_view kPaper =
       "Li, Tan, Chen: REH: Redesigning Extendible Hashing for Commercial NVM";
   static constexpr std::string_view kSummary =
       "extendible hashing, 256 B PM buckets, DRAM directory + fingerprints, 1 flush/insert";
-  using Params = RehParams;
-  using Stored = PersistentParams;
-  template <class P>
-  using Engine = Reh<P>;
-  static const Params& Given(const Options& o) { return o.reh; }
   static constexpr auto kProperties = std::tuple{
       index::PoolProperty{"reh.initial_depth", &Params::initial_depth, &Stored::initial_depth, 1u},
       index::PoolProperty{"reh.max_depth", &Params::max_depth, &Stored::max_depth, 32u},
@@ -223,19 +218,11 @@ struct Descriptor {
 template <pm::PersistPolicy P>
 class Reh : public index::EngineBase<Reh<P>, P, Config> {
   PMHASH_ENGINE_BASE(P, Config, Reh<P>);
+  PMHASH_ENGINE_API(Reh, Descriptor);  // Open, Find, Erase, ForEach, Stats, CheckInvariants
 
  public:
-  static constexpr std::string_view kKindName = "reh";
-
-  static Result<std::unique_ptr<Reh>> Open(const Options& options);
   ~Reh() { this->CloseUnlessAbandoned(); }  // src/index/lifecycle.h
   using Base::Size;
-
-  Status Find(Key k, Value* v) const;
-  Status Erase(Key k);
-  Status ForEach(const std::function<void(Key, Value)>& fn) const;
-  IndexStats Stats() const;
-  Status CheckInvariants() const;
 
   // For tests and tools.
   uint32_t global_depth() const { return dir_.load(std::memory_order_acquire)->depth; }
@@ -323,11 +310,6 @@ Reh<P>::Reh(std::unique_ptr<pm::Pool> pool, const Config& config)
 }
 
 template <pm::PersistPolicy P>
-Result<std::unique_ptr<Reh<P>>> Reh<P>::Open(const Options& options) {
-  return Base::template OpenAs<Descriptor>(options);
-}
-
-template <pm::PersistPolicy P>
 Status Reh<P>::CheckDirectoryBudget(uint32_t depth, std::string_view what) const {
   constexpr uint64_t kEntry = sizeof(std::atomic<Meta*>);
   if (depth < 64 - 3 && (uint64_t{1} << depth) <= max_directory_bytes_ / kEntry) {
@@ -408,9 +390,7 @@ int Reh<P>::DuplicateSlot(const PmBucket* b, const Meta* m, uint16_t bitmap) {
 // Algorithm 1, with every offset validated: two walks of the chain (depths, then contents).
 template <pm::PersistPolicy P>
 Status Reh<P>::Recover() {
-  const auto t0 = std::chrono::steady_clock::now();
   pm::ChunkAllocator& alloc = pool_->allocator();
-  alloc.Reset();
   const uint64_t first = pool_->root(0);
 
   // Walk 1: reachability (cycles and stray offsets are rejected by MarkReachable), and each
@@ -512,8 +492,6 @@ Status Reh<P>::Recover() {
     dirs_.push_back(std::move(dir));
   }
   size_.Reset(static_cast<int64_t>(live));
-  recovered_ = !pool_->created() && !pool_->was_clean();
-  recovery_seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return Status::OK();
 }
 
@@ -757,7 +735,6 @@ IndexStats Reh<P>::Stats() const {
   IndexStats s;
   this->FillCommonStats(&s);
   const Directory* d = dir_.load(std::memory_order_acquire);
-  s.size = Size();
   s.buckets = meta_count_.load(std::memory_order_acquire);
   s.capacity_slots = s.buckets * kSlots;
   s.load_factor = s.capacity_slots ? static_cast<double>(s.size) / s.capacity_slots : 0;

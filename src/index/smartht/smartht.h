@@ -260,18 +260,14 @@ struct Config : PersistentParams {
 template <pm::PersistPolicy P>
 class SmartHt;
 
-struct Descriptor {
+struct Descriptor
+    : index::DescriptorTypes<SmartHtParams, &Options::smartht, PersistentParams, SmartHt> {
   static constexpr std::string_view kName = "smartht";
   static constexpr std::string_view kPaper =
       "Xiao, Jiang, Feng et al.: Accelerating Persistent Hash Indexes via Reducing Negative "
       "Searches (SmartHT)";
   static constexpr std::string_view kSummary =
       "chained 64 B PM buckets, DRAM Bloom filter for negative searches, growing head array";
-  using Params = SmartHtParams;
-  using Stored = PersistentParams;
-  template <class P>
-  using Engine = SmartHt<P>;
-  static const Params& Given(const Options& o) { return o.smartht; }
   static constexpr auto kProperties = std::tuple{
       index::PoolProperty{"smartht.head_bits", &Params::head_bits, &Stored::head_bits, 0u},
       index::PoolProperty{"smartht.max_head_bits", &Params::max_head_bits,
@@ -302,19 +298,11 @@ struct Descriptor {
 template <pm::PersistPolicy P>
 class SmartHt : public index::EngineBase<SmartHt<P>, P, Config> {
   PMHASH_ENGINE_BASE(P, Config, SmartHt<P>);
+  PMHASH_ENGINE_API(SmartHt, Descriptor);  // Open, Find, Erase, ForEach, Stats, CheckInvariants
 
  public:
-  static constexpr std::string_view kKindName = "smartht";
-
-  static Result<std::unique_ptr<SmartHt>> Open(const Options& options);
   ~SmartHt() { this->CloseUnlessAbandoned(); }  // src/index/lifecycle.h
   using Base::Size;
-
-  Status Find(Key k, Value* v) const;
-  Status Erase(Key k);
-  Status ForEach(const std::function<void(Key, Value)>& fn) const;
-  IndexStats Stats() const;
-  Status CheckInvariants() const;
 
   // For tests, tools and the crash harness.
   pm::BackgroundWork& background() { return background_; }
@@ -423,11 +411,6 @@ SmartHt<P>::SmartHt(std::unique_ptr<pm::Pool> pool, const Config& config)
       background_(pm::BackgroundOptions{config.background_threads, pool_->sim_hook()}) {}
 
 template <pm::PersistPolicy P>
-Result<std::unique_ptr<SmartHt<P>>> SmartHt<P>::Open(const Options& options) {
-  return Base::template OpenAs<Descriptor>(options);
-}
-
-template <pm::PersistPolicy P>
 uint64_t SmartHt<P>::FilterKeysFor(uint32_t bits, uint64_t keys) const {
   const double per_head = params_.grow_keys_per_head > 0 ? params_.grow_keys_per_head : 3.0;
   const uint64_t cap = static_cast<uint64_t>(static_cast<double>(uint64_t{1} << bits) * per_head);
@@ -501,9 +484,7 @@ Status SmartHt<P>::Create() {
 // (I7) or an incomplete one and a rebuild task.
 template <pm::PersistPolicy P>
 Status SmartHt<P>::Recover() {
-  const auto t0 = std::chrono::steady_clock::now();
   pm::ChunkAllocator& alloc = pool_->allocator();
-  alloc.Reset();
   const uint64_t root = pool_->root(0);
   const uint32_t bits = RootBits(root);
   const uint64_t off = RootOffset(root);
@@ -576,8 +557,6 @@ Status SmartHt<P>::Recover() {
   }
   const bool complete = filter_loaded_ || live == 0;
   complete_.store(complete, std::memory_order_release);
-  recovered_ = !pool_->created() && !pool_->was_clean();
-  recovery_seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (!complete) {
     rebuild_pending_.store(true);
     PMHASH_RETURN_IF_ERROR(background_.Schedule([this] { return RebuildFilterTask(); }));
@@ -1040,7 +1019,6 @@ template <pm::PersistPolicy P>
 IndexStats SmartHt<P>::Stats() const PMHASH_NO_THREAD_SAFETY_ANALYSIS {
   IndexStats s;
   this->FillCommonStats(&s);
-  s.size = Size();
   // Chain lengths (buckets per head, 1 = the head alone), one stripe at a time.
   uint64_t heads = 0, buckets = 0, max_chain = 0, filter_bytes = 0, filter_blocks = 0;
   auto& mu = const_cast<Mutex&>(resize_mu_);

@@ -256,7 +256,14 @@ class Turbo;
 
 // kRecords = false: "turbo" (8 B inline items). kRecords = true: "turbo-kv" (records).
 template <bool kRecords>
-struct DescriptorFor {
+struct TurboOf {  // Turbo<P, kRecords> as a template of the policy alone
+  template <class P>
+  using Engine = Turbo<P, kRecords>;
+};
+
+template <bool kRecords>
+struct DescriptorFor : index::DescriptorTypes<TurboParams, &Options::turbo, PersistentParams,
+                                              TurboOf<kRecords>::template Engine> {
   static constexpr std::string_view kName = kRecords ? "turbo-kv" : "turbo";
   static constexpr std::string_view kPaper =
       kRecords ? "Zhao, Zhong, Jiang: TurboHash (SYSTOR'23), records (TURBO30)"
@@ -266,37 +273,41 @@ struct DescriptorFor {
           ? "TurboHash with variable-size keys/values: hash + record offset per slot, record heap"
           : "sharded linear probing, 256 B buckets, near-place update, lock-free reads, 8 B items";
   static constexpr Capabilities kCapabilities{.bytes = kRecords};
-  using Params = TurboParams;
-  using Stored = PersistentParams;
-  template <class P>
-  using Engine = Turbo<P, kRecords>;
-  static const Params& Given(const Options& o) { return o.turbo; }
+  // This open's options (not pool properties), checked before the pool is opened.
+  static Status CheckOptions(const Options& o) {
+    if (!(o.turbo.gc_deleted_ratio >= 0)) {
+      return Status::InvalidArgument("turbo.gc_deleted_ratio < 0");
+    }
+    return Status::OK();
+  }
   static constexpr auto kShardProperties = std::tuple{
-      index::PoolProperty{"turbo.shard_bits", &Params::shard_bits, &Stored::shard_bits, 12u},
-      index::PoolProperty{"turbo.initial_buckets", &Params::initial_buckets,
-                          &Stored::initial_buckets, 16u},
-      index::PoolProperty{"turbo.probe_scope", &Params::probe_scope, &Stored::probe_scope, 16u},
-      index::PoolProperty{"turbo.max_shard_buckets", &Params::max_shard_buckets,
-                          &Stored::max_shard_buckets, 1u << 22},
+      index::PoolProperty{"turbo.shard_bits", &TurboParams::shard_bits,
+                          &PersistentParams::shard_bits, 12u},
+      index::PoolProperty{"turbo.initial_buckets", &TurboParams::initial_buckets,
+                          &PersistentParams::initial_buckets, 16u},
+      index::PoolProperty{"turbo.probe_scope", &TurboParams::probe_scope,
+                          &PersistentParams::probe_scope, 16u},
+      index::PoolProperty{"turbo.max_shard_buckets", &TurboParams::max_shard_buckets,
+                          &PersistentParams::max_shard_buckets, 1u << 22},
   };
   static constexpr auto kProperties = [] {
     if constexpr (kRecords) {
-      return std::tuple_cat(kShardProperties,
-                            std::tuple{index::PoolProperty{"turbo.max_record_bytes",
-                                                           &Params::max_record_bytes,
-                                                           &Stored::max_record_bytes, 1u << 24}});
+      return std::tuple_cat(
+          kShardProperties,
+          std::tuple{index::PoolProperty{"turbo.max_record_bytes", &TurboParams::max_record_bytes,
+                                         &PersistentParams::max_record_bytes, 1u << 24}});
     } else {
       return kShardProperties;
     }
   }();
-  static Stored Base() {
-    Stored s;
+  static PersistentParams Base() {
+    PersistentParams s;
     s.records = kRecords ? 1 : 0;
     s.layout_version = kRecords ? kLayoutRecordHeap : kLayoutInline;
     return s;
   }
-  static std::string Check(const Stored& s);
-  static index::PoolLayout Layout(const Stored& s) {
+  static std::string Check(const PersistentParams& s);
+  static index::PoolLayout Layout(const PersistentParams& s) {
     const uint64_t nshards = uint64_t{1} << s.shard_bits;
     const uint64_t dir_chunks = (nshards * sizeof(PmShardDesc) + 255) / 256;
     return {sizeof(Bucket), dir_chunks + nshards * s.initial_buckets};
@@ -314,7 +325,7 @@ struct DescriptorFor {
 };
 
 template <bool kRecords>
-std::string DescriptorFor<kRecords>::Check(const Stored& s) {
+std::string DescriptorFor<kRecords>::Check(const PersistentParams& s) {
   if (s.records != (kRecords ? 1u : 0u)) {
     return "records = " + std::to_string(s.records) + " in a '" + std::string(kName) + "' pool";
   }
@@ -336,20 +347,11 @@ using KvDescriptor = DescriptorFor<true>;
 template <pm::PersistPolicy P, bool kRecords = false>
 class Turbo : public index::EngineBase<Turbo<P, kRecords>, P, Config> {
   PMHASH_ENGINE_BASE(P, Config, Turbo<P, kRecords>);
+  PMHASH_ENGINE_API(Turbo, DescriptorFor<kRecords>);  // Open, Find, Erase, ForEach, Stats, ...
 
  public:
-  static constexpr std::string_view kKindName = DescriptorFor<kRecords>::kName;
-
-  static Result<std::unique_ptr<Turbo>> Open(const Options& options);
   ~Turbo() { this->CloseUnlessAbandoned(); }  // src/index/lifecycle.h
   using Base::Size;
-
-  // uint64 API (HashIndex).
-  Status Find(Key k, Value* v) const;
-  Status Erase(Key k);
-  Status ForEach(const std::function<void(Key, Value)>& fn) const;
-  IndexStats Stats() const;
-  Status CheckInvariants() const;
 
   // Variable-size API (BytesIndex). NotSupported on "turbo" (inline items).
   bool SupportsBytes() const { return kRecords; }
@@ -510,14 +512,6 @@ Turbo<P, R>::Turbo(std::unique_ptr<pm::Pool> pool, const Config& config)
   epoch_.set_reclaim_batch(config.reclaim_batch);
 }
 
-template <pm::PersistPolicy P, bool R>
-Result<std::unique_ptr<Turbo<P, R>>> Turbo<P, R>::Open(const Options& options) {
-  if (!(options.turbo.gc_deleted_ratio >= 0)) {
-    return Status::InvalidArgument("turbo.gc_deleted_ratio < 0");
-  }
-  return Base::template OpenAs<DescriptorFor<R>>(options);
-}
-
 // The DRAM shard references and (turbo-kv) the record heap's DRAM state.
 template <pm::PersistPolicy P, bool R>
 Status Turbo<P, R>::Init() {
@@ -561,9 +555,7 @@ Status Turbo<P, R>::Create() {
 // 3.7: rebuild the DRAM directory from the PM one; I7: validate everything that is read.
 template <pm::PersistPolicy P, bool R>
 Status Turbo<P, R>::Recover() {
-  const auto t0 = std::chrono::steady_clock::now();
   pm::ChunkAllocator& alloc = pool_->allocator();
-  alloc.Reset();
   if constexpr (R) heap_->Reset();
   const uint64_t dir = pool_->root(0);
   const uint32_t dir_chunks = RecChunks(uint64_t{nshards_} * sizeof(PmShardDesc));
@@ -644,8 +636,6 @@ Status Turbo<P, R>::Recover() {
     }
   }
   size_.Reset(static_cast<int64_t>(live));
-  recovered_ = !pool_->created() && !pool_->was_clean();
-  recovery_seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return Status::OK();
 }
 
@@ -1115,7 +1105,6 @@ template <pm::PersistPolicy P, bool R>
 IndexStats Turbo<P, R>::Stats() const {
   IndexStats st;
   this->FillCommonStats(&st);
-  st.size = Size();
   uint64_t buckets = 0, deleted = 0;
   uint64_t pos_sum = 0, pos_items = 0, pos_max = 0, neg_sum = 0, neg_max = 0;
   for (uint32_t s = 0; s < nshards_; s++) {
