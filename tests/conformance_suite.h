@@ -884,11 +884,31 @@ TYPED_TEST_P(ConformanceTest, OutOfSpace) {
   }
 }
 
+// CheckInvariants is the leak detector of the crash suite and of `pmhash check`: a chunk that is
+// allocated but reachable from no root must fail it (EngineBase::CheckAccounting).
+TYPED_TEST_P(ConformanceTest, CheckInvariantsFindsALeakedChunk) {
+  using T = TypeParam;
+  if constexpr (!requires(T& t) { t.pool().allocator().Allocate(1); }) {
+    GTEST_SKIP() << T::kKindName << " has no pool";
+  } else {
+    ASSERT_NO_FATAL_FAILURE(this->OpenIdx(this->MakeOptions()));
+    auto& ix = *this->idx_;
+    for (Key k = 1; k <= 200; k++) ASSERT_TRUE(ix.Insert(SplitMix64(k), k).ok());
+    Status inv = ix.CheckInvariants();
+    ASSERT_TRUE(inv.ok()) << inv.ToString();
+    auto leaked = ix.pool().allocator().Allocate(1);
+    ASSERT_TRUE(leaked.ok()) << leaked.status().ToString();
+    inv = ix.CheckInvariants();
+    EXPECT_TRUE(inv.IsCorruption()) << inv.ToString();
+    EXPECT_NE(inv.ToString().find("leak"), std::string::npos) << inv.ToString();
+  }
+}
+
 REGISTER_TYPED_TEST_SUITE_P(ConformanceTest, BasicSemantics, SpecialKeysAndValues,
                             RandomOpsStrongHash, RandomOpsCollideHash, SplitsAndDoublingsHappen,
                             TrafficCountersFollowPolicy, OpenModes, CloseAndReopen,
                             ReopenAtDifferentAddress, DestroyWithoutCloseRecovers, FacadeOpen,
-                            OutOfSpace);
+                            OutOfSpace, CheckInvariantsFindsALeakedChunk);
 
 }  // namespace
 }  // namespace pmhash::testing

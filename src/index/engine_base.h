@@ -145,6 +145,21 @@ class EngineBase {
     s->mapping = std::string(pm::MappingName(pool_->mapping()));
   }
 
+  // The accounting every CheckInvariants ends with, after its walk: the allocator holds exactly
+  // the chunks the walk reached (more: a leak; fewer: a chunk in use that the allocator would
+  // hand out again), and Size() is the number of live pairs it found. "" or what is wrong.
+  std::string CheckAccounting(uint64_t reachable_chunks, uint64_t live) const {
+    const uint64_t used = pool_->allocator().used_chunks();
+    if (used != reachable_chunks) {
+      return "allocated chunks (" + std::to_string(used) + ") != reachable chunks (" +
+             std::to_string(reachable_chunks) + ")" + (used > reachable_chunks ? ": leak" : "");
+    }
+    if (const uint64_t size = self().Size(); size != live) {
+      return "Size() (" + std::to_string(size) + ") != live pairs (" + std::to_string(live) + ")";
+    }
+    return "";
+  }
+
   std::unique_ptr<pm::Pool> pool_;
   const Config params_;
   Hasher hash_;

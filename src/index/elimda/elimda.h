@@ -1515,14 +1515,7 @@ Status ElimDA<P>::CheckInvariants() const PMHASH_NO_THREAD_SAFETY_ANALYSIS {
     }
   }
   if (sealed_items != dram_live) return fail("sealed log items != live D-bucket items");
-  if (pool_->allocator().used_chunks() != chunks) {
-    return fail("allocated chunks (" + std::to_string(pool_->allocator().used_chunks()) +
-                ") != reachable chunks (" + std::to_string(chunks) + "): leak");
-  }
-  if (live != Size()) {
-    return fail("Size() (" + std::to_string(Size()) + ") != live items (" + std::to_string(live) +
-                ")");
-  }
+  if (std::string e = this->CheckAccounting(chunks, live); !e.empty()) return fail(e);
   return Status::OK();
 }
 

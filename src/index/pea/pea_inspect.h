@@ -246,13 +246,7 @@ Status Pea<P>::CheckInvariants() const {
     LockGuard<RwSpinLock> gd(const_cast<RwSpinLock&>(dir_lock_));
     for (const auto& x : dirs_) expect += x->chunks;
   }
-  if (alloc.used_chunks() != expect) {
-    return fail("allocated chunks (" + std::to_string(alloc.used_chunks()) +
-                ") != reachable chunks (" + std::to_string(expect) + "): leak");
-  }
-  if (live != Size()) {
-    return fail("Size() " + std::to_string(Size()) + " != live slots " + std::to_string(live));
-  }
+  if (std::string e = this->CheckAccounting(expect, live); !e.empty()) return fail(e);
   return Status::OK();
 }
 

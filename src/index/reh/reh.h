@@ -789,11 +789,7 @@ Status Reh<P>::CheckInvariants() const {
   }
   if (i != d->size()) return fail("chain does not cover the directory");
   if (buckets != meta_count_.load()) return fail("bucket count != metadata count");
-  if (pool_->allocator().used_chunks() != buckets) {
-    return fail("allocated chunks (" + std::to_string(pool_->allocator().used_chunks()) +
-                ") != reachable buckets (" + std::to_string(buckets) + "): leak");
-  }
-  if (live != Size()) return fail("Size() != live slots");
+  if (std::string e = this->CheckAccounting(buckets, live); !e.empty()) return fail(e);
   return Status::OK();
 }
 

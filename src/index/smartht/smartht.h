@@ -1112,11 +1112,10 @@ Status SmartHt<P>::CheckInvariants() const PMHASH_NO_THREAD_SAFETY_ANALYSIS {
   if (const uint64_t r1 = pool_->root(1); r1 != 0) {
     saved = 1 + pool_->template At<SavedFilterHeader>(r1)->blocks;
   }
-  if (alloc.used_chunks() != n + chained + saved) {
-    return fail("allocated chunks (" + std::to_string(alloc.used_chunks()) + ") != heads + " +
-                "chained buckets (" + std::to_string(n + chained) + "): leak");
+  // Heads, chained buckets and the saved filter.
+  if (std::string e = this->CheckAccounting(n + chained + saved, keys.size()); !e.empty()) {
+    return fail(e);
   }
-  if (keys.size() != Size()) return fail("Size() != live slots");
   return Status::OK();
 }
 

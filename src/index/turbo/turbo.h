@@ -1257,11 +1257,7 @@ Status Turbo<P, R>::CheckInvariants() const {
     }
     chunks += rs.slabs * heap_->slab_chunks() + large_chunks;
   }
-  if (pool_->allocator().used_chunks() != chunks) {
-    return fail("allocated chunks (" + std::to_string(pool_->allocator().used_chunks()) +
-                ") != reachable chunks (" + std::to_string(chunks) + "): leak");
-  }
-  if (live != Size()) return fail("Size() != live slots");
+  if (std::string e = this->CheckAccounting(chunks, live); !e.empty()) return fail(e);
   return Status::OK();
 }
 
