@@ -134,6 +134,13 @@ struct ElimdaParams {
   std::optional<uint32_t> logs;             // 8192: collecting logs, power of 2 (hash MSBs)
   std::optional<uint32_t> initial_depth;    // 1: global depth of a new pool
   std::optional<uint32_t> max_depth;        // 32: the directory never grows past 2^max_depth
+  // Open-time.
+  // An append persists the item and its valid bit with one flush of the log block's first line
+  // when the item goes there (older items are moved out of that line to make room, LB+-tree
+  // style), which relies on a 64 B line reaching the media whole. Platforms that only guarantee
+  // 8-byte failure atomicity should set tear_safe: items are appended in order, each persisted
+  // before the header word that makes it valid (two fences per insert).
+  bool tear_safe = false;
 };
 
 struct Options {

@@ -217,11 +217,16 @@ struct ElimdaTraits {
     o.pool_size = 256 << 10;
     return o;
   }
-  // Every item is persisted before the 8-byte word (bit, count, pointer) that makes it live.
-  static Options TearSafe(Options o) { return o; }
+  // tear_safe: every item is persisted before the 8-byte word (bit, count, pointer) that makes
+  // it live (I3' in elimda.h needs whole lines).
+  static Options TearSafe(Options o) {
+    o.elimda.tear_safe = true;
+    return o;
+  }
   static std::vector<CoverageTarget> Coverage(bool skewed) {
     if (skewed) return {{"doublings", 3, "a deep directory on one side"}};
     return {{"elimda.log_swaps", 4, "collecting logs sealed and swapped"},
+            {"elimda.first_line_moves", 1, "first-line items moved for an append (I3')"},
             {"elimda.relocations", 2, "D-buckets relocated to P-buckets"},
             {"elimda.blocks_freed", 1, "an emptied sealed log block unlinked"},
             {"splits", 1, "segment splits"},

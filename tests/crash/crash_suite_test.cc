@@ -262,6 +262,21 @@ TEST(SmartHtCrash, OneFlushInsertNeedsWholeLineWriteBack) {
   std::printf("%s\n", r.failure.c_str());
 }
 
+// ElimDA-specific: the one-flush append into a log block's first line (the item and the header
+// word that sets its bit share it, I3' in elimda.h) assumes whole-line write-back;
+// CrashSuite.AdrTornWords runs it with tear_safe. The simulator must find a torn image.
+TEST(ElimdaCrash, OneFlushAppendNeedsWholeLineWriteBack) {
+  Config c;
+  c.seed = 5;
+  c.tear_words = true;
+  c.random_images = 20;
+  c.ops = 60;
+  const Report r = Harness<elimda::ElimDA>(c, ElimdaTraits::Small(HashMode::kStrong),
+                                           "ElimdaOneFlushTorn")
+                       .Run();
+  EXPECT_NE(r.failure.find("match neither side"), std::string::npos) << r.failure;
+}
+
 // Pea-specific: the paper's one-flush insert into the header's line (slot and header word share
 // line 0) and its in-line ordering of the header words assume whole-line write-back (I2, I3 in
 // pea.h); CrashSuite.AdrTornWords runs it with tear_safe. The simulator must find a torn image.

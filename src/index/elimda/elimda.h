@@ -13,7 +13,13 @@
 //     its 16 B item to the log's active block and sets the item's bit in the block's header
 //     word. Under eADR the blocks live in the pool and are never flushed (Persister<Eadr>::Flush
 //     is a no-op; the fences only order); under ADR (paper 3.7) each item is flushed as it is
-//     appended, so the log block IS the backup log and appends are sequential (write combining).
+//     appended, so the log block IS the backup log. Our addition (ADR): the item goes to the
+//     block's first line, which holds the header, so that one flush and one fence persist the
+//     item and its bit together; when that line's three slots are taken, their items first
+//     move to free slots of the other lines (LB+-tree's entry moving, as in Pea): one persist
+//     per append, two once per three appends at most, against the paper's two per append.
+//     This needs a line to reach the media whole; ElimdaParams::tear_safe appends in order,
+//     item then bit, for platforms with 8-byte failure atomicity only.
 //   * PM layer: the backup log is the set of sealed log blocks. When a log's active block is
 //     full it is sealed and a fresh block is swapped in by one 8-byte pointer write (the paper's
 //     shadow-log swap: no data moves); the sealed block keeps its items and, with them, backs
@@ -77,10 +83,18 @@
 //   I1  A P-bucket slot holds a live item iff its index < the bucket's count AND hash(key) maps
 //       to this segment's prefix and this bucket. Slots beyond count are garbage.
 //   I2  A log slot holds a live item iff its bit is set in the block header; a set bit is only
-//       ever written after the slot's item was persisted (append: item persist, then header
-//       store + persist). A block is reachable iff it is in its log's chain from the log table.
+//       ever written after the slot's item was persisted (tear_safe append: item persist, then
+//       header store + persist; otherwise I3'). A block is reachable iff it is in its log's
+//       chain from the log table.
 //   I3  Insert's commit point: the header store that sets the item's bit. Before it the slot is
 //       garbage (I2).
+//   I3' (not tear_safe) First-line append: the item and the header word share the block's first
+//       line (slots 0..2), stored item first, header last, one flush + fence. A first-line item
+//       moves by being copied to a free slot of another line (bit clear: garbage), persisted,
+//       and then renamed by one header store that clears its old bit and sets the new one;
+//       only after that store may its old slot be overwritten. So every version of the first
+//       line that can reach the media (any prefix of its stores, written back whole) names
+//       only items that are complete and durable.
 //   I4  Seal (log swap): a new block is written with header (tag, no bits) and next = the old
 //       active block, persisted, then the log table word is switched to it (commit: one 8-byte
 //       write). Before: the new block is unreachable (freed by the allocator rebuild).
@@ -169,6 +183,9 @@ using pm::PmSlot;
 inline constexpr uint32_t kBlockBytes = 256;  // a log block: the media access granularity L
 inline constexpr uint32_t kBlockSlots = 15;
 inline constexpr uint32_t kFullBits = (1u << kBlockSlots) - 1;
+inline constexpr uint32_t kFirstLineBytes = 64;  // header, next and three items (I3')
+inline constexpr uint32_t kFirstLineSlots = 3;
+inline constexpr uint32_t kFirstLineBits = (1u << kFirstLineSlots) - 1;
 inline constexpr uint32_t kMaxSegmentBuckets = 16;
 inline constexpr uint32_t kMaxDepthLimit = 40;
 inline constexpr uint64_t kBlockTag = 0xE11DA10C0B10ULL;  // 48 bits
@@ -181,6 +198,8 @@ struct alignas(256) LogBlock {
 };
 static_assert(sizeof(LogBlock) == kBlockBytes, "a log block is one 256 B media block");
 static_assert(offsetof(LogBlock, slots) == 16, "items follow the 16 B header");
+static_assert(offsetof(LogBlock, slots) + kFirstLineSlots * sizeof(PmSlot) == kFirstLineBytes,
+              "the header and the first three items share the block's first line");
 
 struct alignas(256) SegHeader {
   std::atomic<uint64_t> tag_depth;  // tag:56 | local depth:8
@@ -207,7 +226,11 @@ struct PersistentParams {
 
 struct Config : PersistentParams {
   uint64_t max_directory_bytes = 0;
-  void SetOpenOptions(const Options& o) { max_directory_bytes = o.max_directory_bytes; }
+  bool tear_safe = false;
+  void SetOpenOptions(const Options& o) {
+    max_directory_bytes = o.max_directory_bytes;
+    tear_safe = o.elimda.tear_safe;
+  }
 };
 
 inline uint64_t SegmentChunks(const PersistentParams& s) {
@@ -429,6 +452,9 @@ class ElimDA : public index::EngineBase<ElimDA<P>, P, Config> {
   Status Create();
   Status Recover();
   Status Write(Key k, Value v, WriteMode mode);
+  // REQUIRES: log->mu held, blk the log's active block with a free slot, hdr its header word.
+  void Append(LogState* log, LogBlock* blk, uint64_t hdr, uint64_t h, Key k, Value v)
+      PMHASH_REQUIRES(log->mu);
 
   uint32_t LogOf(uint64_t h) const {
     return log_bits_ ? static_cast<uint32_t>(h >> (64 - log_bits_)) : 0;
@@ -489,7 +515,7 @@ class ElimDA : public index::EngineBase<ElimDA<P>, P, Config> {
   std::vector<BlockInfo*> empty_blocks_;  // sealed blocks an erase left without items
 
   std::atomic<uint64_t> log_swaps_{0}, relocations_{0}, relocated_items_{0}, dups_dropped_{0},
-      blocks_freed_{0}, segments_{0}, blocks_{0}, compactions_{0};
+      blocks_freed_{0}, segments_{0}, blocks_{0}, compactions_{0}, line_moves_{0};
 };
 
 // ============================================================================================
@@ -893,6 +919,64 @@ uint32_t ElimDA<P>::global_depth() const {
   return gd_;
 }
 
+// An append (I2, I3). tear_safe: the lowest free slot, its item persisted before the header
+// store that sets its bit (two fences). Otherwise the item goes to the block's first line, where
+// the header is, so that one flush and one fence persist both (I3'): when that line's three slots
+// are taken, their items are first copied to free slots of the other lines and persisted (still
+// invisible: their bits are clear), then the header moves them there by one 8-byte store, which
+// frees the line, and the new item and its bit follow in it (two fences, once per three appends
+// at most). Every intermediate version of the first line is consistent: a slot is overwritten
+// only after a header store has cleared its bit, and the bit is set only after the item is in.
+template <pm::PersistPolicy P>
+void ElimDA<P>::Append(LogState* log, LogBlock* blk, uint64_t hdr, uint64_t h, Key k, Value v) {
+  uint32_t bits = static_cast<uint32_t>(hdr & kFullBits);
+  const bool mirrored = log->mirror_of == log->head;
+  auto put = [&](uint32_t j, Key key, Value value, uint16_t fp) {
+    PmSlot& s = blk->slots[j];
+    s.value.store(value, std::memory_order_relaxed);
+    s.key.store(key, std::memory_order_release);
+    if (mirrored) log->mirror_fp[j] = fp;
+  };
+  if (!params_.tear_safe) {
+    if ((bits & kFirstLineBits) == kFirstLineBits) {
+      // Copy the first line's items to the lowest free slots of the other lines (as many as
+      // there are: at least one, the block is not full), persist the copies, then one header
+      // store moves them.
+      uint32_t moved = bits, lo = kBlockSlots, hi = 0;
+      for (uint32_t from = 0; from < kFirstLineSlots; from++) {
+        const uint32_t to = static_cast<uint32_t>(std::countr_one(moved | kFirstLineBits));
+        if (to >= kBlockSlots) break;
+        const PmSlot& s = blk->slots[from];
+        put(to, s.key.load(std::memory_order_relaxed), s.value.load(std::memory_order_relaxed),
+            mirrored ? log->mirror_fp[from] : 0);
+        moved = (moved | (1u << to)) & ~(1u << from);
+        lo = std::min(lo, to);
+        hi = to;
+      }
+      persist_.Flush(&blk->slots[lo], (hi - lo + 1) * sizeof(PmSlot));
+      persist_.Fence();  // the copies are durable before the header names them
+      line_moves_.fetch_add(1, std::memory_order_relaxed);
+      bits = moved;
+      blk->header.store(BlockHeader(bits), std::memory_order_release);
+    }
+    // The first line has a free slot now: the lowest free slot of the block.
+    const uint32_t j = static_cast<uint32_t>(std::countr_one(bits));
+    put(j, k, v, FpOf(h));
+    bits |= 1u << j;
+    blk->header.store(BlockHeader(bits), std::memory_order_release);  // I3': commit
+    persist_.Persist(blk, kFirstLineBytes);  // the item and its bit: one line, one flush
+    if (mirrored) log->mirror_bits = bits;
+    return;
+  }
+  const uint32_t j = static_cast<uint32_t>(std::countr_one(bits));
+  put(j, k, v, FpOf(h));
+  persist_.Persist(&blk->slots[j], sizeof(PmSlot));  // I2: the item before its bit
+  bits |= 1u << j;
+  blk->header.store(BlockHeader(bits), std::memory_order_release);  // I3: commit
+  persist_.Persist(&blk->header, sizeof(uint64_t));
+  if (mirrored) log->mirror_bits = bits;
+}
+
 template <pm::PersistPolicy P>
 Status ElimDA<P>::Write(Key k, Value v, WriteMode mode) {
   if (life_.closed()) [[unlikely]] return index::Lifecycle::ClosedError(kKindName);
@@ -926,17 +1010,7 @@ Status ElimDA<P>::Write(Key k, Value v, WriteMode mode) {
         const uint64_t hdr = blk->header.load(std::memory_order_relaxed);
         const uint32_t bits = static_cast<uint32_t>(hdr & kFullBits);
         if (bits != kFullBits) {
-          const uint32_t j = static_cast<uint32_t>(std::countr_one(bits));
-          if (log.mirror_of == log.head) {
-            log.mirror_fp[j] = FpOf(h);
-            log.mirror_bits |= 1u << j;
-          }
-          PmSlot& s = blk->slots[j];
-          s.value.store(v, std::memory_order_relaxed);
-          s.key.store(k, std::memory_order_release);
-          persist_.Persist(&s, sizeof(PmSlot));  // I2: the item before its bit
-          blk->header.store(hdr | (uint64_t{1} << j), std::memory_order_release);  // I3: commit
-          persist_.Persist(&blk->header, sizeof(uint64_t));
+          Append(&log, blk, hdr, h, k, v);
           size_.Add(1);
           return Status::OK();
         }
@@ -1399,6 +1473,7 @@ IndexStats ElimDA<P>::Stats() const PMHASH_NO_THREAD_SAFETY_ANALYSIS {
   add("elimda.segments", static_cast<double>(segs));
   add("elimda.log_blocks", static_cast<double>(blocks));
   add("elimda.log_swaps", static_cast<double>(log_swaps_.load()));
+  add("elimda.first_line_moves", static_cast<double>(line_moves_.load()));
   add("elimda.relocations", static_cast<double>(relocations_.load()));
   add("elimda.relocated_items", static_cast<double>(relocated_items_.load()));
   add("elimda.split_duplicates_dropped", static_cast<double>(dups_dropped_.load()));
