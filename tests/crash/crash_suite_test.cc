@@ -6,6 +6,7 @@
 
 #include <set>
 #include <string>
+#include <string_view>
 
 #include "crash/crash_harness.h"
 #include "crash/crash_indexes.h"
@@ -232,63 +233,47 @@ TEST(ElimdaCrash, CompactionAtOutOfSpace) {
                      {"alloc.reused", 1, "freed chunks reused"}});
 }
 
-// REH-specific: the paper's one-flush insert assumes whole-line write-back (I4 in reh.h);
-// CrashSuite.AdrTornWords runs it with tear_safe.
-// The simulator must find the torn image that the one-flush insert cannot survive.
+// The one-flush writes of REH, SmartHT and Pea (their papers) and of our ElimDA append put an
+// item and the word that makes it live in one cache line and flush it once, so they assume that
+// a line reaches the media whole; CrashSuite.AdrTornWords runs each with its tear_safe option.
+// Without it, the simulator's 8-byte tearing must find a torn image that breaks the contract in
+// the way `expect` names.
+template <template <class> class Index, class Traits>
+void ExpectTornImageBreaksOneFlushWrite(uint64_t seed, uint32_t random_images,
+                                        std::string_view expect = "match neither side") {
+  Config c;
+  c.seed = seed;
+  c.tear_words = true;
+  c.random_images = random_images;
+  c.ops = 60;
+  const Report r = Harness<Index>(c, Traits::Small(HashMode::kStrong),
+                                  std::string(Traits::kName) + "OneFlushTorn")
+                       .Run();
+  EXPECT_NE(r.failure.find(expect), std::string::npos) << r.failure;
+}
+
+// I4 in reh.h.
 TEST(RehCrash, OneFlushInsertNeedsWholeLineWriteBack) {
-  Config c;
-  c.seed = 5;
-  c.tear_words = true;
-  c.random_images = 20;
-  c.ops = 60;
-  const Report r =
-      Harness<reh::Reh>(c, RehTraits::Small(HashMode::kStrong), "RehOneFlushTorn").Run();
-  EXPECT_NE(r.failure.find("match neither side"), std::string::npos) << r.failure;
+  ExpectTornImageBreaksOneFlushWrite<reh::Reh, RehTraits>(5, 20);
 }
 
-// SmartHT-specific: the paper's one-flush insert (pair and token in the bucket's one line)
-// assumes whole-line write-back (I2 in smartht.h); CrashSuite.AdrTornWords runs it with
-// tear_safe. The simulator must find a torn image that the default insert cannot survive.
+// The pair and its token in the bucket's one line: I2 in smartht.h. A torn line pairs the new
+// token with a stale key, which recovery refuses.
 TEST(SmartHtCrash, OneFlushInsertNeedsWholeLineWriteBack) {
-  Config c;
-  c.seed = 5;
-  c.tear_words = true;
-  c.random_images = 20;
-  c.ops = 60;
-  const Report r = Harness<smartht::SmartHt>(c, SmartHtTraits::Small(HashMode::kStrong),
-                                             "SmartHtOneFlushTorn")
-                       .Run();
-  EXPECT_FALSE(r.failure.empty()) << "no torn image broke the one-flush insert";
-  std::printf("%s\n", r.failure.c_str());
+  ExpectTornImageBreaksOneFlushWrite<smartht::SmartHt, SmartHtTraits>(5, 20,
+                                                                      "does not match a key");
 }
 
-// ElimDA-specific: the one-flush append into a log block's first line (the item and the header
-// word that sets its bit share it, I3' in elimda.h) assumes whole-line write-back;
-// CrashSuite.AdrTornWords runs it with tear_safe. The simulator must find a torn image.
+// The item and the header word that sets its bit in the log block's first line: I3' in
+// elimda.h.
 TEST(ElimdaCrash, OneFlushAppendNeedsWholeLineWriteBack) {
-  Config c;
-  c.seed = 5;
-  c.tear_words = true;
-  c.random_images = 20;
-  c.ops = 60;
-  const Report r = Harness<elimda::ElimDA>(c, ElimdaTraits::Small(HashMode::kStrong),
-                                           "ElimdaOneFlushTorn")
-                       .Run();
-  EXPECT_NE(r.failure.find("match neither side"), std::string::npos) << r.failure;
+  ExpectTornImageBreaksOneFlushWrite<elimda::ElimDA, ElimdaTraits>(5, 20);
 }
 
-// Pea-specific: the paper's one-flush insert into the header's line (slot and header word share
-// line 0) and its in-line ordering of the header words assume whole-line write-back (I2, I3 in
-// pea.h); CrashSuite.AdrTornWords runs it with tear_safe. The simulator must find a torn image.
+// The slot and header word 0 in line 0, and the in-line order of the header words: I2, I3 in
+// pea.h.
 TEST(PeaCrash, OneFlushInsertNeedsWholeLineWriteBack) {
-  Config c;
-  c.seed = 14;
-  c.tear_words = true;
-  c.random_images = 8;
-  c.ops = 60;
-  const Report r =
-      Harness<pea::Pea>(c, PeaTraits::Small(HashMode::kStrong), "PeaOneFlushTorn").Run();
-  EXPECT_NE(r.failure.find("match neither side"), std::string::npos) << r.failure;
+  ExpectTornImageBreaksOneFlushWrite<pea::Pea, PeaTraits>(14, 8);
 }
 
 // Entry moving and the 2-choice and stash buckets, under tearing: colliding hashes crowd a few
