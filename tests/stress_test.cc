@@ -128,7 +128,7 @@ TYPED_TEST_SUITE(StressTest, StressTypes);
 TYPED_TEST(StressTest, DisjointRanges) {
   ASSERT_NO_FATAL_FAILURE(this->Open(HashMode::kStrong));
   const int nt = this->threads_;
-  const uint64_t ops = Scaled(200000, 10);
+  const uint64_t ops = Scaled(100000, 5);
   const uint64_t range = std::max<uint64_t>(64, ops / 4);
   const uint64_t seed = TestSeed(0xd15);
   SCOPED_TRACE(SeedTrace(seed));
@@ -206,7 +206,7 @@ TYPED_TEST(StressTest, SharedRange) {
   // buckets, all shared between threads.
   ASSERT_NO_FATAL_FAILURE(this->Open(HashMode::kCollide));
   const int writers = this->threads_;
-  const uint64_t ops = Scaled(150000, 10);
+  const uint64_t ops = Scaled(75000, 5);
   // Collide hashing puts 8 keys on one hash prefix (src/common/hash.h): two such groups whose
   // prefixes agree on d bits fill a 15-slot REH bucket that only a directory of 2^(d+1) entries
   // can split, and among G groups some pair agrees on about 2 log2(G) bits. 2^13 keys (G = 1024)
@@ -313,7 +313,7 @@ TYPED_TEST(StressTest, StableKeysVisible) {
   const int nt = std::max(2, this->threads_);
   const int nreaders = nt / 2, nwriters = nt - nreaders;
   const uint64_t stable = Scaled(30000, 10);
-  const uint64_t per_writer = Scaled(400000, 10) / nwriters;
+  const uint64_t per_writer = Scaled(200000, 5) / nwriters;
   const uint64_t seed = TestSeed(0x57ab1e);
   SCOPED_TRACE(SeedTrace(seed));
   auto* ix = this->idx_.get();
@@ -408,7 +408,7 @@ TYPED_TEST(StressTest, ForEachDuringGrowth) {
   ASSERT_NO_FATAL_FAILURE(this->Open(HashMode::kStrong));
   const int nwriters = std::max(1, this->threads_ - 1);
   const uint64_t stable = Scaled(20000, 4);
-  const uint64_t max_per_writer = Scaled(200000, 2) / nwriters;
+  const uint64_t max_per_writer = Scaled(100000) / nwriters;
   const uint64_t kScans = 16;
   auto* ix = this->idx_.get();
   auto stable_key = [](uint64_t i) { return SplitMix64(i) | 1; };
