@@ -802,16 +802,29 @@ typename ElimDA<P>::Where ElimDA<P>::Locate(uint64_t h, Key k) const {
       }
     }
   }
-  // The D-bucket: its fingerprints first (2 B per item), an item only on a match.
+  // The D-bucket: its fingerprints first (2 B per item, sixteen per step while sixteen remain),
+  // an item only on a match.
   const std::vector<uint16_t>& dfp = s->dfp[b];
-  for (size_t i = 0; i < dfp.size(); i++) {
-    if (dfp[i] != f) continue;
+  const size_t nd = dfp.size();
+  auto dram_hit = [&](size_t i) {
     DItem& it = s->dbucket[b][i];
-    if (it.key == k && it.live) {
-      w.layer = Layer::kDram;
-      w.item = &it;
-      return w;
+    if (it.key != k || !it.live) return false;
+    w.layer = Layer::kDram;
+    w.item = &it;
+    return true;
+  };
+  size_t i = 0;
+  for (; i + 16 <= nd; i += 16) {
+    const __m128i lo = _mm_loadu_si128(reinterpret_cast<const __m128i*>(dfp.data() + i));
+    const __m128i hi = _mm_loadu_si128(reinterpret_cast<const __m128i*>(dfp.data() + i + 8));
+    for (uint32_t m = static_cast<uint32_t>(_mm_movemask_epi8(
+             _mm_packs_epi16(_mm_cmpeq_epi16(lo, fv), _mm_cmpeq_epi16(hi, fv))));
+         m; m &= m - 1) {
+      if (dram_hit(i + static_cast<size_t>(std::countr_zero(m)))) return w;
     }
+  }
+  for (; i < nd; i++) {
+    if (dfp[i] == f && dram_hit(i)) return w;
   }
   const LogState& log = logs_[LogOf(h)];
   if (BlockInfo* bi = log.head) {
