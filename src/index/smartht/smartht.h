@@ -681,6 +681,9 @@ Status SmartHt<P>::Write(Key k, Value v, WriteMode mode) {
   RwSpinLock& l = StripeLockFor(h);
   l.lock();
   PmBucket* head = &heads_[HeadIndex(h)];
+  // Every write reads the head bucket (a search, or a free slot) and the filter block: start the
+  // bucket's miss before the filter's, so that the two overlap.
+  __builtin_prefetch(head, 1);
   PmBucket* b = nullptr;
   int j = -1;
   const bool maybe = !complete_.load(std::memory_order_acquire) || filter_->MayContain(h);
