@@ -1000,6 +1000,8 @@ Status ElimDA<P>::Write(Key k, Value v, WriteMode mode) {
     {
       detail::SharedGuard g(table_mu_);
       LockGuard<detail::LogLock> lg(log.mu);
+      // An insert appends to the active block's first line: start that miss before the search's.
+      if (log.head) __builtin_prefetch(Block(log.head), 1);
       const Where w = Locate(h, k);
       if (w.layer != Layer::kNone) {
         if (mode == WriteMode::kInsert) return Status::Exists();
