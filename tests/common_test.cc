@@ -4,10 +4,12 @@
 // "concurrent" (CI runs those under TSan).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <bit>
 #include <cstring>
 #include <iostream>
+#include <iterator>
 #include <memory>
 #include <random>
 #include <set>
@@ -197,6 +199,26 @@ TEST(Fingerprint, AllLevelsAgreeWithScalar) {
     EXPECT_EQ(Match64With(l, storage, 0xAC), 0u);
   }
   EXPECT_EQ(Match16(storage, 0xAB), 0xFFFFu);
+}
+
+TEST(Fingerprint, Match16WideAgreesWithScalar) {
+  const uint64_t seed = TestSeed(0xf1f2);
+  SCOPED_TRACE(SeedTrace(seed));
+  std::mt19937_64 rng(seed);
+  uint16_t storage[16 + 8];
+  for (int round = 0; round < 2000; round++) {
+    // Small alphabets (many matches, and tags whose low or high byte alone matches) and full.
+    const int alphabet = round % 3 == 0 ? 3 : round % 3 == 1 ? 70000 : 300;
+    for (auto& t : storage) t = static_cast<uint16_t>(rng() % alphabet * (round % 2 ? 257 : 1));
+    const uint16_t* tags = storage + (round % 8);
+    const uint16_t tag = round % 4 == 0 ? static_cast<uint16_t>(rng()) : tags[rng() % 16];
+    uint32_t ref = 0;
+    for (int i = 0; i < 16; i++) ref |= uint32_t{tags[i] == tag} << i;
+    ASSERT_EQ(Match16Wide(tags, tag), ref) << "round " << round << " tag " << tag;
+  }
+  std::fill(std::begin(storage), std::end(storage), uint16_t{0x8001});
+  EXPECT_EQ(Match16Wide(storage, 0x8001), 0xFFFFu);
+  EXPECT_EQ(Match16Wide(storage, 0x0180), 0u);  // same bytes, swapped
 }
 
 // ============================================================================================

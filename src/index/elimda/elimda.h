@@ -161,8 +161,7 @@
 #include <unordered_set>
 #include <vector>
 
-#include <emmintrin.h>
-
+#include "common/fingerprint.h"
 #include "common/hash.h"
 #include "common/locks.h"
 #include "common/resize_log.h"
@@ -781,15 +780,10 @@ typename ElimDA<P>::Where ElimDA<P>::Locate(uint64_t h, Key k) const {
   const uint32_t n = s->count[b];
   const uint16_t* fps = &s->fp[size_t{b} * params_.bucket_items];
   const PmSlot* slots = BucketSlots(s->off, b);
-  // Sixteen fingerprints per step: two SSE2 compares packed into one 16-bit mask (the bucket's
-  // fingerprint array has bucket_items >= 16 entries, a multiple of 16, so a load never leaves
-  // it); PM is read on a match only.
-  const __m128i fv = _mm_set1_epi16(static_cast<short>(f));
+  // Sixteen fingerprints per step (the bucket's fingerprint array has bucket_items >= 16
+  // entries, a multiple of 16, so a load never leaves it); PM is read on a match only.
   for (uint32_t base = 0; base < n; base += 16) {
-    const __m128i lo = _mm_loadu_si128(reinterpret_cast<const __m128i*>(fps + base));
-    const __m128i hi = _mm_loadu_si128(reinterpret_cast<const __m128i*>(fps + base + 8));
-    uint32_t m = static_cast<uint32_t>(_mm_movemask_epi8(
-        _mm_packs_epi16(_mm_cmpeq_epi16(lo, fv), _mm_cmpeq_epi16(hi, fv))));
+    uint32_t m = Match16Wide(fps + base, f);
     if (n - base < 16) m &= (1u << (n - base)) - 1;
     for (; m; m &= m - 1) {  // bit i: lane base + i
       const uint32_t j = base + static_cast<uint32_t>(std::countr_zero(m));
@@ -815,11 +809,7 @@ typename ElimDA<P>::Where ElimDA<P>::Locate(uint64_t h, Key k) const {
   };
   size_t i = 0;
   for (; i + 16 <= nd; i += 16) {
-    const __m128i lo = _mm_loadu_si128(reinterpret_cast<const __m128i*>(dfp.data() + i));
-    const __m128i hi = _mm_loadu_si128(reinterpret_cast<const __m128i*>(dfp.data() + i + 8));
-    for (uint32_t m = static_cast<uint32_t>(_mm_movemask_epi8(
-             _mm_packs_epi16(_mm_cmpeq_epi16(lo, fv), _mm_cmpeq_epi16(hi, fv))));
-         m; m &= m - 1) {
+    for (uint32_t m = Match16Wide(dfp.data() + i, f); m; m &= m - 1) {
       if (dram_hit(i + static_cast<size_t>(std::countr_zero(m)))) return w;
     }
   }
