@@ -182,7 +182,7 @@ Status RunBench(const BenchConfig& config, BenchListener* listener, BenchReport*
       const std::string offer = KindsWith(&Capabilities::bytes);
       return Status::NotSupported(
           "--key-bytes / --value-bytes: no chosen index kind has variable-size keys" +
-          (offer.empty() ? std::string() : " (" + offer + " has)"));
+          (offer.empty() ? std::string() : " (these have: " + offer + ")"));
     }
     c.indexes = std::move(runnable);
   }

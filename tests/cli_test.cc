@@ -74,13 +74,18 @@ TEST(Cli, InfoCountsTheCreatingOpen) {
 }
 
 // The kinds `pmhash list` prints (one name per unindented line): every registered kind.
-std::vector<std::string> ListedKinds() {
+// The kinds `pmhash list` prints, and whether each offers the bytes API (its "APIs:" line).
+std::vector<std::pair<std::string, bool>> ListedKinds() {
   std::string out;
   EXPECT_EQ(RunCli("list", &out), 0) << out;
-  std::vector<std::string> kinds;
+  std::vector<std::pair<std::string, bool>> kinds;
   for (size_t at = 0; at < out.size();) {
     const size_t end = std::min(out.find('\n', at), out.size());
-    if (end > at && out[at] != ' ') kinds.push_back(out.substr(at, end - at));
+    const std::string line = out.substr(at, end - at);
+    if (!line.empty() && line[0] != ' ') kinds.emplace_back(line, false);
+    if (!kinds.empty() && line.starts_with("  APIs:") && line.find("bytes") != std::string::npos) {
+      kinds.back().second = true;
+    }
     at = end + 1;
   }
   return kinds;
@@ -91,9 +96,9 @@ std::vector<std::string> ListedKinds() {
 // durability, parameters). Regression test: pea, turbo and turbo-kv pools were created by
 // `put --index KIND` and then refused by every later command ("cannot decode the parameters").
 TEST(Cli, EveryKindReopensWithoutOptions) {
-  const std::vector<std::string> kinds = ListedKinds();
+  const auto kinds = ListedKinds();
   ASSERT_GE(kinds.size(), 4u) << "pmhash list printed too few kinds";
-  for (const std::string& kind : kinds) {
+  for (const auto& [kind, offers_bytes] : kinds) {
     for (const char* durability : {"adr", "eadr"}) {
       SCOPED_TRACE(kind + " / " + durability);
       ScopedPath p("cli_" + kind);
@@ -120,7 +125,6 @@ TEST(Cli, EveryKindReopensWithoutOptions) {
       EXPECT_NE(Field(out, "params").find("layout_version="), std::string::npos) << out;
       EXPECT_NE(Field(out, "created").find(durability), std::string::npos) << out;
       // String keys and values on kinds that offer them; a clear refusal elsewhere.
-      const bool offers_bytes = kind == "turbo-kv";
       const int put_rc = RunCli("put " + pool + " user:17 'hello world'", &out);
       if (offers_bytes) {
         ASSERT_EQ(put_rc, 0) << out;
@@ -137,11 +141,11 @@ TEST(Cli, EveryKindReopensWithoutOptions) {
       } else {
         EXPECT_EQ(put_rc, 2) << out;
         EXPECT_NE(out.find("KEY"), std::string::npos) << out;
-        EXPECT_NE(out.find("kind '" + kind + "' has no variable-size keys; turbo-kv has"),
+        EXPECT_NE(out.find("kind '" + kind + "' has no variable-size keys; these have: reh-kv, turbo-kv"),
                   std::string::npos)
             << out;
         EXPECT_EQ(RunCli("get " + pool + " 7 --bytes", &out), 2) << out;
-        EXPECT_NE(out.find("--bytes: kind '" + kind + "' has no variable-size keys; turbo-kv has"),
+        EXPECT_NE(out.find("--bytes: kind '" + kind + "' has no variable-size keys; these have: reh-kv, turbo-kv"),
                   std::string::npos)
             << out;
       }

@@ -78,8 +78,8 @@ struct DefaultTraits {
 template <class T>
 struct IndexTraits : DefaultTraits<T> {};
 
-template <class P>
-struct IndexTraits<reh::Reh<P>> : DefaultTraits<reh::Reh<P>> {
+template <class P, bool R>
+struct IndexTraits<reh::Reh<P, R>> : DefaultTraits<reh::Reh<P, R>> {
   static void SmallGeometry(Options* o) {
     o->reh.initial_depth = 1;  // 2 buckets of 15 slots: the first split comes at ~16 keys
     o->reh.max_depth = 32;

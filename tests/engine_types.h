@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <tuple>
+#include <type_traits>
 #include <utility>
 
 #include "index/kinds.h"
@@ -23,6 +24,20 @@ struct EnginesUnder {
 
 template <class... Ps>
 using AllEngines = typename index::IndexKinds::template Apply<EnginesUnder<Ps...>::template Of>;
+
+// The same for the kinds that offer the bytes API (Capabilities::bytes) only.
+template <class... Ps>
+struct BytesEnginesUnder {
+  template <class D>
+  using PerKind = std::conditional_t<index::CapabilitiesOf<D>().bytes,
+                                     std::tuple<index::EngineOf<D, Ps>...>, std::tuple<>>;
+  template <class... Ds>
+  using Of = decltype(std::tuple_cat(std::declval<PerKind<Ds>>()...));
+};
+
+template <class... Ps>
+using BytesEngines =
+    typename index::IndexKinds::template Apply<BytesEnginesUnder<Ps...>::template Of>;
 
 // ::testing::Types<Extra..., every type of Tuple>.
 template <class Tuple, class... Extra>

@@ -2212,6 +2212,72 @@ TEST(TurboHostile, BadRecords) {
   }
 }
 
+// reh-kv's records are validated at open like turbo-kv's (src/index/records.h): a live slot's
+// record offset or record, corrupted, is refused, never read out of bounds.
+TEST(RehKvHostile, BadRecords) {
+  using T = reh::RehKv<pm::Adr>;
+  auto make = [](const std::string& path, uint64_t* slot_value) -> uint64_t {
+    Options o;
+    o.path = path;
+    o.pool_size = 4 << 20;
+    o.durability = Durability::kAdr;
+    o.reh.initial_depth = 1;
+    auto r = T::Open(o);
+    EXPECT_TRUE(r.ok()) << r.status().ToString();
+    if (!r.ok()) return 0;
+    for (uint64_t i = 0; i < 300; i++) EXPECT_TRUE((*r)->Insert(SplitMix64(i), i).ok());
+    // The first bucket of the chain covers prefix 0: a slot is live iff its stored hash has
+    // `depth` leading zero bits (I1).
+    const uint64_t b = (*r)->pool().root(0);
+    const uint32_t ld = reh::HeaderDepth(
+        (*r)->pool().template At<reh::PmBucket>(b)->header.load(std::memory_order_relaxed));
+    uint64_t rec = 0;
+    for (int j = 0; j < reh::kSlots && rec == 0; j++) {
+      const auto& slot = (*r)->pool().template At<reh::PmBucket>(b)->slots[j];
+      if ((slot.key.load(std::memory_order_relaxed) >> (64 - ld)) == 0) {
+        *slot_value = b + 16 * j + 8;
+        rec = slot.value.load(std::memory_order_relaxed);
+      }
+    }
+    EXPECT_TRUE((*r)->Close().ok());
+    return rec;
+  };
+  struct Case {
+    const char* what;
+    void (*corrupt)(const std::string& p, uint64_t slot_value, uint64_t record);
+  };
+  const Case cases[] = {
+      {"record offset past the heap",
+       [](const std::string& p, uint64_t sv, uint64_t) { WriteU64(p, sv, uint64_t{1} << 40); }},
+      {"misaligned record offset",
+       [](const std::string& p, uint64_t sv, uint64_t rec) { WriteU64(p, sv, rec + 3); }},
+      {"record length past the pool",
+       [](const std::string& p, uint64_t, uint64_t rec) {
+         WriteU64(p, rec, (uint64_t{0xFFFFFF00} << 32) | 8);
+       }},
+      {"record offset between two slots of its slab",
+       [](const std::string& p, uint64_t sv, uint64_t rec) { WriteU64(p, sv, rec + 16); }},
+      {"record key does not match the slot hash",
+       [](const std::string& p, uint64_t, uint64_t rec) {
+         WriteU64(p, rec + 8, ReadU64(p, rec + 8) ^ 1);
+       }},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.what);
+    ScopedPath p("rehkv_hostile_rec");
+    uint64_t sv = 0;
+    const uint64_t rec = make(p.path(), &sv);
+    ASSERT_NE(rec, 0u);
+    ASSERT_NO_FATAL_FAILURE(c.corrupt(p.path(), sv, rec));
+    Options o;
+    o.path = p.path();
+    o.mode = OpenMode::kOpenExisting;
+    auto r = T::Open(o);
+    ASSERT_FALSE(r.ok());
+    EXPECT_TRUE(r.status().IsCorruption()) << r.status().ToString();
+  }
+}
+
 TEST(TurboHostile, ParamsMismatchAndKindMismatch) {
   ScopedPath p("turbo_params");
   MakeTurboPool<turbo::Turbo<pm::Adr>>(p.path());

@@ -38,6 +38,12 @@ std::string Hex(uint64_t v) {
   return buf;
 }
 
+// "uint64, bytes (variable-size keys)" (pmhash check and list).
+std::string ApiNames(const Capabilities& caps) {
+  return std::string("uint64") + (caps.bytes ? ", bytes (variable-size keys)" : "") +
+         (caps.multi ? ", multi-value" : "");
+}
+
 std::string HumanBytes(uint64_t b) {
   const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
   double v = static_cast<double>(b);
@@ -381,9 +387,7 @@ int RunCheck(const Command& cmd, std::span<char* const> words) {
        std::string(s.recovered ? "after a crash (no clean-shutdown mark), recovered" : "clean") +
            ", rebuild " + buf);
   line("size", std::to_string(s.size) + " keys");
-  const Capabilities caps = idx.capabilities();
-  line("APIs", std::string("uint64") + (caps.bytes ? ", bytes (variable-size keys)" : "") +
-                   (caps.multi ? ", multi-value" : ""));
+  line("APIs", ApiNames(idx.capabilities()));
   std::snprintf(buf, sizeof(buf), "%.4f", s.load_factor);
   line("load factor", std::string(buf) + " (" + std::to_string(s.capacity_slots) + " slots)");
   line("buckets", std::to_string(s.buckets) + ", global depth " + std::to_string(s.global_depth));
@@ -426,7 +430,7 @@ int RunKv(const Command& cmd, std::span<char* const> words) {
     (void)idx.Close();
     const std::string others = KindsWith(&Capabilities::bytes);
     const std::string why = "kind '" + std::string(idx.kind()) + "' has no variable-size keys" +
-                            (others.empty() ? std::string() : "; " + others + " has");
+                            (others.empty() ? std::string() : "; these have: " + others);
     if (!numeric.ok()) return Usage(Status::InvalidArgument(std::string(numeric.message()) + ", and " + why));
     return Usage(Status::InvalidArgument("--bytes: " + why));
   }
@@ -461,7 +465,8 @@ int RunList(const Command& cmd, std::span<char* const> words) {
   for (const auto& info : RegisteredIndexes()) {
     std::cout << info.name << "\n"
               << "  paper:  " << info.paper << "\n"
-              << "  design: " << info.description << "\n";
+              << "  design: " << info.description << "\n"
+              << "  APIs:   " << ApiNames(KindCapabilities(info.name).value()) << "\n";
   }
   return kExitOk;
 }

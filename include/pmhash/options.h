@@ -40,6 +40,7 @@ struct RehParams {
   // Pool properties.
   std::optional<uint32_t> initial_depth;  // 1: global depth of a new pool (2^d buckets), <= max
   std::optional<uint32_t> max_depth;      // 32: the directory never grows past 2^max_depth
+  std::optional<uint32_t> max_record_bytes;  // 2^24, reh-kv only: key + value + 8 B header
   // Open-time.
   // The paper persists an insert with one flush of the slot's line (value and key share it), so
   // it relies on a 64 B line reaching the media whole. Platforms that only guarantee 8-byte

@@ -31,7 +31,7 @@ struct KindList {
 };
 
 using IndexKinds =
-    KindList<reh::Descriptor, pea::Descriptor, turbo::Descriptor, turbo::KvDescriptor,
+    KindList<reh::Descriptor, reh::KvDescriptor, pea::Descriptor, turbo::Descriptor, turbo::KvDescriptor,
              smartht::Descriptor, elimda::Descriptor>;
 
 // The engine of descriptor D under policy P.

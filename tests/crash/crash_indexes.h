@@ -66,6 +66,31 @@ struct RehTraits {
   }
 };
 
+// REH with records (reh-kv): the same geometry, with a record per insert and update in the
+// record heap (src/index/records.h); freed records are reused at once.
+struct RehKvTraits {
+  static constexpr std::string_view kName = "reh-kv";
+  static constexpr bool kLockFreeReads = false;
+  template <class P>
+  using Index = reh::Reh<P, true>;
+  static Options Small(HashMode mode) {
+    Options o = RehTraits::Small(mode);
+    o.reclaim_batch = 1;  // retired records are reused at once
+    return o;
+  }
+  static Options Deep(HashMode mode) {
+    Options o = RehTraits::Deep(mode);
+    o.reclaim_batch = 1;
+    return o;
+  }
+  static Options TearSafe(Options o) { return RehTraits::TearSafe(std::move(o)); }
+  static std::vector<CoverageTarget> Coverage(bool skewed) {
+    std::vector<CoverageTarget> t = RehTraits::Coverage(skewed);
+    if (!skewed) t.push_back({"records.reused_slots", 1, "a freed record slot reused"});
+    return t;
+  }
+};
+
 struct PeaTraits {
   static constexpr std::string_view kName = "pea";
   static constexpr bool kLockFreeReads = false;  // readers wait for a locked bucket
@@ -234,7 +259,7 @@ struct ElimdaTraits {
   }
 };
 
-using AllIndexes = std::tuple<RehTraits, PeaTraits, TurboTraits, TurboKvTraits, SmartHtTraits,
+using AllIndexes = std::tuple<RehTraits, RehKvTraits, PeaTraits, TurboTraits, TurboKvTraits, SmartHtTraits,
                                 ElimdaTraits>;
 
 }  // namespace pmhash::crashtest

@@ -2,6 +2,7 @@
 #include "index/reh/reh.h"
 
 namespace pmhash::reh {
-PMHASH_ENGINE_INSTANTIATIONS(, Reh);
-static_assert(HashIndex<Reh<pm::Adr>>);
+PMHASH_ENGINE_INSTANTIATIONS(, Reh, false);
+PMHASH_ENGINE_INSTANTIATIONS(, Reh, true);
+static_assert(HashIndex<Reh<pm::Adr>> && BytesIndex<Reh<pm::Adr, true>>);
 }  // namespace pmhash::reh

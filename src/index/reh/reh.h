@@ -75,6 +75,26 @@
 //   I8  No persistent memory leaks: the allocator's bitmap is DRAM only and rebuilt at open from
 //       the chain; a bucket allocated by a split that did not reach its link write is free again.
 //
+// reh-kv (variable-size keys and values; not in the paper): the same engine with kRecords, as
+// TurboHash's records (src/index/records.h). A slot holds [ hash(key):64 | record offset:64 ]
+// and the record [ klen | vlen | key | value ] lives in the pool's record heap. What changes:
+//   * a slot's "hash" is its key word itself (I1 reads the stored hash; the tombstones are the
+//     words 0 and 2^63, whose top bits differ), and two slots hold the same key iff their hashes
+//     are equal and their records' keys are;
+//   * insert: the record is written, flushed AND fenced, then the slot line as above (I4): two
+//     fences per insert. The key store is the commit point and the slot's line may be written
+//     back at any moment after it, before its own flush: the record must be durable first (the
+//     crash suite finds the image of a valid slot naming a record of zero bytes otherwise). A
+//     crash before the key store leaves the record unreachable, and recovery frees it (I8
+//     applies to records: reachability from live slots);
+//   * update: a new durable record, then the 8-byte value store + persist (I6), then the old
+//     record is retired through the epoch (a lock-free reader may be reading it);
+//   * erase: the tombstone store + persist (I5), then the record is retired;
+//   * readers hold an epoch guard while they dereference a record offset read from a slot;
+//   * recovery validates every live slot's record (src/index/records.h: in the heap, lengths,
+//     its slab and slot, its key's hash against the slot's) before it reads its key.
+// The uint64 API of reh-kv stores 8-byte little-endian keys and values as records.
+//
 // Paper errata fixed here: Algorithm 1 compares the key's LD-bit prefix with the directory index
 // `i`, which is a GD-bit number; the bucket's prefix is i >> (GD - LD). Bucket merge (mentioned
 // in III-E) is not implemented: erase never shrinks the table.
@@ -100,6 +120,7 @@
 #include <unordered_set>
 #include <vector>
 
+#include "common/epoch.h"
 #include "common/fingerprint.h"
 #include "common/hash.h"
 #include "common/huge_array.h"
@@ -109,6 +130,7 @@
 #include "index/descriptor.h"
 #include "index/engine_base.h"
 #include "index/lifecycle.h"
+#include "index/records.h"
 #include "pm/persist.h"
 #include "pm/pool.h"
 #include "pm/slot.h"
@@ -173,56 +195,117 @@ struct PersistentParams {
   uint32_t slots = kSlots;
   uint32_t initial_depth = 0;
   uint32_t max_depth = 0;
+  uint32_t records = 0;           // 1: reh-kv
+  uint32_t max_record_bytes = 0;  // reh-kv only
 };
 
 // What an open index runs with: the pool's properties and this open's options.
 struct Config : PersistentParams {
   bool tear_safe = false;
   uint64_t max_directory_bytes = 0;  // Options::max_directory_bytes; 0: max(1 GiB, pool size)
+  uint32_t reclaim_batch = 0;        // Options::reclaim_batch (reh-kv's retired records)
   void SetOpenOptions(const Options& o) {
     tear_safe = o.reh.tear_safe;
     max_directory_bytes = o.max_directory_bytes;
+    reclaim_batch = o.reclaim_batch;
   }
 };
 
-template <pm::PersistPolicy P>
+template <pm::PersistPolicy P, bool kRecords>
 class Reh;
 
-struct Descriptor : index::DescriptorTypes<RehParams, &Options::reh, PersistentParams, Reh> {
-  static constexpr std::string_view kName = "reh";
+// kRecords = false: "reh" (8 B inline items). kRecords = true: "reh-kv" (records).
+template <bool kRecords>
+struct RehOf {  // Reh<P, kRecords> as a template of the policy alone
+  template <class P>
+  using Engine = Reh<P, kRecords>;
+};
+
+template <bool kRecords>
+struct DescriptorFor : index::DescriptorTypes<RehParams, &Options::reh, PersistentParams,
+                                              RehOf<kRecords>::template Engine> {
+  static constexpr std::string_view kName = kRecords ? "reh-kv" : "reh";
   static constexpr std::string_view kPaper =
-      "Li, Tan, Chen: REH: Redesigning Extendible Hashing for Commercial NVM";
+      kRecords ? "Li, Tan, Chen: REH (Commercial NVM), with variable-size records"
+               : "Li, Tan, Chen: REH: Redesigning Extendible Hashing for Commercial NVM";
   static constexpr std::string_view kSummary =
-      "extendible hashing, 256 B PM buckets, DRAM directory + fingerprints, 1 flush/insert";
-  static constexpr auto kProperties = std::tuple{
-      index::PoolProperty{"reh.initial_depth", &Params::initial_depth, &Stored::initial_depth, 1u},
-      index::PoolProperty{"reh.max_depth", &Params::max_depth, &Stored::max_depth, 32u},
+      kRecords ? "REH with variable-size keys/values: hash + record offset per slot, record heap"
+               : "extendible hashing, 256 B PM buckets, DRAM directory + fingerprints, 1 flush/insert";
+  static constexpr Capabilities kCapabilities{.bytes = kRecords};
+  static constexpr auto kDepthProperties = std::tuple{
+      index::PoolProperty{"reh.initial_depth", &RehParams::initial_depth,
+                          &PersistentParams::initial_depth, 1u},
+      index::PoolProperty{"reh.max_depth", &RehParams::max_depth, &PersistentParams::max_depth,
+                          32u},
   };
-  static std::string Check(const Stored& s) {
+  static constexpr auto kProperties = [] {
+    if constexpr (kRecords) {
+      return std::tuple_cat(
+          kDepthProperties,
+          std::tuple{index::PoolProperty{"reh.max_record_bytes", &RehParams::max_record_bytes,
+                                         &PersistentParams::max_record_bytes, 1u << 24}});
+    } else {
+      return kDepthProperties;
+    }
+  }();
+  static PersistentParams Base() {
+    PersistentParams s;
+    s.records = kRecords ? 1 : 0;
+    return s;
+  }
+  static std::string Check(const PersistentParams& s) {
+    if (s.records != (kRecords ? 1u : 0u)) {
+      return "records = " + std::to_string(s.records) + " in a '" + std::string(kName) + "' pool";
+    }
     if (s.max_depth < 1 || s.max_depth > kMaxDepthLimit) return "max_depth must be in [1, 40]";
     if (s.initial_depth < 1 || s.initial_depth > s.max_depth || s.initial_depth > 24) {
       return "initial_depth must be in [1, min(max_depth, 24)]";
     }
+    if (kRecords && (s.max_record_bytes < 64 || s.max_record_bytes > (1u << 30))) {
+      return "max_record_bytes must be in [64, 2^30]";
+    }
+    if (!kRecords && s.max_record_bytes != 0) return "max_record_bytes set in a 'reh' pool";
     return "";
   }
-  static index::PoolLayout Layout(const Stored& s) {
+  static index::PoolLayout Layout(const PersistentParams& s) {
     return {sizeof(PmBucket), uint64_t{1} << s.initial_depth};
   }
   // 256 B bucket per 15 slots; extendible hashing averages ~0.69 load and can dip towards 0.5
-  // right after a wave of splits. Plan for 0.35.
+  // right after a wave of splits. Plan for 0.35. reh-kv adds a 24 B record per key in a 32 B
+  // slot of a record-heap slab, planned at 80% full (as turbo-kv).
   static uint64_t EstimatePoolBytes(uint64_t keys) {
-    return static_cast<uint64_t>(static_cast<double>(keys) * sizeof(PmBucket) / kSlots / 0.35);
+    constexpr double kSlotsPerSlab = (pm::kSlabTargetBytes - pm::kSlabHeaderBytes) / 32;
+    const double per_key = sizeof(PmBucket) / static_cast<double>(kSlots) / 0.35 +
+                           (kRecords ? pm::kSlabTargetBytes / kSlotsPerSlab / 0.8 : 0.0);
+    return static_cast<uint64_t>(static_cast<double>(keys) * per_key);
   }
 };
+using Descriptor = DescriptorFor<false>;
+using KvDescriptor = DescriptorFor<true>;
 
-template <pm::PersistPolicy P>
-class Reh : public index::EngineBase<Reh<P>, P, Config> {
-  PMHASH_ENGINE_BASE(P, Config, Reh<P>);
-  PMHASH_ENGINE_API(Reh, Descriptor);  // Open, Find, Erase, ForEach, Stats, CheckInvariants
+template <pm::PersistPolicy P, bool kRecords = false>
+class Reh : public index::EngineBase<Reh<P, kRecords>, P, Config> {
+  PMHASH_ENGINE_BASE(P, Config, Reh<P, kRecords>);
+  PMHASH_ENGINE_API(Reh, DescriptorFor<kRecords>);  // Open, Find, Erase, ForEach, Stats, ...
 
  public:
   ~Reh() { this->CloseUnlessAbandoned(); }  // src/index/lifecycle.h
   using Base::Size;
+
+  // Variable-size API (BytesIndex). NotSupported on "reh" (inline items).
+  bool SupportsBytes() const { return kRecords; }
+  Status InsertBytes(std::string_view k, std::string_view v) {
+    return WriteBytes(k, v, WriteMode::kInsert);
+  }
+  Status UpdateBytes(std::string_view k, std::string_view v) {
+    return WriteBytes(k, v, WriteMode::kUpdate);
+  }
+  Status UpsertBytes(std::string_view k, std::string_view v) {
+    return WriteBytes(k, v, WriteMode::kUpsert);
+  }
+  Status FindBytes(std::string_view k, std::string* v) const;
+  Status EraseBytes(std::string_view k);
+  void ForEachBytes(const std::function<void(std::string_view, std::string_view)>& fn) const;
 
   // For tests and tools.
   uint32_t global_depth() const { return dir_.load(std::memory_order_acquire)->depth; }
@@ -246,14 +329,61 @@ class Reh : public index::EngineBase<Reh<P>, P, Config> {
     const Directory* d = dir_.load(std::memory_order_acquire);
     return d->entries[DirIndex(h, d)].load(std::memory_order_acquire);
   }
+  // A key as the search compares it: the inline key, or hash + bytes (reh-kv).
+  struct Probe {
+    uint64_t h;
+    Key k;               // reh
+    std::string_view s;  // reh-kv
+  };
+  Probe MakeProbe(Key k) const { return {hash_(k), k, {}}; }
+  Probe MakeProbe(std::string_view s) const { return {hash_(s), 0, s}; }
+  // The hash a slot's key word stands for (reh-kv: the word is the hash).
+  uint64_t SlotHash(uint64_t key_word) const {
+    if constexpr (kRecords) {
+      return key_word;
+    } else {
+      return hash_(key_word);
+    }
+  }
+  bool SlotMatches(const PmSlot& s, const Probe& p) const {
+    if constexpr (kRecords) {
+      if (s.key.load(std::memory_order_acquire) != p.h) return false;
+      return records_->KeyEquals(s.value.load(std::memory_order_relaxed), p.s);
+    } else {
+      return s.key.load(std::memory_order_relaxed) == p.k;
+    }
+  }
+  // Two live slots holding the same key (recovery's duplicate check).
+  bool SameKey(const PmSlot& a, const PmSlot& b) const {
+    if (a.key.load(std::memory_order_relaxed) != b.key.load(std::memory_order_relaxed)) {
+      return false;
+    }
+    if constexpr (kRecords) {
+      return records_->Key(a.value.load(std::memory_order_relaxed)) ==
+             records_->Key(b.value.load(std::memory_order_relaxed));
+    }
+    return true;
+  }
   // Locks the bucket that holds hash h, re-validated against the directory.
   Meta* LockBucket(uint64_t h) const;
-  // Slot of key k in m (fingerprint-filtered), or -1. Valid under m's lock.
-  int FindSlot(const Meta* m, uint8_t f, Key k) const;
+  // Slot of key p in m (fingerprint-filtered), or -1. Valid under m's lock.
+  int FindSlot(const Meta* m, const Probe& p) const;
   // A key invalid in every bucket that can hold h (I5): its hash has the other top bit.
   uint64_t Tombstone(uint64_t h) const { return tombstone_[(h >> 63) ^ 1]; }
 
+  // Optimistic read of p's slot: true and its value word (reh-kv: the record offset) if p is
+  // present. REQUIRES (reh-kv): the caller holds an epoch guard while it uses the record.
+  bool Search(const Probe& p, uint64_t* word) const;
   Status Write(Key k, Value v, WriteMode mode);
+  Status WriteBytes(std::string_view k, std::string_view v, WriteMode mode);
+  // The value to store: `value` (reh) or a new record of p.s and value_bytes (reh-kv).
+  Status Write(const Probe& p, std::string_view value_bytes, Value value, WriteMode mode);
+  Status EraseProbe(const Probe& p);
+  // Calls take(slot) for every live slot, one bucket at a time under its lock, and bucket_done()
+  // after each bucket, outside the lock.
+  template <class Take, class Done>
+  void ForEachLiveSlot(Take&& take, Done&& bucket_done) const;
+  void Quiesce() { epoch_.Drain(); }  // Close(): retired records are freed
   // REQUIRES: m locked and full. Returns with m unlocked.
   Status Split(Meta* m, uint64_t h);
   Status Double(const Directory* seen);
@@ -262,7 +392,7 @@ class Reh : public index::EngineBase<Reh<P>, P, Config> {
   Status Recover();
   // A live slot of b (per `bitmap`, fingerprints in m) whose key an earlier live slot holds too,
   // or -1.
-  static int DuplicateSlot(const PmBucket* b, const Meta* m, uint16_t bitmap);
+  int DuplicateSlot(const PmBucket* b, const Meta* m, uint16_t bitmap) const;
   Meta* NewMeta();
   void FillTombstones(PmBucket* img, uint64_t prefix, uint32_t depth) const;
 
@@ -282,14 +412,16 @@ class Reh : public index::EngineBase<Reh<P>, P, Config> {
   static constexpr size_t kFirstMetaBlock = 4096;
   static constexpr size_t kMaxMetaBlock = 65536;
 
+  std::unique_ptr<index::Records> records_;  // reh-kv only (src/index/records.h)
+  mutable EpochManager epoch_;  // after pool_ and records_: its destructor frees into them
 };
 
 // ============================================================================================
 // Implementation
 // ============================================================================================
 
-template <pm::PersistPolicy P>
-Reh<P>::Reh(std::unique_ptr<pm::Pool> pool, const Config& config)
+template <pm::PersistPolicy P, bool R>
+Reh<P, R>::Reh(std::unique_ptr<pm::Pool> pool, const Config& config)
     : Base(std::move(pool), config),
       // The directory's DRAM budget: by default max(1 GiB, pool size). A healthy directory stays
       // far below the pool's size (about 11 entries of 8 B per 256 B bucket at 10^9 keys);
@@ -297,6 +429,13 @@ Reh<P>::Reh(std::unique_ptr<pm::Pool> pool, const Config& config)
       max_directory_bytes_(config.max_directory_bytes
                                ? config.max_directory_bytes
                                : std::max<uint64_t>(uint64_t{1} << 30, pool_->size())) {
+  if constexpr (R) {
+    records_ = std::make_unique<index::Records>(*pool_, epoch_, config.max_record_bytes,
+                                                kKindName);
+    epoch_.set_reclaim_batch(config.reclaim_batch);
+    tombstone_[1] = uint64_t{1} << 63;  // the key word is the hash: 0 and 2^63
+    return;
+  }
   // Tombstone keys: the first keys whose hash has top bit 0 and 1 (two or three tries in
   // expectation, in either hash mode).
   bool have[2] = {false, false};
@@ -309,8 +448,8 @@ Reh<P>::Reh(std::unique_ptr<pm::Pool> pool, const Config& config)
   }
 }
 
-template <pm::PersistPolicy P>
-Status Reh<P>::CheckDirectoryBudget(uint32_t depth, std::string_view what) const {
+template <pm::PersistPolicy P, bool R>
+Status Reh<P, R>::CheckDirectoryBudget(uint32_t depth, std::string_view what) const {
   constexpr uint64_t kEntry = sizeof(std::atomic<Meta*>);
   if (depth < 64 - 3 && (uint64_t{1} << depth) <= max_directory_bytes_ / kEntry) {
     return Status::OK();
@@ -320,8 +459,8 @@ Status Reh<P>::CheckDirectoryBudget(uint32_t depth, std::string_view what) const
                             std::to_string(max_directory_bytes_) + " B)");
 }
 
-template <pm::PersistPolicy P>
-void Reh<P>::FillTombstones(PmBucket* img, uint64_t prefix, uint32_t depth) const {
+template <pm::PersistPolicy P, bool R>
+void Reh<P, R>::FillTombstones(PmBucket* img, uint64_t prefix, uint32_t depth) const {
   const uint64_t t = tombstone_[1 - ((prefix >> (depth - 1)) & 1)];
   for (auto& s : img->slots) {
     s.key.store(t, std::memory_order_relaxed);
@@ -330,8 +469,8 @@ void Reh<P>::FillTombstones(PmBucket* img, uint64_t prefix, uint32_t depth) cons
 }
 
 // Builds the initial chain: 2^d buckets, all tombstoned, linked in prefix order.
-template <pm::PersistPolicy P>
-Status Reh<P>::Create() {
+template <pm::PersistPolicy P, bool R>
+Status Reh<P, R>::Create() {
   const uint32_t d = params_.initial_depth;
   const uint64_t n = uint64_t{1} << d;
   std::vector<uint64_t> offs(n);
@@ -353,8 +492,8 @@ Status Reh<P>::Create() {
   return pool_->CommitCreate();
 }
 
-template <pm::PersistPolicy P>
-Meta* Reh<P>::NewMeta() {
+template <pm::PersistPolicy P, bool R>
+Meta* Reh<P, R>::NewMeta() {
   LockGuard<SpinLock> g(meta_mu_);
   if (meta_blocks_.empty() || meta_block_used_ == meta_blocks_.back().size()) {
     const size_t n = meta_blocks_.empty() ? kFirstMetaBlock
@@ -369,8 +508,8 @@ Meta* Reh<P>::NewMeta() {
   return m;
 }
 
-template <pm::PersistPolicy P>
-int Reh<P>::DuplicateSlot(const PmBucket* b, const Meta* m, uint16_t bitmap) {
+template <pm::PersistPolicy P, bool R>
+int Reh<P, R>::DuplicateSlot(const PmBucket* b, const Meta* m, uint16_t bitmap) const {
   // One SIMD fingerprint match per live slot; keys are compared only on a fingerprint collision.
   const __m128i fps =
       _mm_set_epi64x(static_cast<long long>(m->fp[1].load(std::memory_order_relaxed)),
@@ -379,18 +518,18 @@ int Reh<P>::DuplicateSlot(const PmBucket* b, const Meta* m, uint16_t bitmap) {
     const int j = std::countr_zero(c);
     uint32_t same = Match16(fps, m->Fingerprint(j)) & bitmap & ((1u << j) - 1);
     if (same == 0) [[likely]] continue;
-    const Key k = b->slots[j].key.load(std::memory_order_relaxed);
     for (; same; same &= same - 1) {
-      if (b->slots[std::countr_zero(same)].key.load(std::memory_order_relaxed) == k) return j;
+      if (SameKey(b->slots[std::countr_zero(same)], b->slots[j])) return j;
     }
   }
   return -1;
 }
 
 // Algorithm 1, with every offset validated: two walks of the chain (depths, then contents).
-template <pm::PersistPolicy P>
-Status Reh<P>::Recover() {
+template <pm::PersistPolicy P, bool R>
+Status Reh<P, R>::Recover() {
   pm::ChunkAllocator& alloc = pool_->allocator();
+  if constexpr (R) records_->Reset();
   const uint64_t first = pool_->root(0);
 
   // Walk 1: reachability (cycles and stray offsets are rejected by MarkReachable), and each
@@ -465,8 +604,12 @@ Status Reh<P>::Recover() {
     if (!m) return Status::OutOfMemory("reh: bucket metadata");
     uint16_t bitmap = 0;
     for (int j = 0; j < kSlots; j++) {
-      const uint64_t kh = hash_(b->slots[j].key.load(std::memory_order_relaxed));
+      const uint64_t kh = SlotHash(b->slots[j].key.load(std::memory_order_relaxed));
       if ((kh >> (64 - ld)) == prefix) {
+        if constexpr (R) {
+          PMHASH_RETURN_IF_ERROR(
+              records_->Recover(b->slots[j].value.load(std::memory_order_relaxed), kh, hash_));
+        }
         bitmap |= static_cast<uint16_t>(1u << j);
         m->SetFingerprint(j, static_cast<uint8_t>(kh));
         live++;
@@ -475,9 +618,10 @@ Status Reh<P>::Recover() {
     // A key is live only in the bucket of its hash (I1, I3), so a duplicate can only be in this
     // bucket.
     if (const int dup = DuplicateSlot(b, m, bitmap); dup >= 0) [[unlikely]] {
-      return Status::Corruption("reh: key " +
+      return Status::Corruption(std::string(kKindName) + ": key " +
                                 std::to_string(b->slots[dup].key.load(std::memory_order_relaxed)) +
-                                " is stored twice in the bucket at offset " + std::to_string(off) +
+                                " is stored twice in the bucket at offset " +
+                                std::to_string(off) +
                                 " (slot " + std::to_string(dup) + " and an earlier one)");
     }
     m->bitmap.store(bitmap, std::memory_order_relaxed);
@@ -495,8 +639,8 @@ Status Reh<P>::Recover() {
   return Status::OK();
 }
 
-template <pm::PersistPolicy P>
-Meta* Reh<P>::LockBucket(uint64_t h) const {
+template <pm::PersistPolicy P, bool R>
+Meta* Reh<P, R>::LockBucket(uint64_t h) const {
   for (;;) {
     Meta* m = Lookup(h);
     m->lock.Lock();
@@ -505,58 +649,111 @@ Meta* Reh<P>::LockBucket(uint64_t h) const {
   }
 }
 
-template <pm::PersistPolicy P>
-int Reh<P>::FindSlot(const Meta* m, uint8_t f, Key k) const {
+template <pm::PersistPolicy P, bool R>
+int Reh<P, R>::FindSlot(const Meta* m, const Probe& p) const {
   const PmBucket* b = Bucket(m);
-  for (uint32_t c = m->Candidates(f); c; c &= c - 1) {
+  for (uint32_t c = m->Candidates(static_cast<uint8_t>(p.h)); c; c &= c - 1) {
     const int j = std::countr_zero(c);
-    if (b->slots[j].key.load(std::memory_order_relaxed) == k) return j;
+    if (SlotMatches(b->slots[j], p)) return j;
   }
   return -1;
 }
 
-template <pm::PersistPolicy P>
-Status Reh<P>::Find(Key k, Value* v) const {
-  const uint64_t h = hash_(k);
-  const uint8_t f = static_cast<uint8_t>(h);
+template <pm::PersistPolicy P, bool R>
+bool Reh<P, R>::Search(const Probe& p, uint64_t* word) const {
   for (;;) {
-    const Meta* m = Lookup(h);
+    const Meta* m = Lookup(p.h);
     const uint32_t ver = m->lock.BeginRead();
-    if (Lookup(h) != m) continue;  // a split moved h after we read the directory
-    const PmBucket* b = Bucket(m);
-    bool found = false;
-    Value val = 0;
-    for (uint32_t c = m->Candidates(f); c; c &= c - 1) {
-      const int j = std::countr_zero(c);
-      if (b->slots[j].key.load(std::memory_order_relaxed) == k) {
-        val = b->slots[j].value.load(std::memory_order_relaxed);
-        found = true;
-        break;
-      }
-    }
+    if (Lookup(p.h) != m) continue;  // a split moved h after we read the directory
+    const int j = FindSlot(m, p);
+    const uint64_t w = j >= 0 ? Bucket(m)->slots[j].value.load(std::memory_order_relaxed) : 0;
     if (!m->lock.Validate(ver)) continue;
-    if (!found) return Status::NotFound();
-    *v = val;
+    if (j < 0) return false;
+    *word = w;
+    return true;
+  }
+}
+
+template <pm::PersistPolicy P, bool R>
+Status Reh<P, R>::Find(Key k, Value* v) const {
+  if constexpr (R) {
+    std::string val;
+    PMHASH_RETURN_IF_ERROR(FindBytes(index::U64Bytes(k).view(), &val));
+    if (!index::U64Bytes::Read(val, v)) {
+      return Status::InvalidArgument("reh-kv: the value is not 8 bytes");
+    }
+    return Status::OK();
+  } else {
+    return Search(MakeProbe(k), v) ? Status::OK() : Status::NotFound();
+  }
+}
+
+template <pm::PersistPolicy P, bool R>
+Status Reh<P, R>::FindBytes(std::string_view k, std::string* v) const {
+  if constexpr (!R) {
+    (void)k;
+    (void)v;
+    return Status::NotSupported("reh: byte keys need the reh-kv kind");
+  } else {
+    EpochManager::Guard guard(epoch_);  // the record stays allocated while we copy it
+    uint64_t ro = 0;
+    if (!Search(MakeProbe(k), &ro)) return Status::NotFound();
+    const std::string_view val = records_->Value(ro);
+    v->assign(val.data(), val.size());
     return Status::OK();
   }
 }
 
-template <pm::PersistPolicy P>
-Status Reh<P>::Write(Key k, Value v, WriteMode mode) {
+template <pm::PersistPolicy P, bool R>
+Status Reh<P, R>::Write(Key k, Value v, WriteMode mode) {
+  if constexpr (R) {
+    return WriteBytes(index::U64Bytes(k).view(), index::U64Bytes(v).view(), mode);
+  } else {
+    return Write(MakeProbe(k), {}, v, mode);
+  }
+}
+
+template <pm::PersistPolicy P, bool R>
+Status Reh<P, R>::WriteBytes(std::string_view k, std::string_view v, WriteMode mode) {
+  if constexpr (!R) {
+    (void)k;
+    (void)v;
+    (void)mode;
+    return Status::NotSupported("reh: byte keys need the reh-kv kind");
+  } else {
+    return Write(MakeProbe(k), v, 0, mode);
+  }
+}
+
+template <pm::PersistPolicy P, bool R>
+Status Reh<P, R>::Write(const Probe& p, std::string_view value_bytes, Value value,
+                        WriteMode mode) {
   if (life_.closed()) [[unlikely]] return index::Lifecycle::ClosedError(kKindName);
-  const uint64_t h = hash_(k);
-  const uint8_t f = static_cast<uint8_t>(h);
+  // The value word to store: the value, or the offset of a new record, durable before the store
+  // that publishes it (reh-kv in the design comment).
+  auto value_word = [&]() -> Result<uint64_t> {
+    if constexpr (R) {
+      Result<uint64_t> rec = records_->New(p.s, value_bytes, persist_);
+      persist_.Fence();
+      return rec;
+    } else {
+      return value;
+    }
+  };
   for (;;) {
-    Meta* m = LockBucket(h);
+    Meta* m = LockBucket(p.h);
     PmBucket* b = Bucket(m);
-    if (const int j = FindSlot(m, f, k); j >= 0) {
-      if (mode == WriteMode::kInsert) {
+    if (const int j = FindSlot(m, p); j >= 0) {
+      Result<uint64_t> w = mode == WriteMode::kInsert ? Status::Exists() : value_word();
+      if (!w.ok()) {
         m->lock.Unlock();
-        return Status::Exists();
+        return w.status();
       }
-      b->slots[j].value.store(v, std::memory_order_release);  // I6
+      const uint64_t old = b->slots[j].value.load(std::memory_order_relaxed);
+      b->slots[j].value.store(w.value(), std::memory_order_release);  // I6
       persist_.Persist(&b->slots[j].value, sizeof(Value));
       m->lock.Unlock();
+      if constexpr (R) records_->Retire(old);
       return Status::OK();
     }
     if (mode == WriteMode::kUpdate) {
@@ -565,44 +762,69 @@ Status Reh<P>::Write(Key k, Value v, WriteMode mode) {
     }
     const uint16_t bitmap = m->bitmap.load(std::memory_order_relaxed);
     if (bitmap != kFullMask) {
+      Result<uint64_t> w = value_word();
+      if (!w.ok()) {
+        m->lock.Unlock();
+        return w.status();
+      }
       const int j = std::countr_one(bitmap);
       PmSlot& s = b->slots[j];
-      s.value.store(v, std::memory_order_relaxed);  // I4: value, then key, one line
+      s.value.store(w.value(), std::memory_order_relaxed);  // I4: value, then key, one line
       if (params_.tear_safe) persist_.Persist(&s.value, sizeof(Value));  // I4': 8-byte model
-      s.key.store(k, std::memory_order_release);
+      s.key.store(R ? p.h : p.k, std::memory_order_release);
       persist_.Persist(&s, sizeof(PmSlot));
-      m->SetFingerprint(j, f);
+      m->SetFingerprint(j, static_cast<uint8_t>(p.h));
       m->bitmap.store(static_cast<uint16_t>(bitmap | (1u << j)), std::memory_order_relaxed);
       m->lock.Unlock();
       size_.Add(1);
       return Status::OK();
     }
-    PMHASH_RETURN_IF_ERROR(Split(m, h));  // unlocks m; then retry into the right half
+    PMHASH_RETURN_IF_ERROR(Split(m, p.h));  // unlocks m; then retry into the right half
   }
 }
 
-template <pm::PersistPolicy P>
-Status Reh<P>::Erase(Key k) {
+template <pm::PersistPolicy P, bool R>
+Status Reh<P, R>::Erase(Key k) {
+  if constexpr (R) {
+    return EraseBytes(index::U64Bytes(k).view());
+  } else {
+    return EraseProbe(MakeProbe(k));
+  }
+}
+
+template <pm::PersistPolicy P, bool R>
+Status Reh<P, R>::EraseBytes(std::string_view k) {
+  if constexpr (!R) {
+    (void)k;
+    return Status::NotSupported("reh: byte keys need the reh-kv kind");
+  } else {
+    return EraseProbe(MakeProbe(k));
+  }
+}
+
+template <pm::PersistPolicy P, bool R>
+Status Reh<P, R>::EraseProbe(const Probe& p) {
   if (life_.closed()) [[unlikely]] return index::Lifecycle::ClosedError(kKindName);
-  const uint64_t h = hash_(k);
-  Meta* m = LockBucket(h);
-  const int j = FindSlot(m, static_cast<uint8_t>(h), k);
+  Meta* m = LockBucket(p.h);
+  const int j = FindSlot(m, p);
   if (j < 0) {
     m->lock.Unlock();
     return Status::NotFound();
   }
   PmSlot& s = Bucket(m)->slots[j];
-  s.key.store(Tombstone(h), std::memory_order_release);  // I5
+  const uint64_t record = s.value.load(std::memory_order_relaxed);  // reh-kv
+  s.key.store(Tombstone(p.h), std::memory_order_release);  // I5
   persist_.Persist(&s.key, sizeof(Key));
   m->bitmap.store(static_cast<uint16_t>(m->bitmap.load(std::memory_order_relaxed) & ~(1u << j)),
                   std::memory_order_relaxed);
   m->lock.Unlock();
+  if constexpr (R) records_->Retire(record);
   size_.Add(-1);
   return Status::OK();
 }
 
-template <pm::PersistPolicy P>
-Status Reh<P>::Split(Meta* m, uint64_t h) PMHASH_NO_THREAD_SAFETY_ANALYSIS {
+template <pm::PersistPolicy P, bool R>
+Status Reh<P, R>::Split(Meta* m, uint64_t h) PMHASH_NO_THREAD_SAFETY_ANALYSIS {
   const auto started = ResizeLog::Now();
   const uint32_t ld = m->depth();
   dir_lock_.lock_shared();
@@ -646,7 +868,7 @@ Status Reh<P>::Split(Meta* m, uint64_t h) PMHASH_NO_THREAD_SAFETY_ANALYSIS {
   uint16_t moved = 0;
   for (uint32_t c = bitmap; c; c &= c - 1) {
     const int j = std::countr_zero(c);
-    if ((hash_(img.slots[j].key.load(std::memory_order_relaxed)) >> (63 - ld)) & 1) {
+    if ((SlotHash(img.slots[j].key.load(std::memory_order_relaxed)) >> (63 - ld)) & 1) {
       moved |= static_cast<uint16_t>(1u << j);
     }
   }
@@ -677,8 +899,8 @@ Status Reh<P>::Split(Meta* m, uint64_t h) PMHASH_NO_THREAD_SAFETY_ANALYSIS {
   return Status::OK();
 }
 
-template <pm::PersistPolicy P>
-Status Reh<P>::Double(const Directory* seen) {
+template <pm::PersistPolicy P, bool R>
+Status Reh<P, R>::Double(const Directory* seen) {
   const auto started = ResizeLog::Now();
   LockGuard<RwSpinLock> g(dir_lock_);
   Directory* d = dir_.load(std::memory_order_acquire);
@@ -705,57 +927,100 @@ Status Reh<P>::Double(const Directory* seen) {
   return Status::OK();
 }
 
-template <pm::PersistPolicy P>
-Status Reh<P>::ForEach(const std::function<void(Key, Value)>& fn) const {
+template <pm::PersistPolicy P, bool R>
+template <class Take, class Done>
+void Reh<P, R>::ForEachLiveSlot(Take&& take, Done&& bucket_done) const {
   // Walk the hash space in prefix order: lock the bucket covering `cursor`, take its pairs, move
   // the cursor past its range. Splits only cut ranges and never move a key out of the range of
   // its hash, so a key present for the whole walk is visited exactly once.
-  std::vector<std::pair<Key, Value>> pairs;
   for (uint64_t cursor = 0;;) {
-    pairs.clear();
     const Meta* m = LockBucket(cursor);
     const uint32_t shift = 64 - m->depth();
     const bool last = (cursor >> shift) == (~uint64_t{0} >> shift);
     const PmBucket* b = Bucket(m);
     for (uint32_t c = m->bitmap.load(std::memory_order_relaxed); c; c &= c - 1) {
-      const int j = std::countr_zero(c);
-      pairs.emplace_back(b->slots[j].key.load(std::memory_order_relaxed),
-                         b->slots[j].value.load(std::memory_order_relaxed));
+      take(b->slots[std::countr_zero(c)]);
     }
     m->lock.Unlock();
-    for (const auto& [k, v] : pairs) fn(k, v);
+    bucket_done();
     if (last) break;
     cursor = ((cursor >> shift) + 1) << shift;
   }
+}
+
+template <pm::PersistPolicy P, bool R>
+Status Reh<P, R>::ForEach(const std::function<void(Key, Value)>& fn) const {
+  // fn runs outside the bucket locks: one bucket's pairs at a time (at most kSlots).
+  std::vector<std::pair<Key, Value>> pairs;
+  uint64_t skipped = 0;  // reh-kv records the uint64 API cannot express
+  auto flush = [&] {
+    for (const auto& [k, v] : pairs) fn(k, v);
+    pairs.clear();
+  };
+  ForEachLiveSlot([&](const PmSlot& sl) {
+    Key k = sl.key.load(std::memory_order_relaxed);
+    Value v = sl.value.load(std::memory_order_relaxed);
+    if constexpr (R) {
+      if (!records_->AsU64(v, &k, &v)) {
+        skipped++;
+        return;
+      }
+    }
+    pairs.emplace_back(k, v);
+  }, flush);
+  if constexpr (R) return records_->SkippedError(skipped);
   return Status::OK();
 }
 
-template <pm::PersistPolicy P>
-IndexStats Reh<P>::Stats() const {
+template <pm::PersistPolicy P, bool R>
+void Reh<P, R>::ForEachBytes(
+    const std::function<void(std::string_view, std::string_view)>& fn) const {
+  if constexpr (R) {
+    std::vector<std::pair<std::string, std::string>> pairs;
+    ForEachLiveSlot(
+        [&](const PmSlot& sl) {
+          const uint64_t ro = sl.value.load(std::memory_order_relaxed);
+          pairs.emplace_back(std::string(records_->Key(ro)), std::string(records_->Value(ro)));
+        },
+        [&] {
+          for (const auto& [k, v] : pairs) fn(k, v);
+          pairs.clear();
+        });
+  } else {
+    (void)fn;
+  }
+}
+
+template <pm::PersistPolicy P, bool R>
+IndexStats Reh<P, R>::Stats() const {
   IndexStats s;
   this->FillCommonStats(&s);
   const Directory* d = dir_.load(std::memory_order_acquire);
   s.buckets = meta_count_.load(std::memory_order_acquire);
   s.capacity_slots = s.buckets * kSlots;
   s.load_factor = s.capacity_slots ? static_cast<double>(s.size) / s.capacity_slots : 0;
-  s.pm_bytes = s.buckets * sizeof(PmBucket) + pm::kHeaderBytes;
+  s.pm_bytes = s.buckets * sizeof(PmBucket) + pm::kHeaderBytes + (R ? records_->pm_bytes() : 0);
   size_t dir_bytes = 0;
   {
     LockGuard<RwSpinLock> g(const_cast<RwSpinLock&>(dir_lock_));
     for (const auto& x : dirs_) dir_bytes += x->entries.bytes();
   }
-  s.dram_bytes = s.buckets * sizeof(Meta) + dir_bytes + pool_->allocator().dram_bytes();
+  s.dram_bytes = s.buckets * sizeof(Meta) + dir_bytes + pool_->allocator().dram_bytes() +
+                 (R ? records_->dram_bytes() : 0);
   s.global_depth = d->depth;
+  if constexpr (R) records_->AddDetails(&s);
   return s;
 }
 
 // REQUIRES: no concurrent writers.
-template <pm::PersistPolicy P>
-Status Reh<P>::CheckInvariants() const {
+template <pm::PersistPolicy P, bool R>
+Status Reh<P, R>::CheckInvariants() const {
   auto fail = [](const std::string& what) { return Status::Corruption("reh invariant: " + what); };
+  epoch_.Drain();  // reh-kv: retired records are back in the heap
   const Directory* d = dir_.load(std::memory_order_acquire);
   const uint32_t gd = d->depth;
-  std::unordered_set<Key> keys;
+  std::unordered_set<std::string> keys;
+  index::Records::Tally records;  // reh-kv
   uint64_t i = 0, buckets = 0, live = 0;
   for (uint64_t off = pool_->root(0); off != 0; buckets++) {
     if (buckets > pool_->allocator().chunk_count()) return fail("bucket chain has a cycle");
@@ -776,12 +1041,18 @@ Status Reh<P>::CheckInvariants() const {
     if (m->lock.IsLocked()) return fail("bucket lock held at rest");
     for (int j = 0; j < kSlots; j++) {
       const Key k = b->slots[j].key.load(std::memory_order_relaxed);
-      const uint64_t kh = hash_(k);
+      const uint64_t kh = SlotHash(k);
       const bool valid = (kh >> (64 - ld)) == prefix;
       if (valid != static_cast<bool>((bitmap >> j) & 1)) return fail("bitmap disagrees with PM");
       if (!valid) continue;
       if (m->Fingerprint(j) != static_cast<uint8_t>(kh)) return fail("stale fingerprint");
-      if (!keys.insert(k).second) return fail("duplicate key " + std::to_string(k));
+      std::string key(index::U64Bytes(k).view());
+      if constexpr (R) {
+        const uint64_t ro = b->slots[j].value.load(std::memory_order_relaxed);
+        if (std::string e = records_->Check(ro, kh, hash_, &records); !e.empty()) return fail(e);
+        key = records_->Key(ro);
+      }
+      if (!keys.insert(std::move(key)).second) return fail("duplicate key " + std::to_string(k));
       live++;
     }
     i += stride;
@@ -789,12 +1060,20 @@ Status Reh<P>::CheckInvariants() const {
   }
   if (i != d->size()) return fail("chain does not cover the directory");
   if (buckets != meta_count_.load()) return fail("bucket count != metadata count");
-  if (std::string e = this->CheckAccounting(buckets, live); !e.empty()) return fail(e);
+  uint64_t chunks = buckets;
+  if constexpr (R) {
+    if (std::string e = records_->Finish(records, live, &chunks); !e.empty()) return fail(e);
+  }
+  if (std::string e = this->CheckAccounting(chunks, live); !e.empty()) return fail(e);
   return Status::OK();
 }
 
 // Instantiated once, in the library (reh.cc); users of this header link to those
 // instead of compiling the whole index again in every translation unit.
-PMHASH_ENGINE_INSTANTIATIONS(extern, Reh);
+template <pm::PersistPolicy P>
+using RehKv = Reh<P, true>;
+
+PMHASH_ENGINE_INSTANTIATIONS(extern, Reh, false);
+PMHASH_ENGINE_INSTANTIATIONS(extern, Reh, true);
 
 }  // namespace pmhash::reh

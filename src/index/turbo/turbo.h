@@ -157,6 +157,7 @@
 #include "index/descriptor.h"
 #include "index/engine_base.h"
 #include "index/lifecycle.h"
+#include "index/records.h"
 #include "pm/persist.h"
 #include "pm/pool.h"
 #include "pm/slot.h"
@@ -171,7 +172,6 @@ inline constexpr uint64_t kOffsetMask = (uint64_t{1} << 48) - 1;
 inline constexpr uint32_t kMaxShardBits = 20;
 inline constexpr uint32_t kMaxLog2Buckets = 24;
 inline constexpr uint32_t kMaxScope = 1024;
-inline constexpr uint64_t kRecordHeader = 8;
 
 // A slot (src/pm/slot.h): turbo: key and value; turbo-kv: hash of the key and record offset.
 using Slot = pm::PmSlot;
@@ -195,12 +195,6 @@ struct PmShardDesc {
 };
 static_assert(sizeof(PmShardDesc) == 32, "32 B per shard descriptor");
 
-struct RecordHeader {
-  uint32_t key_len;
-  uint32_t value_len;
-};
-static_assert(sizeof(RecordHeader) == kRecordHeader);
-static_assert(pm::kRecordAlign % alignof(RecordHeader) == 0, "read in place at any record start");
 
 inline constexpr uint32_t MetaValid(uint64_t m) { return static_cast<uint32_t>(m & 0xFFFF); }
 inline constexpr uint32_t MetaDeleted(uint64_t m) {
@@ -432,24 +426,9 @@ class Turbo : public index::EngineBase<Turbo<P, kRecords>, P, Config> {
     return static_cast<uint8_t>(b->tags[j >> 3].load(std::memory_order_relaxed) >> ((j & 7) * 8));
   }
 
-  // Records (turbo-kv).
-  const RecordHeader* Rec(uint64_t off) const { return pool_->template At<RecordHeader>(off); }
-  std::string_view RecKey(uint64_t off) const {
-    const RecordHeader* r = Rec(off);
-    return {reinterpret_cast<const char*>(r) + kRecordHeader, r->key_len};
-  }
-  std::string_view RecValue(uint64_t off) const {
-    const RecordHeader* r = Rec(off);
-    return {reinterpret_cast<const char*>(r) + kRecordHeader + r->key_len, r->value_len};
-  }
-  uint64_t RecBytes(uint64_t off) const {
-    return kRecordHeader + uint64_t{Rec(off)->key_len} + Rec(off)->value_len;
-  }
   uint32_t RecChunks(uint64_t bytes) const {
     return static_cast<uint32_t>((bytes + chunk_ - 1) / chunk_);
   }
-  Result<uint64_t> NewRecord(std::string_view k, std::string_view v);
-  void RetireRecord(uint64_t off);
   // Calls fn(slot) for every live slot of shard s, under the shard's lock.
   template <class Fn>
   void ForEachLiveSlot(uint32_t s, Fn&& fn) const;
@@ -492,8 +471,8 @@ class Turbo : public index::EngineBase<Turbo<P, kRecords>, P, Config> {
   uint64_t chunk_ = 256;
   PmShardDesc* pm_dir_ = nullptr;
   std::unique_ptr<ShardRef[]> shards_;
-  std::unique_ptr<pm::RecordHeap> heap_;  // turbo-kv only; over pool_'s chunk allocator
-  mutable EpochManager epoch_;  // after pool_ and heap_: its destructor frees into them
+  std::unique_ptr<index::Records> records_;  // turbo-kv only (src/index/records.h)
+  mutable EpochManager epoch_;  // after pool_ and records_: its destructor frees into them
 
   std::atomic<uint64_t> gcs_{0};
   std::atomic<uint64_t> gc_dist_before_{0}, gc_dist_after_{0}, gc_items_{0};
@@ -518,7 +497,8 @@ Status Turbo<P, R>::Init() {
   shards_.reset(new (std::nothrow) ShardRef[nshards_]);
   if (!shards_) return Status::OutOfMemory("turbo: shard directory");
   if constexpr (R) {
-    heap_ = std::make_unique<pm::RecordHeap>(pool_->base(), &pool_->allocator(), &epoch_);
+    records_ = std::make_unique<index::Records>(*pool_, epoch_, params_.max_record_bytes,
+                                                kKindName);
   }
   return Status::OK();
 }
@@ -556,7 +536,7 @@ Status Turbo<P, R>::Create() {
 template <pm::PersistPolicy P, bool R>
 Status Turbo<P, R>::Recover() {
   pm::ChunkAllocator& alloc = pool_->allocator();
-  if constexpr (R) heap_->Reset();
+  if constexpr (R) records_->Reset();
   const uint64_t dir = pool_->root(0);
   const uint32_t dir_chunks = RecChunks(uint64_t{nshards_} * sizeof(PmShardDesc));
   if (dir == 0 || !alloc.ValidChunk(dir, dir_chunks)) {
@@ -606,25 +586,8 @@ Status Turbo<P, R>::Recover() {
         const int j = std::countr_zero(c);
         const Slot& sl = b->slots[j];
         if constexpr (R) {
-          const uint64_t ro = sl.value.load(std::memory_order_relaxed);
-          if (!heap_->PlausibleRecord(ro, kRecordHeader)) {
-            return Status::Corruption("turbo: record offset " + std::to_string(ro) +
-                                      " is outside the heap or misaligned");
-          }
-          const uint64_t bytes = RecBytes(ro);
-          if (bytes > params_.max_record_bytes) {
-            return Status::Corruption("turbo: record at " + std::to_string(ro) +
-                                      " has bad lengths");
-          }
-          // In the heap, in a valid slab of its size class (or its own chunks), on a slot
-          // boundary, not shared: only then are its key bytes read.
-          if (Status st = heap_->MarkReachable(ro, bytes); !st.ok()) {
-            return Status::Corruption("turbo: " + std::string(st.message()));
-          }
-          if (hash_(RecKey(ro)) != sl.key.load(std::memory_order_relaxed)) {
-            return Status::Corruption("turbo: record at " + std::to_string(ro) +
-                                      " does not match its slot's hash");
-          }
+          PMHASH_RETURN_IF_ERROR(records_->Recover(sl.value.load(std::memory_order_relaxed),
+                                                   sl.key.load(std::memory_order_relaxed), hash_));
         }
         const uint8_t tag = static_cast<uint8_t>(SlotHash(sl));
         tags[j >> 3] |= uint64_t{tag} << ((j & 7) * 8);
@@ -643,7 +606,7 @@ template <pm::PersistPolicy P, bool R>
 bool Turbo<P, R>::SlotMatches(const Slot& s, const Probe& p) const {
   if constexpr (R) {
     if (s.key.load(std::memory_order_relaxed) != p.h) return false;
-    return RecKey(s.value.load(std::memory_order_acquire)) == p.s;
+    return records_->KeyEquals(s.value.load(std::memory_order_acquire), p.s);
   } else {
     return s.key.load(std::memory_order_relaxed) == p.k;
   }
@@ -700,13 +663,10 @@ template <pm::PersistPolicy P, bool R>
 Status Turbo<P, R>::Find(Key k, Value* out) const {
   if constexpr (R) {
     std::string v;
-    char kb[8];
-    std::memcpy(kb, &k, 8);
-    PMHASH_RETURN_IF_ERROR(FindBytes(std::string_view(kb, 8), &v));
-    if (v.size() != sizeof(Value)) {
+    PMHASH_RETURN_IF_ERROR(FindBytes(index::U64Bytes(k).view(), &v));
+    if (!index::U64Bytes::Read(v, out)) {
       return Status::InvalidArgument("turbo-kv: the value is not 8 bytes");
     }
-    std::memcpy(out, v.data(), 8);
     return Status::OK();
   } else {
     Probe p{hash_(k), k, {}};
@@ -730,7 +690,7 @@ Status Turbo<P, R>::FindBytes(std::string_view k, std::string* out) const {
   } else {
     Probe p{hash_(k), 0, k};
     const bool found = Search(p, [&](const Slot& s) {
-      const std::string_view val = RecValue(s.value.load(std::memory_order_acquire));
+      const std::string_view val = records_->Value(s.value.load(std::memory_order_acquire));
       out->assign(val.data(), val.size());
       return true;
     });
@@ -766,39 +726,9 @@ bool Turbo<P, R>::Locate(const View& v, const Probe& p, Where* found, Where* ins
 }
 
 template <pm::PersistPolicy P, bool R>
-Result<uint64_t> Turbo<P, R>::NewRecord(std::string_view k, std::string_view v) {
-  const uint64_t bytes = kRecordHeader + k.size() + v.size();
-  if (k.size() > UINT32_MAX || v.size() > UINT32_MAX || bytes > params_.max_record_bytes) {
-    return Status::InvalidArgument("turbo-kv: key + value exceed max_record_bytes");
-  }
-  auto off = heap_->Allocate(bytes, persist_);
-  if (!off.ok() && off.status().IsOutOfSpace() && epoch_.pending() != 0) {
-    epoch_.Reclaim();  // erased records may be waiting for the epoch to move
-    epoch_.Reclaim();
-    off = heap_->Allocate(bytes, persist_);
-  }
-  if (!off.ok()) return off.status();
-  char* dst = pool_->template At<char>(off.value());
-  RecordHeader h{static_cast<uint32_t>(k.size()), static_cast<uint32_t>(v.size())};
-  std::memcpy(dst, &h, sizeof(h));
-  if (!k.empty()) std::memcpy(dst + kRecordHeader, k.data(), k.size());
-  if (!v.empty()) std::memcpy(dst + kRecordHeader + k.size(), v.data(), v.size());
-  persist_.Flush(dst, bytes);  // fenced together with the slot (I2)
-  return off.value();
-}
-
-template <pm::PersistPolicy P, bool R>
-void Turbo<P, R>::RetireRecord(uint64_t off) {
-  heap_->Retire(off, RecBytes(off));
-}
-
-template <pm::PersistPolicy P, bool R>
 Status Turbo<P, R>::Write(Key k, Value v, WriteMode mode) {
   if constexpr (R) {
-    char kb[8], vb[8];
-    std::memcpy(kb, &k, 8);
-    std::memcpy(vb, &v, 8);
-    return WriteBytes(std::string_view(kb, 8), std::string_view(vb, 8), mode);
+    return WriteBytes(index::U64Bytes(k).view(), index::U64Bytes(v).view(), mode);
   } else {
     return Write(Probe{hash_(k), k, {}}, {}, v, mode);
   }
@@ -835,7 +765,7 @@ Status Turbo<P, R>::Write(const Probe& p, std::string_view value_bytes, Value va
     // The item to write: (key, value) or (hash, new record).
     uint64_t item_key = p.k, item_value = value;
     if constexpr (R) {
-      auto rec = NewRecord(p.s, value_bytes);
+      auto rec = records_->New(p.s, value_bytes, persist_);
       if (!rec.ok()) return rec.status();
       item_key = p.h;
       item_value = rec.value();
@@ -864,7 +794,7 @@ Status Turbo<P, R>::Write(const Probe& p, std::string_view value_bytes, Value va
     }
     PublishMeta(r, b, MakeMeta(valid, del, MetaSeq(m) + 1));
     if constexpr (R) {
-      if (found) RetireRecord(old_record);
+      if (found) records_->Retire(old_record);
     }
     if (!found) size_.Add(1);
     return Status::OK();
@@ -891,7 +821,7 @@ Status Turbo<P, R>::EraseProbe(const Probe& p) {
   const uint64_t m = f.b->meta.load(std::memory_order_relaxed);
   PublishMeta(r, f.b, MakeMeta(MetaValid(m), MetaDeleted(m) | (1u << f.j), MetaSeq(m) + 1));
   r.deleted++;
-  if constexpr (R) RetireRecord(f.b->slots[f.j].value.load(std::memory_order_relaxed));
+  if constexpr (R) records_->Retire(f.b->slots[f.j].value.load(std::memory_order_relaxed));
   size_.Add(-1);
   return Status::OK();
 }
@@ -899,9 +829,7 @@ Status Turbo<P, R>::EraseProbe(const Probe& p) {
 template <pm::PersistPolicy P, bool R>
 Status Turbo<P, R>::Erase(Key k) {
   if constexpr (R) {
-    char kb[8];
-    std::memcpy(kb, &k, 8);
-    return EraseBytes(std::string_view(kb, 8));
+    return EraseBytes(index::U64Bytes(k).view());
   } else {
     return EraseProbe(Probe{hash_(k), k, {}});
   }
@@ -1057,17 +985,13 @@ Status Turbo<P, R>::ForEach(const std::function<void(Key, Value)>& fn) const {
     pairs.clear();
     ForEachLiveSlot(s, [&](const Slot& sl) {
       if constexpr (R) {
-        const uint64_t ro = sl.value.load(std::memory_order_relaxed);
-        const std::string_view k = RecKey(ro), val = RecValue(ro);
-        if (k.size() != 8 || val.size() != 8) {
-          skipped++;
-          return;
-        }
         Key kk;
         Value vv;
-        std::memcpy(&kk, k.data(), 8);
-        std::memcpy(&vv, val.data(), 8);
-        pairs.emplace_back(kk, vv);
+        if (records_->AsU64(sl.value.load(std::memory_order_relaxed), &kk, &vv)) {
+          pairs.emplace_back(kk, vv);
+        } else {
+          skipped++;
+        }
       } else {
         pairs.emplace_back(sl.key.load(std::memory_order_relaxed),
                            sl.value.load(std::memory_order_relaxed));
@@ -1075,11 +999,7 @@ Status Turbo<P, R>::ForEach(const std::function<void(Key, Value)>& fn) const {
     });
     for (const auto& [k, v] : pairs) fn(k, v);  // outside the shard lock
   }
-  if (skipped > 0) {
-    return Status::NotSupported(std::string(kKindName) + ": " + std::to_string(skipped) +
-                                " records have keys or values that are not 8 bytes; use the "
-                                "bytes API's ForEach");
-  }
+  if constexpr (R) return records_->SkippedError(skipped);
   return Status::OK();
 }
 
@@ -1092,7 +1012,7 @@ void Turbo<P, R>::ForEachBytes(
       pairs.clear();
       ForEachLiveSlot(s, [this, &pairs](const Slot& sl) {
         const uint64_t ro = sl.value.load(std::memory_order_relaxed);
-        pairs.emplace_back(std::string(RecKey(ro)), std::string(RecValue(ro)));
+        pairs.emplace_back(std::string(records_->Key(ro)), std::string(records_->Value(ro)));
       });
       for (const auto& [k, v] : pairs) fn(k, v);
     }
@@ -1136,11 +1056,10 @@ IndexStats Turbo<P, R>::Stats() const {
   st.capacity_slots = buckets * kSlots;
   st.load_factor = st.capacity_slots ? static_cast<double>(st.size) / st.capacity_slots : 0;
   const uint64_t dir_bytes = RecChunks(uint64_t{nshards_} * sizeof(PmShardDesc)) * chunk_;
-  pm::RecordHeapStats rs;
-  if constexpr (R) rs = heap_->stats();
-  st.pm_bytes = pm::kHeaderBytes + dir_bytes + buckets * sizeof(Bucket) + rs.bytes;
+  st.pm_bytes = pm::kHeaderBytes + dir_bytes + buckets * sizeof(Bucket) +
+                 (R ? records_->pm_bytes() : 0);
   st.dram_bytes = uint64_t{nshards_} * sizeof(ShardRef) + pool_->allocator().dram_bytes() +
-                  (R ? heap_->dram_bytes() : 0);
+                  (R ? records_->dram_bytes() : 0);
   st.splits = doublings_.load(std::memory_order_relaxed) + gcs_.load(std::memory_order_relaxed);
   auto add = [&](const char* name, double value) { st.details.push_back({name, value}); };
   const uint64_t gci = gc_items_.load(std::memory_order_relaxed);
@@ -1159,14 +1078,7 @@ IndexStats Turbo<P, R>::Stats() const {
       gci ? static_cast<double>(gc_dist_after_.load(std::memory_order_relaxed)) / gci : 0);
   add("turbo.read_retries", static_cast<double>(read_retries_.load(std::memory_order_relaxed)));
   add("turbo.epoch.pending", static_cast<double>(epoch_.pending()));
-  if constexpr (R) {
-    // PM the record heap holds (slabs, including their free slots, and large records' chunks).
-    add("records.bytes", static_cast<double>(rs.bytes));
-    add("records.slabs", static_cast<double>(rs.slabs));
-    add("records.empty_slabs", static_cast<double>(rs.empty_slabs));
-    add("records.large_chunks", static_cast<double>(rs.large_chunks));
-    add("records.reused_slots", static_cast<double>(rs.reused_slots));
-  }
+  if constexpr (R) records_->AddDetails(&st);
   return st;
 }
 
@@ -1178,8 +1090,7 @@ Status Turbo<P, R>::CheckInvariants() const {
   };
   epoch_.Drain();  // retired shards and records are back in the allocator
   std::unordered_set<std::string> keys;
-  std::unordered_set<uint64_t> slabs;  // turbo-kv: slabs holding a live record
-  uint64_t large_chunks = 0;           // turbo-kv: chunks of records too big for a slab
+  index::Records::Tally records;  // turbo-kv
   uint64_t chunks = RecChunks(uint64_t{nshards_} * sizeof(PmShardDesc));
   uint64_t live = 0;
   for (uint32_t s = 0; s < nshards_; s++) {
@@ -1220,15 +1131,8 @@ Status Turbo<P, R>::CheckInvariants() const {
         std::string key;
         if constexpr (R) {
           const uint64_t ro = sl.value.load(std::memory_order_relaxed);
-          const uint64_t bytes = RecBytes(ro);
-          if (!heap_->IsAllocated(ro, bytes)) return fail("record not marked allocated");
-          key = std::string(RecKey(ro));
-          if (hash_(key) != h) return fail("record hash mismatch");
-          if (const uint64_t slab = heap_->SlabOf(ro, bytes)) {
-            slabs.insert(slab);
-          } else {
-            large_chunks += RecChunks(bytes);
-          }
+          if (std::string e = records_->Check(ro, h, hash_, &records); !e.empty()) return fail(e);
+          key = std::string(records_->Key(ro));
         } else {
           const uint64_t k = sl.key.load(std::memory_order_relaxed);
           key.assign(reinterpret_cast<const char*>(&k), 8);
@@ -1240,22 +1144,7 @@ Status Turbo<P, R>::CheckInvariants() const {
     if (deleted != rdeleted) return fail("deleted-slot count of shard " + std::to_string(s));
   }
   if constexpr (R) {
-    // Reachable slabs, plus the empty ones the heap keeps for reuse (H4 in record_heap.h);
-    // every allocated slot is a reachable record.
-    PMHASH_RETURN_IF_ERROR(heap_->Check());
-    const pm::RecordHeapStats rs = heap_->stats();
-    if (rs.slabs != slabs.size() + rs.empty_slabs) {
-      return fail("live slabs (" + std::to_string(rs.slabs) +
-                  ") != slabs with a reachable record (" + std::to_string(slabs.size()) +
-                  ") + empty slabs kept (" +
-                  std::to_string(rs.empty_slabs) + "): leak");
-    }
-    if (rs.large_chunks != large_chunks) return fail("large record chunks differ");
-    if (rs.slab_records + rs.large_records != live) {
-      return fail("allocated records (" + std::to_string(rs.slab_records + rs.large_records) +
-                  ") != reachable records (" + std::to_string(live) + "): leak");
-    }
-    chunks += rs.slabs * heap_->slab_chunks() + large_chunks;
+    if (std::string e = records_->Finish(records, live, &chunks); !e.empty()) return fail(e);
   }
   if (std::string e = this->CheckAccounting(chunks, live); !e.empty()) return fail(e);
   return Status::OK();

@@ -1,0 +1,174 @@
+// src/index/records.h — the records of the kinds with variable-size keys and values.
+//
+// A records kind (turbo-kv, reh-kv) keeps its design's 16 B slot and stores in it
+//
+//     slot   = [ hash(key):64 | record offset:64 ]
+//     record = [ klen:32 | vlen:32 | key bytes | value bytes ]   (8 + klen + vlen bytes)
+//
+// with the record in the pool's record heap (src/pm/record_heap.h: a slot of the smallest size
+// class that holds it, or whole chunks). This file is what such a kind needs of its records,
+// written once: create (flushed; the caller's fence orders it before the slot that publishes
+// it), read, retire (epoch-deferred: readers may hold it), rebuild by reachability at open
+// (every field read from PM is validated before it is trusted), and the invariant check that
+// proves every allocated record reachable. Its engine decides when a record becomes reachable.
+//
+// The uint64 API of a records kind maps a key and a value to their 8 little-endian bytes
+// (U64Bytes); its uint64 ForEach visits the records of exactly 8 + 8 bytes and reports how many
+// others it skipped (ForEachBytes visits all).
+//
+// Thread safety: New and Retire may run concurrently (the heap's bins are striped and locked);
+// Key/Value reads of a published record need the epoch guard of the engine's readers, or the
+// lock that keeps it published. Reset, Recover and the Check* calls REQUIRE quiescence.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <unordered_set>
+
+#include "common/epoch.h"
+#include "common/hash.h"
+#include "pm/persist.h"
+#include "pm/pool.h"
+#include "pm/record_heap.h"
+#include "pmhash/stats.h"
+#include "pmhash/status.h"
+
+namespace pmhash::index {
+
+inline constexpr uint64_t kRecordHeader = 8;
+struct RecordHeader {
+  uint32_t key_len;
+  uint32_t value_len;
+};
+static_assert(sizeof(RecordHeader) == kRecordHeader);
+static_assert(pm::kRecordAlign % alignof(RecordHeader) == 0, "read in place at any record start");
+
+// A uint64 key or value as the 8 little-endian bytes a records kind stores.
+class U64Bytes {
+ public:
+  explicit U64Bytes(uint64_t x) { std::memcpy(b_, &x, sizeof(b_)); }
+  std::string_view view() const { return {b_, sizeof(b_)}; }
+  // *x from exactly 8 bytes; false for any other length.
+  static bool Read(std::string_view s, uint64_t* x) {
+    if (s.size() != sizeof(uint64_t)) return false;
+    std::memcpy(x, s.data(), sizeof(uint64_t));
+    return true;
+  }
+
+ private:
+  char b_[8];
+};
+
+class Records {
+ public:
+  // `kind` names the engine in errors; the heap lies over the pool's chunk allocator.
+  Records(pm::Pool& pool, EpochManager& epoch, uint64_t max_record_bytes, std::string_view kind)
+      : pool_(pool),
+        epoch_(epoch),
+        heap_(pool.base(), &pool.allocator(), &epoch),
+        max_bytes_(max_record_bytes),
+        kind_(kind) {}
+
+  std::string_view Key(uint64_t off) const {
+    const RecordHeader* r = Header(off);
+    return {reinterpret_cast<const char*>(r) + kRecordHeader, r->key_len};
+  }
+  std::string_view Value(uint64_t off) const {
+    const RecordHeader* r = Header(off);
+    return {reinterpret_cast<const char*>(r) + kRecordHeader + r->key_len, r->value_len};
+  }
+  // Key(off) == s, for a lock-free reader that may hold a stale offset (its version check comes
+  // after): reads no byte outside the pool whatever the header says.
+  bool KeyEquals(uint64_t off, std::string_view s) const {
+    if (off == 0 || s.size() > pool_.size() - kRecordHeader ||
+        off > pool_.size() - kRecordHeader - s.size()) {
+      return false;
+    }
+    const RecordHeader* r = Header(off);
+    return r->key_len == s.size() &&
+           (s.empty() ||
+            std::memcmp(reinterpret_cast<const char*>(r) + kRecordHeader, s.data(), s.size()) == 0);
+  }
+  uint64_t Bytes(uint64_t off) const {
+    const RecordHeader* r = Header(off);
+    return kRecordHeader + uint64_t{r->key_len} + r->value_len;
+  }
+
+  // A new record of k and v, flushed but not fenced: the fence of the slot write that publishes
+  // it orders both. kInvalidArgument over max_record_bytes; kOutOfSpace when the heap is full
+  // even after the erased records waiting for the epoch have been freed.
+  template <pm::PersistPolicy P>
+  Result<uint64_t> New(std::string_view k, std::string_view v, const pm::Persister<P>& persist) {
+    const uint64_t bytes = kRecordHeader + k.size() + v.size();
+    if (k.size() > UINT32_MAX || v.size() > UINT32_MAX || bytes > max_bytes_) {
+      return Status::InvalidArgument(std::string(kind_) +
+                                     ": key + value exceed max_record_bytes (" +
+                                     std::to_string(max_bytes_) + ")");
+    }
+    auto off = heap_.Allocate(bytes, persist);
+    if (!off.ok() && off.status().IsOutOfSpace() && epoch_.pending() != 0) {
+      epoch_.Reclaim();  // erased records may be waiting for the epoch to move
+      epoch_.Reclaim();
+      off = heap_.Allocate(bytes, persist);
+    }
+    if (!off.ok()) return off.status();
+    char* dst = pool_.At<char>(off.value());
+    const RecordHeader h{static_cast<uint32_t>(k.size()), static_cast<uint32_t>(v.size())};
+    std::memcpy(dst, &h, sizeof(h));
+    if (!k.empty()) std::memcpy(dst + kRecordHeader, k.data(), k.size());
+    if (!v.empty()) std::memcpy(dst + kRecordHeader + k.size(), v.data(), v.size());
+    persist.Flush(dst, bytes);
+    return off.value();
+  }
+  // Frees the record once no epoch reader can hold it. REQUIRES: it is no longer reachable.
+  void Retire(uint64_t off) { heap_.Retire(off, Bytes(off)); }
+
+  // Recovery. Reset() first (after the chunk allocator's), then Recover() for the record of
+  // every live slot: `h` is the hash the slot holds. Validates, in this order, what a crash or
+  // a hostile file could have left: the offset (in the heap, aligned) before the header is
+  // read, the lengths, the slot (a valid slab of the record's size class, on a slot boundary,
+  // not reached before) before the key is read, and the key's hash against the slot's.
+  void Reset() { heap_.Reset(); }
+  Status Recover(uint64_t off, uint64_t h, const Hasher& hash);
+
+  // CheckInvariants of the engine: Tally() for every live record (its slot holds hash `h`),
+  // then Finish() with the number of live records; Finish() adds the chunks the heap holds to
+  // *chunks (for EngineBase::CheckAccounting). Each returns "" or what is wrong.
+  struct Tally {
+    std::unordered_set<uint64_t> slabs;  // slabs holding a live record
+    uint64_t large_chunks = 0;           // chunks of records too big for a slab
+  };
+  std::string Check(uint64_t off, uint64_t h, const Hasher& hash, Tally* t) const;
+  std::string Finish(const Tally& t, uint64_t live, uint64_t* chunks) const;
+
+  // IndexStats: the PM the records take, and the "records.*" details.
+  uint64_t pm_bytes() const { return heap_.stats().bytes; }
+  uint64_t dram_bytes() const { return heap_.dram_bytes(); }
+  void AddDetails(IndexStats* s) const;
+
+  // The uint64 view of a record: its key and value if both are 8 bytes, else false.
+  bool AsU64(uint64_t off, uint64_t* k, uint64_t* v) const {
+    return U64Bytes::Read(Key(off), k) && U64Bytes::Read(Value(off), v);
+  }
+  // What a uint64 ForEach returns after skipping `skipped` records AsU64 refused.
+  Status SkippedError(uint64_t skipped) const {
+    if (skipped == 0) return Status::OK();
+    return Status::NotSupported(std::string(kind_) + ": " + std::to_string(skipped) +
+                                " records have keys or values that are not 8 bytes; use the "
+                                "bytes API's ForEach");
+  }
+
+ private:
+  const RecordHeader* Header(uint64_t off) const { return pool_.At<RecordHeader>(off); }
+
+  pm::Pool& pool_;
+  EpochManager& epoch_;
+  pm::RecordHeap heap_;
+  const uint64_t max_bytes_;
+  const std::string_view kind_;
+};
+
+}  // namespace pmhash::index
