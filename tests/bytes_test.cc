@@ -26,24 +26,12 @@ namespace {
 // Small geometry for every records kind: splits, rehashes and doublings within the first
 // hundreds of keys. (Each kind reads only its own parameters.)
 Options Small(const std::string& path, Durability d, HashMode mode = HashMode::kStrong) {
-  Options o;
-  o.path = path;
-  o.pool_size = uint64_t{256} << 20;
-  o.durability = d;
-  o.hash_mode = mode;
+  Options o = PoolOptions(path, d, uint64_t{256} << 20, mode);
   o.turbo.shard_bits = 2;
   o.turbo.initial_buckets = 2;
   o.turbo.probe_scope = 16;
   o.reh.initial_depth = 1;
   return o;
-}
-
-double Detail(const IndexStats& s, std::string_view name) {
-  for (const auto& d : s.details) {
-    if (d.name == name) return d.value;
-  }
-  ADD_FAILURE() << "no detail " << name;
-  return -1;
 }
 
 // Binary strings of 1 B .. 4 KB (mostly short), with zero bytes.

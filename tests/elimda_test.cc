@@ -42,14 +42,6 @@ Options SmallOptions(const std::string& path) {
   return o;
 }
 
-double Detail(const IndexStats& s, const std::string& name) {
-  for (const auto& d : s.details) {
-    if (d.name == name) return d.value;
-  }
-  ADD_FAILURE() << "no detail " << name;
-  return -1;
-}
-
 template <class I>
 void ExpectContents(I& ix, const std::map<Key, Value>& model) {
   Status s = ix.CheckInvariants();

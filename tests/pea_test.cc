@@ -31,14 +31,6 @@
 namespace pmhash::testing {
 namespace {
 
-double Detail(const IndexStats& s, const std::string& name) {
-  for (const auto& d : s.details) {
-    if (d.name == name) return d.value;
-  }
-  ADD_FAILURE() << "no detail " << name;
-  return -1;
-}
-
 Options PeaOptions(const std::string& path, Durability d, uint32_t buckets) {
   Options o;
   o.path = path;

@@ -2126,6 +2126,29 @@ TEST(TurboHostile, BadDescriptors) {
   }
 }
 
+// A corruption of a live slot's record offset word (file offset `slot_value`) or of its record.
+struct RecordCase {
+  const char* what;
+  void (*corrupt)(const std::string& p, uint64_t slot_value, uint64_t record);
+};
+// What every records kind (src/index/records.h) must refuse at open.
+const RecordCase kRecordCases[] = {
+    {"record offset past the heap",
+     [](const std::string& p, uint64_t sv, uint64_t) { WriteU64(p, sv, uint64_t{1} << 40); }},
+    {"misaligned record offset",
+     [](const std::string& p, uint64_t sv, uint64_t rec) { WriteU64(p, sv, rec + 3); }},
+    {"record length past the pool",
+     [](const std::string& p, uint64_t, uint64_t rec) {
+       WriteU64(p, rec, (uint64_t{0xFFFFFF00} << 32) | 8);
+     }},
+    {"record offset between two slots of its slab",
+     [](const std::string& p, uint64_t sv, uint64_t rec) { WriteU64(p, sv, rec + 16); }},
+    {"record key does not match the slot hash",
+     [](const std::string& p, uint64_t, uint64_t rec) {
+       WriteU64(p, rec + 8, ReadU64(p, rec + 8) ^ 1);
+     }},
+};
+
 TEST(TurboHostile, BadRecords) {
   using T = turbo::TurboKv<pm::Adr>;
   // File offset of the record-offset word of the first live slot of shard 0, and the record's.
@@ -2142,27 +2165,13 @@ TEST(TurboHostile, BadRecords) {
     ADD_FAILURE() << "no live slot in shard 0";
     return uint64_t{0};
   };
-  struct Case {
-    const char* what;
-    void (*corrupt)(const std::string& p, uint64_t slot_value, uint64_t record);
-  };
-  const Case cases[] = {
-      {"record offset past the heap",
-       [](const std::string& p, uint64_t sv, uint64_t) { WriteU64(p, sv, uint64_t{1} << 40); }},
-      {"misaligned record offset",
-       [](const std::string& p, uint64_t sv, uint64_t rec) { WriteU64(p, sv, rec + 3); }},
-      {"record length past the pool",
-       [](const std::string& p, uint64_t, uint64_t rec) {
-         WriteU64(p, rec, (uint64_t{0xFFFFFF00} << 32) | 8);
-       }},
+  const RecordCase turbo_cases[] = {
       {"record offset into a free slab position (no slab header)",
        [](const std::string& p, uint64_t sv, uint64_t) {
          const uint64_t heap = ReadU64(p, 40), chunks = ReadU64(p, 56);
          const uint64_t last_slab = heap + (chunks / 16 - 1) * 4096;
          WriteU64(p, sv, last_slab + pm::kSlabHeaderBytes);
        }},
-      {"record offset between two 32 B slots of its slab",
-       [](const std::string& p, uint64_t sv, uint64_t rec) { WriteU64(p, sv, rec + 16); }},
       {"record offset on its slab's header",
        [](const std::string& p, uint64_t sv, uint64_t rec) {
          const uint64_t heap = ReadU64(p, 40);
@@ -2176,10 +2185,6 @@ TEST(TurboHostile, BadRecords) {
       {"record length larger than its slot (reads would run into the next slots)",
        [](const std::string& p, uint64_t, uint64_t rec) {
          WriteU64(p, rec, (uint64_t{100} << 32) | 8);
-       }},
-      {"record key does not match the slot hash",
-       [](const std::string& p, uint64_t, uint64_t rec) {
-         WriteU64(p, rec + 8, ReadU64(p, rec + 8) ^ 1);
        }},
       {"record shared by two slots",
        [](const std::string& p, uint64_t sv, uint64_t rec) {
@@ -2199,7 +2204,9 @@ TEST(TurboHostile, BadRecords) {
          }
        }},
   };
-  for (const Case& c : cases) {
+  std::vector<RecordCase> cases(std::begin(kRecordCases), std::end(kRecordCases));
+  cases.insert(cases.end(), std::begin(turbo_cases), std::end(turbo_cases));
+  for (const RecordCase& c : cases) {
     SCOPED_TRACE(c.what);
     ScopedPath p("turbo_hostile_rec");
     const uint64_t dir = MakeTurboPool<T>(p.path());
@@ -2242,27 +2249,7 @@ TEST(RehKvHostile, BadRecords) {
     EXPECT_TRUE((*r)->Close().ok());
     return rec;
   };
-  struct Case {
-    const char* what;
-    void (*corrupt)(const std::string& p, uint64_t slot_value, uint64_t record);
-  };
-  const Case cases[] = {
-      {"record offset past the heap",
-       [](const std::string& p, uint64_t sv, uint64_t) { WriteU64(p, sv, uint64_t{1} << 40); }},
-      {"misaligned record offset",
-       [](const std::string& p, uint64_t sv, uint64_t rec) { WriteU64(p, sv, rec + 3); }},
-      {"record length past the pool",
-       [](const std::string& p, uint64_t, uint64_t rec) {
-         WriteU64(p, rec, (uint64_t{0xFFFFFF00} << 32) | 8);
-       }},
-      {"record offset between two slots of its slab",
-       [](const std::string& p, uint64_t sv, uint64_t rec) { WriteU64(p, sv, rec + 16); }},
-      {"record key does not match the slot hash",
-       [](const std::string& p, uint64_t, uint64_t rec) {
-         WriteU64(p, rec + 8, ReadU64(p, rec + 8) ^ 1);
-       }},
-  };
-  for (const Case& c : cases) {
+  for (const RecordCase& c : kRecordCases) {
     SCOPED_TRACE(c.what);
     ScopedPath p("rehkv_hostile_rec");
     uint64_t sv = 0;

@@ -21,15 +21,9 @@
 namespace pmhash::smartht {
 namespace {
 
+using testing::Detail;
 using testing::Scaled;
 using testing::TempPoolPath;
-
-double Detail(const IndexStats& s, std::string_view name) {
-  for (const NamedStat& d : s.details) {
-    if (d.name == name) return d.value;
-  }
-  return -1;
-}
 
 class SmartHtTest : public ::testing::Test {
  protected:

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "pmhash/index.h"
+#include "pmhash/options.h"
 
 #if defined(__has_feature)
 #if __has_feature(thread_sanitizer)
@@ -38,6 +39,27 @@
 #endif
 
 namespace pmhash::testing {
+
+// Options of a pool at `path`: durability, size and hash mode; the index parameters are the
+// caller's.
+inline Options PoolOptions(const std::string& path, Durability d, uint64_t pool_size,
+                           HashMode mode = HashMode::kStrong) {
+  Options o;
+  o.path = path;
+  o.pool_size = pool_size;
+  o.durability = d;
+  o.hash_mode = mode;
+  return o;
+}
+
+// The detail `name` of IndexStats (index-specific figures); a test failure and -1 if absent.
+inline double Detail(const IndexStats& s, std::string_view name) {
+  for (const NamedStat& d : s.details) {
+    if (d.name == name) return d.value;
+  }
+  ADD_FAILURE() << "no detail " << name;
+  return -1;
+}
 
 #if defined(PMHASH_TEST_TSAN)
 inline constexpr bool kTsan = true;

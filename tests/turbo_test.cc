@@ -30,23 +30,11 @@ using turbo::Turbo;
 using turbo::TurboKv;
 
 Options Small(const std::string& path, Durability d, HashMode mode = HashMode::kStrong) {
-  Options o;
-  o.path = path;
-  o.pool_size = uint64_t{256} << 20;
-  o.durability = d;
-  o.hash_mode = mode;
+  Options o = PoolOptions(path, d, uint64_t{256} << 20, mode);
   o.turbo.shard_bits = 2;
   o.turbo.initial_buckets = 2;
   o.turbo.probe_scope = 16;
   return o;
-}
-
-double Detail(const IndexStats& s, std::string_view name) {
-  for (const auto& d : s.details) {
-    if (d.name == name) return d.value;
-  }
-  ADD_FAILURE() << "no detail " << name;
-  return -1;
 }
 
 // ============================================================================================

@@ -76,6 +76,24 @@ struct DescriptorTypes {
   static const Params& Given(const Options& o) { return o.*kGiven; }
 };
 
+// The layout words every stored parameter block starts with (its first three words: checked by
+// DecodeParams against this build's), as a base of the index's PersistentParams:
+//   struct PersistentParams : index::LayoutWords<sizeof(PmBucket), kSlots> { uint32_t ...; };
+template <uint32_t kBucketBytes, uint32_t kSlots, uint32_t kVersion = 1>
+struct LayoutWords {
+  uint32_t layout_version = kVersion;
+  uint32_t bucket_bytes = kBucketBytes;
+  uint32_t slots = kSlots;
+};
+
+// Engine<P> = E<P, kFlag>: an engine with a second template argument (reh-kv and turbo-kv are
+// Reh<P, true> and Turbo<P, true>) as the template of the policy alone that DescriptorTypes takes.
+template <template <pm::PersistPolicy, bool> class E, bool kFlag>
+struct FlaggedEngine {
+  template <class P>
+  using Engine = E<P, kFlag>;
+};
+
 // What an index needs of a new pool's heap.
 struct PoolLayout {
   uint32_t chunk_size = 256;

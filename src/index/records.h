@@ -23,13 +23,18 @@
 
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
+#include <tuple>
 #include <unordered_set>
 
 #include "common/epoch.h"
 #include "common/hash.h"
+#include "index/descriptor.h"
+#include "index/engine_base.h"
 #include "pm/persist.h"
 #include "pm/pool.h"
 #include "pm/record_heap.h"
@@ -62,6 +67,83 @@ class U64Bytes {
   char b_[8];
 };
 
+// ---- What a records kind's descriptor and engine share (turbo-kv, reh-kv).
+
+// A key as a search compares it: the inline key (p.k), or the hash and the bytes (p.s).
+struct KeyProbe {
+  uint64_t h;
+  uint64_t k;
+  std::string_view s;
+};
+
+// Its pool properties: the kind's own, plus max_record_bytes (default 16 MiB) if kRecords.
+template <bool kRecords, class Params, class Stored, class... Props>
+constexpr auto WithRecordProperty(std::string_view name, std::optional<uint32_t> Params::*given,
+                                  uint32_t Stored::*stored, std::tuple<Props...> props) {
+  if constexpr (kRecords) {
+    return std::tuple_cat(props, std::tuple{PoolProperty{name, given, stored, 1u << 24}});
+  } else {
+    return props;
+  }
+}
+
+// Check() of its two stored words: "" or why they are impossible for `kind`.
+inline std::string CheckRecordWords(bool records_kind, uint32_t records, uint32_t max_record_bytes,
+                                    std::string_view kind) {
+  if (records != (records_kind ? 1u : 0u)) {
+    return "records = " + std::to_string(records) + " in a '" + std::string(kind) + "' pool";
+  }
+  if (records_kind && (max_record_bytes < 64 || max_record_bytes > (1u << 30))) {
+    return "max_record_bytes must be in [64, 2^30]";
+  }
+  if (!records_kind && max_record_bytes != 0) {
+    return "max_record_bytes set in a '" + std::string(kind) + "' pool";
+  }
+  return "";
+}
+
+// EstimatePoolBytes: PM per key of a uint64 pair as a record (8 B header + 8 B key + 8 B value)
+// in a 32 B slot of a record-heap slab, slabs planned 80% full (erases, one open slab per
+// stripe).
+inline constexpr double kRecordBytesPerKey =
+    pm::kSlabTargetBytes / ((pm::kSlabTargetBytes - pm::kSlabHeaderBytes) / 32.0) / 0.8;
+
+// The bytes calls of a kind without records.
+inline Status NoRecords(std::string_view kind) {
+  return Status::NotSupported(std::string(kind) + ": byte keys need the " + std::string(kind) +
+                              "-kv kind");
+}
+
+// The uint64 Find of a records kind: the record of the key's 8 bytes, whose value must be 8 B.
+template <class Engine>
+Status FindU64AsBytes(const Engine& e, uint64_t k, uint64_t* v) {
+  std::string val;
+  PMHASH_RETURN_IF_ERROR(e.FindBytes(U64Bytes(k).view(), &val));
+  if (!U64Bytes::Read(val, v)) {
+    return Status::InvalidArgument(std::string(Engine::kKindName) + ": the value is not 8 bytes");
+  }
+  return Status::OK();
+}
+
+// The BytesIndex calls (include/pmhash/index.h) of an engine with a kRecords flag, declared once:
+// the three writes over its `Status WriteBytes(std::string_view, std::string_view, WriteMode)`;
+// it defines FindBytes, EraseBytes and ForEachBytes. Leaves the class body in a public section.
+#define PMHASH_RECORDS_API(RECORDS)                                                            \
+ public:                                                                                       \
+  bool SupportsBytes() const { return RECORDS; }                                               \
+  ::pmhash::Status InsertBytes(std::string_view k, std::string_view v) {                       \
+    return WriteBytes(k, v, ::pmhash::index::WriteMode::kInsert);                              \
+  }                                                                                            \
+  ::pmhash::Status UpdateBytes(std::string_view k, std::string_view v) {                       \
+    return WriteBytes(k, v, ::pmhash::index::WriteMode::kUpdate);                              \
+  }                                                                                            \
+  ::pmhash::Status UpsertBytes(std::string_view k, std::string_view v) {                       \
+    return WriteBytes(k, v, ::pmhash::index::WriteMode::kUpsert);                              \
+  }                                                                                            \
+  ::pmhash::Status FindBytes(std::string_view k, std::string* v) const;                       \
+  ::pmhash::Status EraseBytes(std::string_view k);                                             \
+  void ForEachBytes(const std::function<void(std::string_view, std::string_view)>& fn) const
+
 class Records {
  public:
   // `kind` names the engine in errors; the heap lies over the pool's chunk allocator.
@@ -91,6 +173,15 @@ class Records {
     return r->key_len == s.size() &&
            (s.empty() ||
             std::memcmp(reinterpret_cast<const char*>(r) + kRecordHeader, s.data(), s.size()) == 0);
+  }
+  // *out = Value(off), for a lock-free reader whose version check comes after: false, and
+  // nothing read outside the pool, if the header does not fit in it (a stale offset).
+  bool ReadValue(uint64_t off, std::string* out) const {
+    if (off == 0 || off > pool_.size() - kRecordHeader) return false;
+    const RecordHeader* r = Header(off);
+    if (uint64_t{r->key_len} + r->value_len > pool_.size() - kRecordHeader - off) return false;
+    out->assign(reinterpret_cast<const char*>(r) + kRecordHeader + r->key_len, r->value_len);
+    return true;
   }
   uint64_t Bytes(uint64_t off) const {
     const RecordHeader* r = Header(off);

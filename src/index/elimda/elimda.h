@@ -211,10 +211,8 @@ static_assert(sizeof(SegHeader) == 256, "the segment header is one media block")
 inline constexpr uint64_t BlockHeader(uint32_t bits) { return (kBlockTag << 16) | bits; }
 inline constexpr uint64_t SegWord(uint32_t depth) { return (kSegTag << 8) | depth; }
 
-struct PersistentParams {
-  uint32_t layout_version = 1;
-  uint32_t bucket_bytes = kBlockBytes;  // the log block
-  uint32_t slots = kBlockSlots;         // items per log block
+// Layout words: the log block's bytes and items.
+struct PersistentParams : index::LayoutWords<kBlockBytes, kBlockSlots> {
   uint32_t bucket_items = 0;            // N_p
   uint32_t dbucket_items = 0;           // N_d
   uint32_t segment_buckets = 0;

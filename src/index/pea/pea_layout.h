@@ -113,10 +113,7 @@ static_assert(sizeof(SegLocks) == 64, "one cache line per segment");
 static_assert(std::is_trivially_destructible_v<SegLocks>, "HugeArray never destroys elements");
 
 // The pool properties, as stored in the pool header (src/index/descriptor.h).
-struct PersistentParams {
-  uint32_t layout_version = 1;
-  uint32_t bucket_bytes = sizeof(PmBucket);
-  uint32_t slots = kSlots;
+struct PersistentParams : index::LayoutWords<sizeof(PmBucket), kSlots> {
   uint32_t segment_buckets = 0;
   uint32_t initial_depth = 0;
   uint32_t max_depth = 0;

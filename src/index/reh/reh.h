@@ -189,10 +189,7 @@ struct alignas(32) Meta {
 static_assert(sizeof(Meta) == 32, "paper: 32 B of DRAM metadata per bucket");
 
 // The pool properties, as stored in the pool header (src/index/descriptor.h).
-struct PersistentParams {
-  uint32_t layout_version = 1;
-  uint32_t bucket_bytes = sizeof(PmBucket);
-  uint32_t slots = kSlots;
+struct PersistentParams : index::LayoutWords<sizeof(PmBucket), kSlots> {
   uint32_t initial_depth = 0;
   uint32_t max_depth = 0;
   uint32_t records = 0;           // 1: reh-kv
@@ -216,14 +213,9 @@ class Reh;
 
 // kRecords = false: "reh" (8 B inline items). kRecords = true: "reh-kv" (records).
 template <bool kRecords>
-struct RehOf {  // Reh<P, kRecords> as a template of the policy alone
-  template <class P>
-  using Engine = Reh<P, kRecords>;
-};
-
-template <bool kRecords>
-struct DescriptorFor : index::DescriptorTypes<RehParams, &Options::reh, PersistentParams,
-                                              RehOf<kRecords>::template Engine> {
+struct DescriptorFor
+    : index::DescriptorTypes<RehParams, &Options::reh, PersistentParams,
+                             index::FlaggedEngine<Reh, kRecords>::template Engine> {
   static constexpr std::string_view kName = kRecords ? "reh-kv" : "reh";
   static constexpr std::string_view kPaper =
       kRecords ? "Li, Tan, Chen: REH (Commercial NVM), with variable-size records"
@@ -232,51 +224,36 @@ struct DescriptorFor : index::DescriptorTypes<RehParams, &Options::reh, Persiste
       kRecords ? "REH with variable-size keys/values: hash + record offset per slot, record heap"
                : "extendible hashing, 256 B PM buckets, DRAM directory + fingerprints, 1 flush/insert";
   static constexpr Capabilities kCapabilities{.bytes = kRecords};
-  static constexpr auto kDepthProperties = std::tuple{
-      index::PoolProperty{"reh.initial_depth", &RehParams::initial_depth,
-                          &PersistentParams::initial_depth, 1u},
-      index::PoolProperty{"reh.max_depth", &RehParams::max_depth, &PersistentParams::max_depth,
-                          32u},
-  };
-  static constexpr auto kProperties = [] {
-    if constexpr (kRecords) {
-      return std::tuple_cat(
-          kDepthProperties,
-          std::tuple{index::PoolProperty{"reh.max_record_bytes", &RehParams::max_record_bytes,
-                                         &PersistentParams::max_record_bytes, 1u << 24}});
-    } else {
-      return kDepthProperties;
-    }
-  }();
+  static constexpr auto kProperties = index::WithRecordProperty<kRecords>(
+      "reh.max_record_bytes", &RehParams::max_record_bytes, &PersistentParams::max_record_bytes,
+      std::tuple{index::PoolProperty{"reh.initial_depth", &RehParams::initial_depth,
+                                     &PersistentParams::initial_depth, 1u},
+                 index::PoolProperty{"reh.max_depth", &RehParams::max_depth,
+                                     &PersistentParams::max_depth, 32u}});
   static PersistentParams Base() {
     PersistentParams s;
     s.records = kRecords ? 1 : 0;
     return s;
   }
   static std::string Check(const PersistentParams& s) {
-    if (s.records != (kRecords ? 1u : 0u)) {
-      return "records = " + std::to_string(s.records) + " in a '" + std::string(kName) + "' pool";
+    if (std::string e = index::CheckRecordWords(kRecords, s.records, s.max_record_bytes, kName);
+        !e.empty()) {
+      return e;
     }
     if (s.max_depth < 1 || s.max_depth > kMaxDepthLimit) return "max_depth must be in [1, 40]";
     if (s.initial_depth < 1 || s.initial_depth > s.max_depth || s.initial_depth > 24) {
       return "initial_depth must be in [1, min(max_depth, 24)]";
     }
-    if (kRecords && (s.max_record_bytes < 64 || s.max_record_bytes > (1u << 30))) {
-      return "max_record_bytes must be in [64, 2^30]";
-    }
-    if (!kRecords && s.max_record_bytes != 0) return "max_record_bytes set in a 'reh' pool";
     return "";
   }
   static index::PoolLayout Layout(const PersistentParams& s) {
     return {sizeof(PmBucket), uint64_t{1} << s.initial_depth};
   }
   // 256 B bucket per 15 slots; extendible hashing averages ~0.69 load and can dip towards 0.5
-  // right after a wave of splits. Plan for 0.35. reh-kv adds a 24 B record per key in a 32 B
-  // slot of a record-heap slab, planned at 80% full (as turbo-kv).
+  // right after a wave of splits. Plan for 0.35. reh-kv adds a record per key.
   static uint64_t EstimatePoolBytes(uint64_t keys) {
-    constexpr double kSlotsPerSlab = (pm::kSlabTargetBytes - pm::kSlabHeaderBytes) / 32;
     const double per_key = sizeof(PmBucket) / static_cast<double>(kSlots) / 0.35 +
-                           (kRecords ? pm::kSlabTargetBytes / kSlotsPerSlab / 0.8 : 0.0);
+                           (kRecords ? index::kRecordBytesPerKey : 0.0);
     return static_cast<uint64_t>(static_cast<double>(keys) * per_key);
   }
 };
@@ -292,20 +269,8 @@ class Reh : public index::EngineBase<Reh<P, kRecords>, P, Config> {
   ~Reh() { this->CloseUnlessAbandoned(); }  // src/index/lifecycle.h
   using Base::Size;
 
-  // Variable-size API (BytesIndex). NotSupported on "reh" (inline items).
-  bool SupportsBytes() const { return kRecords; }
-  Status InsertBytes(std::string_view k, std::string_view v) {
-    return WriteBytes(k, v, WriteMode::kInsert);
-  }
-  Status UpdateBytes(std::string_view k, std::string_view v) {
-    return WriteBytes(k, v, WriteMode::kUpdate);
-  }
-  Status UpsertBytes(std::string_view k, std::string_view v) {
-    return WriteBytes(k, v, WriteMode::kUpsert);
-  }
-  Status FindBytes(std::string_view k, std::string* v) const;
-  Status EraseBytes(std::string_view k);
-  void ForEachBytes(const std::function<void(std::string_view, std::string_view)>& fn) const;
+  // Variable-size API (BytesIndex, src/index/records.h). NotSupported on "reh" (inline items).
+  PMHASH_RECORDS_API(kRecords);
 
   // For tests and tools.
   uint32_t global_depth() const { return dir_.load(std::memory_order_acquire)->depth; }
@@ -330,11 +295,7 @@ class Reh : public index::EngineBase<Reh<P, kRecords>, P, Config> {
     return d->entries[DirIndex(h, d)].load(std::memory_order_acquire);
   }
   // A key as the search compares it: the inline key, or hash + bytes (reh-kv).
-  struct Probe {
-    uint64_t h;
-    Key k;               // reh
-    std::string_view s;  // reh-kv
-  };
+  using Probe = index::KeyProbe;
   Probe MakeProbe(Key k) const { return {hash_(k), k, {}}; }
   Probe MakeProbe(std::string_view s) const { return {hash_(s), 0, s}; }
   // The hash a slot's key word stands for (reh-kv: the word is the hash).
@@ -677,23 +638,17 @@ bool Reh<P, R>::Search(const Probe& p, uint64_t* word) const {
 template <pm::PersistPolicy P, bool R>
 Status Reh<P, R>::Find(Key k, Value* v) const {
   if constexpr (R) {
-    std::string val;
-    PMHASH_RETURN_IF_ERROR(FindBytes(index::U64Bytes(k).view(), &val));
-    if (!index::U64Bytes::Read(val, v)) {
-      return Status::InvalidArgument("reh-kv: the value is not 8 bytes");
-    }
-    return Status::OK();
+    return index::FindU64AsBytes(*this, k, v);
   } else {
     return Search(MakeProbe(k), v) ? Status::OK() : Status::NotFound();
   }
 }
 
 template <pm::PersistPolicy P, bool R>
-Status Reh<P, R>::FindBytes(std::string_view k, std::string* v) const {
+Status Reh<P, R>::FindBytes([[maybe_unused]] std::string_view k,
+                           [[maybe_unused]] std::string* v) const {
   if constexpr (!R) {
-    (void)k;
-    (void)v;
-    return Status::NotSupported("reh: byte keys need the reh-kv kind");
+    return index::NoRecords(kKindName);
   } else {
     EpochManager::Guard guard(epoch_);  // the record stays allocated while we copy it
     uint64_t ro = 0;
@@ -714,12 +669,11 @@ Status Reh<P, R>::Write(Key k, Value v, WriteMode mode) {
 }
 
 template <pm::PersistPolicy P, bool R>
-Status Reh<P, R>::WriteBytes(std::string_view k, std::string_view v, WriteMode mode) {
+Status Reh<P, R>::WriteBytes([[maybe_unused]] std::string_view k,
+                            [[maybe_unused]] std::string_view v,
+                            [[maybe_unused]] WriteMode mode) {
   if constexpr (!R) {
-    (void)k;
-    (void)v;
-    (void)mode;
-    return Status::NotSupported("reh: byte keys need the reh-kv kind");
+    return index::NoRecords(kKindName);
   } else {
     return Write(MakeProbe(k), v, 0, mode);
   }
@@ -793,10 +747,9 @@ Status Reh<P, R>::Erase(Key k) {
 }
 
 template <pm::PersistPolicy P, bool R>
-Status Reh<P, R>::EraseBytes(std::string_view k) {
+Status Reh<P, R>::EraseBytes([[maybe_unused]] std::string_view k) {
   if constexpr (!R) {
-    (void)k;
-    return Status::NotSupported("reh: byte keys need the reh-kv kind");
+    return index::NoRecords(kKindName);
   } else {
     return EraseProbe(MakeProbe(k));
   }

@@ -231,10 +231,7 @@ class BloomFilter {
 };
 
 // The pool properties, as stored in the pool header (src/index/descriptor.h).
-struct PersistentParams {
-  uint32_t layout_version = 1;
-  uint32_t bucket_bytes = sizeof(PmBucket);
-  uint32_t slots = kSlots;
+struct PersistentParams : index::LayoutWords<sizeof(PmBucket), kSlots> {
   uint32_t head_bits = 0;
   uint32_t max_head_bits = 0;
 };

@@ -223,10 +223,7 @@ inline constexpr uint32_t ShardLog2(uint64_t w) { return static_cast<uint32_t>(w
 // (a turbo-kv pool of layout 1, with a chunk per record, is refused).
 inline constexpr uint32_t kLayoutInline = 1;
 inline constexpr uint32_t kLayoutRecordHeap = 2;
-struct PersistentParams {
-  uint32_t layout_version = kLayoutInline;
-  uint32_t bucket_bytes = sizeof(Bucket);
-  uint32_t slots = kSlots;
+struct PersistentParams : index::LayoutWords<sizeof(Bucket), kSlots, kLayoutInline> {
   uint32_t records = 0;  // 1: turbo-kv
   uint32_t shard_bits = 0;
   uint32_t initial_buckets = 0;
@@ -250,14 +247,9 @@ class Turbo;
 
 // kRecords = false: "turbo" (8 B inline items). kRecords = true: "turbo-kv" (records).
 template <bool kRecords>
-struct TurboOf {  // Turbo<P, kRecords> as a template of the policy alone
-  template <class P>
-  using Engine = Turbo<P, kRecords>;
-};
-
-template <bool kRecords>
-struct DescriptorFor : index::DescriptorTypes<TurboParams, &Options::turbo, PersistentParams,
-                                              TurboOf<kRecords>::template Engine> {
+struct DescriptorFor
+    : index::DescriptorTypes<TurboParams, &Options::turbo, PersistentParams,
+                             index::FlaggedEngine<Turbo, kRecords>::template Engine> {
   static constexpr std::string_view kName = kRecords ? "turbo-kv" : "turbo";
   static constexpr std::string_view kPaper =
       kRecords ? "Zhao, Zhong, Jiang: TurboHash (SYSTOR'23), records (TURBO30)"
@@ -274,26 +266,17 @@ struct DescriptorFor : index::DescriptorTypes<TurboParams, &Options::turbo, Pers
     }
     return Status::OK();
   }
-  static constexpr auto kShardProperties = std::tuple{
-      index::PoolProperty{"turbo.shard_bits", &TurboParams::shard_bits,
-                          &PersistentParams::shard_bits, 12u},
-      index::PoolProperty{"turbo.initial_buckets", &TurboParams::initial_buckets,
-                          &PersistentParams::initial_buckets, 16u},
-      index::PoolProperty{"turbo.probe_scope", &TurboParams::probe_scope,
-                          &PersistentParams::probe_scope, 16u},
-      index::PoolProperty{"turbo.max_shard_buckets", &TurboParams::max_shard_buckets,
-                          &PersistentParams::max_shard_buckets, 1u << 22},
-  };
-  static constexpr auto kProperties = [] {
-    if constexpr (kRecords) {
-      return std::tuple_cat(
-          kShardProperties,
-          std::tuple{index::PoolProperty{"turbo.max_record_bytes", &TurboParams::max_record_bytes,
-                                         &PersistentParams::max_record_bytes, 1u << 24}});
-    } else {
-      return kShardProperties;
-    }
-  }();
+  static constexpr auto kProperties = index::WithRecordProperty<kRecords>(
+      "turbo.max_record_bytes", &TurboParams::max_record_bytes,
+      &PersistentParams::max_record_bytes,
+      std::tuple{index::PoolProperty{"turbo.shard_bits", &TurboParams::shard_bits,
+                                     &PersistentParams::shard_bits, 12u},
+                 index::PoolProperty{"turbo.initial_buckets", &TurboParams::initial_buckets,
+                                     &PersistentParams::initial_buckets, 16u},
+                 index::PoolProperty{"turbo.probe_scope", &TurboParams::probe_scope,
+                                     &PersistentParams::probe_scope, 16u},
+                 index::PoolProperty{"turbo.max_shard_buckets", &TurboParams::max_shard_buckets,
+                                     &PersistentParams::max_shard_buckets, 1u << 22}});
   static PersistentParams Base() {
     PersistentParams s;
     s.records = kRecords ? 1 : 0;
@@ -308,20 +291,19 @@ struct DescriptorFor : index::DescriptorTypes<TurboParams, &Options::turbo, Pers
   }
   static uint64_t EstimatePoolBytes(uint64_t keys) {
     // 256 B bucket per 14 slots; a shard is at ~0.4 load right after doubling (plan 0.3), and
-    // the old shard stays allocated until its readers leave. turbo-kv adds one 24 B record per
-    // key (8 B header + 8 B key + 8 B value) in a 32 B slot of a 4 KiB record-heap slab
-    // (src/pm/record_heap.h); plan for slabs 80% full (erases, one open slab per stripe).
-    constexpr double kSlotsPerSlab = (pm::kSlabTargetBytes - pm::kSlabHeaderBytes) / 32;
+    // the old shard stays allocated until its readers leave. turbo-kv adds a record per key
+    // (src/index/records.h).
     const double per_key = sizeof(Bucket) / static_cast<double>(kSlots) / 0.3 +
-                           (kRecords ? pm::kSlabTargetBytes / kSlotsPerSlab / 0.8 : 0.0);
+                           (kRecords ? index::kRecordBytesPerKey : 0.0);
     return static_cast<uint64_t>(static_cast<double>(keys) * per_key);
   }
 };
 
 template <bool kRecords>
 std::string DescriptorFor<kRecords>::Check(const PersistentParams& s) {
-  if (s.records != (kRecords ? 1u : 0u)) {
-    return "records = " + std::to_string(s.records) + " in a '" + std::string(kName) + "' pool";
+  if (std::string e = index::CheckRecordWords(kRecords, s.records, s.max_record_bytes, kName);
+      !e.empty()) {
+    return e;
   }
   if (s.shard_bits > kMaxShardBits) return "shard_bits > 20";
   if (!std::has_single_bit(s.initial_buckets) || !std::has_single_bit(s.max_shard_buckets) ||
@@ -329,10 +311,6 @@ std::string DescriptorFor<kRecords>::Check(const PersistentParams& s) {
     return "initial_buckets and max_shard_buckets must be powers of two, initial <= max <= 2^24";
   }
   if (s.probe_scope < 1 || s.probe_scope > kMaxScope) return "probe_scope must be in [1, 1024]";
-  if (kRecords && (s.max_record_bytes < 64 || s.max_record_bytes > (1u << 30))) {
-    return "max_record_bytes must be in [64, 2^30]";
-  }
-  if (!kRecords && s.max_record_bytes != 0) return "max_record_bytes set in a 'turbo' pool";
   return "";
 }
 using Descriptor = DescriptorFor<false>;
@@ -347,20 +325,8 @@ class Turbo : public index::EngineBase<Turbo<P, kRecords>, P, Config> {
   ~Turbo() { this->CloseUnlessAbandoned(); }  // src/index/lifecycle.h
   using Base::Size;
 
-  // Variable-size API (BytesIndex). NotSupported on "turbo" (inline items).
-  bool SupportsBytes() const { return kRecords; }
-  Status InsertBytes(std::string_view k, std::string_view v) {
-    return WriteBytes(k, v, WriteMode::kInsert);
-  }
-  Status UpdateBytes(std::string_view k, std::string_view v) {
-    return WriteBytes(k, v, WriteMode::kUpdate);
-  }
-  Status UpsertBytes(std::string_view k, std::string_view v) {
-    return WriteBytes(k, v, WriteMode::kUpsert);
-  }
-  Status FindBytes(std::string_view k, std::string* v) const;
-  Status EraseBytes(std::string_view k);
-  void ForEachBytes(const std::function<void(std::string_view, std::string_view)>& fn) const;
+  // Variable-size API (BytesIndex, src/index/records.h). NotSupported on "turbo" (inline items).
+  PMHASH_RECORDS_API(kRecords);
 
   // Garbage-collects (same-size rehash) every shard with more than gc_deleted_ratio deleted.
   // Returns the number of shards rebuilt.
@@ -393,11 +359,7 @@ class Turbo : public index::EngineBase<Turbo<P, kRecords>, P, Config> {
     int j = -1;
   };
   // A key as the probe compares it: the inline key, or hash + bytes (turbo-kv).
-  struct Probe {
-    uint64_t h;
-    uint64_t k;          // turbo
-    std::string_view s;  // turbo-kv
-  };
+  using Probe = index::KeyProbe;
 
   Turbo(std::unique_ptr<pm::Pool> pool, const Config& config);
 
@@ -662,12 +624,7 @@ bool Turbo<P, R>::Search(const Probe& p, OnFound&& on_found) const {
 template <pm::PersistPolicy P, bool R>
 Status Turbo<P, R>::Find(Key k, Value* out) const {
   if constexpr (R) {
-    std::string v;
-    PMHASH_RETURN_IF_ERROR(FindBytes(index::U64Bytes(k).view(), &v));
-    if (!index::U64Bytes::Read(v, out)) {
-      return Status::InvalidArgument("turbo-kv: the value is not 8 bytes");
-    }
-    return Status::OK();
+    return index::FindU64AsBytes(*this, k, out);
   } else {
     Probe p{hash_(k), k, {}};
     Value val = 0;
@@ -682,17 +639,14 @@ Status Turbo<P, R>::Find(Key k, Value* out) const {
 }
 
 template <pm::PersistPolicy P, bool R>
-Status Turbo<P, R>::FindBytes(std::string_view k, std::string* out) const {
+Status Turbo<P, R>::FindBytes([[maybe_unused]] std::string_view k,
+                           [[maybe_unused]] std::string* out) const {
   if constexpr (!R) {
-    (void)k;
-    (void)out;
-    return Status::NotSupported("turbo: byte keys need the turbo-kv kind");
+    return index::NoRecords(kKindName);
   } else {
     Probe p{hash_(k), 0, k};
     const bool found = Search(p, [&](const Slot& s) {
-      const std::string_view val = records_->Value(s.value.load(std::memory_order_acquire));
-      out->assign(val.data(), val.size());
-      return true;
+      return records_->ReadValue(s.value.load(std::memory_order_acquire), out);
     });
     return found ? Status::OK() : Status::NotFound();
   }
@@ -735,12 +689,11 @@ Status Turbo<P, R>::Write(Key k, Value v, WriteMode mode) {
 }
 
 template <pm::PersistPolicy P, bool R>
-Status Turbo<P, R>::WriteBytes(std::string_view k, std::string_view v, WriteMode mode) {
+Status Turbo<P, R>::WriteBytes([[maybe_unused]] std::string_view k,
+                            [[maybe_unused]] std::string_view v,
+                            [[maybe_unused]] WriteMode mode) {
   if constexpr (!R) {
-    (void)k;
-    (void)v;
-    (void)mode;
-    return Status::NotSupported("turbo: byte keys need the turbo-kv kind");
+    return index::NoRecords(kKindName);
   } else {
     return Write(Probe{hash_(k), 0, k}, v, 0, mode);
   }
@@ -836,10 +789,9 @@ Status Turbo<P, R>::Erase(Key k) {
 }
 
 template <pm::PersistPolicy P, bool R>
-Status Turbo<P, R>::EraseBytes(std::string_view k) {
+Status Turbo<P, R>::EraseBytes([[maybe_unused]] std::string_view k) {
   if constexpr (!R) {
-    (void)k;
-    return Status::NotSupported("turbo: byte keys need the turbo-kv kind");
+    return index::NoRecords(kKindName);
   } else {
     return EraseProbe(Probe{hash_(k), 0, k});
   }
