@@ -238,7 +238,7 @@ TEST(ElimdaCrash, CompactionAtOutOfSpace) {
 // a line reaches the media whole; CrashSuite.AdrTornWords runs each with its tear_safe option.
 // Without it, the simulator's 8-byte tearing must find a torn image that breaks the contract in
 // the way `expect` names.
-template <template <class> class Index, class Traits>
+template <class Traits>
 void ExpectTornImageBreaksOneFlushWrite(uint64_t seed, uint32_t random_images,
                                         std::string_view expect = "match neither side") {
   Config c;
@@ -246,34 +246,34 @@ void ExpectTornImageBreaksOneFlushWrite(uint64_t seed, uint32_t random_images,
   c.tear_words = true;
   c.random_images = random_images;
   c.ops = 60;
-  const Report r = Harness<Index>(c, Traits::Small(HashMode::kStrong),
-                                  std::string(Traits::kName) + "OneFlushTorn")
+  const Report r = Harness<Traits::template Index>(c, Traits::Small(HashMode::kStrong),
+                                                   std::string(Traits::kName) + "OneFlushTorn")
                        .Run();
   EXPECT_NE(r.failure.find(expect), std::string::npos) << r.failure;
 }
 
 // I4 in reh.h.
 TEST(RehCrash, OneFlushInsertNeedsWholeLineWriteBack) {
-  ExpectTornImageBreaksOneFlushWrite<reh::Reh, RehTraits>(5, 20);
+  ExpectTornImageBreaksOneFlushWrite<RehTraits>(5, 20);
 }
 
 // The pair and its token in the bucket's one line: I2 in smartht.h. A torn line pairs the new
 // token with a stale key, which recovery refuses.
 TEST(SmartHtCrash, OneFlushInsertNeedsWholeLineWriteBack) {
-  ExpectTornImageBreaksOneFlushWrite<smartht::SmartHt, SmartHtTraits>(5, 20,
+  ExpectTornImageBreaksOneFlushWrite<SmartHtTraits>(5, 20,
                                                                       "does not match a key");
 }
 
 // The item and the header word that sets its bit in the log block's first line: I3' in
 // elimda.h.
 TEST(ElimdaCrash, OneFlushAppendNeedsWholeLineWriteBack) {
-  ExpectTornImageBreaksOneFlushWrite<elimda::ElimDA, ElimdaTraits>(5, 20);
+  ExpectTornImageBreaksOneFlushWrite<ElimdaTraits>(5, 20);
 }
 
 // The slot and header word 0 in line 0, and the in-line order of the header words: I2, I3 in
 // pea.h.
 TEST(PeaCrash, OneFlushInsertNeedsWholeLineWriteBack) {
-  ExpectTornImageBreaksOneFlushWrite<pea::Pea, PeaTraits>(14, 8);
+  ExpectTornImageBreaksOneFlushWrite<PeaTraits>(14, 8);
 }
 
 // Entry moving and the 2-choice and stash buckets, under tearing: colliding hashes crowd a few
