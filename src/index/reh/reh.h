@@ -308,8 +308,9 @@ class Reh : public index::EngineBase<Reh<P, kRecords>, P, Config> {
   }
   bool SlotMatches(const PmSlot& s, const Probe& p) const {
     if constexpr (kRecords) {
+      // Acquire: a record's bytes were written before the release store of its offset.
       if (s.key.load(std::memory_order_acquire) != p.h) return false;
-      return records_->KeyEquals(s.value.load(std::memory_order_relaxed), p.s);
+      return records_->KeyEquals(s.value.load(std::memory_order_acquire), p.s);
     } else {
       return s.key.load(std::memory_order_relaxed) == p.k;
     }
@@ -627,7 +628,9 @@ bool Reh<P, R>::Search(const Probe& p, uint64_t* word) const {
     const uint32_t ver = m->lock.BeginRead();
     if (Lookup(p.h) != m) continue;  // a split moved h after we read the directory
     const int j = FindSlot(m, p);
-    const uint64_t w = j >= 0 ? Bucket(m)->slots[j].value.load(std::memory_order_relaxed) : 0;
+    const uint64_t w = j >= 0 ? Bucket(m)->slots[j].value.load(R ? std::memory_order_acquire
+                                                                 : std::memory_order_relaxed)
+                              : 0;
     if (!m->lock.Validate(ver)) continue;
     if (j < 0) return false;
     *word = w;
