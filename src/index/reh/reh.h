@@ -120,6 +120,7 @@
 #include <unordered_set>
 #include <vector>
 
+#include "common/attributes.h"
 #include "common/epoch.h"
 #include "common/fingerprint.h"
 #include "common/hash.h"
@@ -329,23 +330,26 @@ class Reh : public index::EngineBase<Reh<P, kRecords>, P, Config> {
   // Locks the bucket that holds hash h, re-validated against the directory.
   Meta* LockBucket(uint64_t h) const;
   // Slot of key p in m (fingerprint-filtered), or -1. Valid under m's lock.
-  int FindSlot(const Meta* m, const Probe& p) const;
+  PMHASH_ALWAYS_INLINE int FindSlot(const Meta* m, const Probe& p) const;
   // A key invalid in every bucket that can hold h (I5): its hash has the other top bit.
   uint64_t Tombstone(uint64_t h) const { return tombstone_[(h >> 63) ^ 1]; }
 
   // Optimistic read of p's slot: true and its value word (reh-kv: the record offset) if p is
   // present. REQUIRES (reh-kv): the caller holds an epoch guard while it uses the record.
-  bool Search(const Probe& p, uint64_t* word) const;
+  PMHASH_ALWAYS_INLINE bool Search(const Probe& p, uint64_t* word) const;
   Status Write(Key k, Value v, WriteMode mode);
   Status WriteBytes(std::string_view k, std::string_view v, WriteMode mode);
   // The value to store: `value` (reh) or a new record of p.s and value_bytes (reh-kv).
-  Status Write(const Probe& p, std::string_view value_bytes, Value value, WriteMode mode);
-  Status EraseProbe(const Probe& p);
+  PMHASH_ALWAYS_INLINE Status Write(const Probe& p, std::string_view value_bytes, Value value,
+                                    WriteMode mode);
+  PMHASH_ALWAYS_INLINE Status EraseProbe(const Probe& p);
   // Calls take(slot) for every live slot, one bucket at a time under its lock, and bucket_done()
   // after each bucket, outside the lock.
   template <class Take, class Done>
   void ForEachLiveSlot(Take&& take, Done&& bucket_done) const;
-  void Quiesce() { epoch_.Drain(); }  // Close(): retired records are freed
+  void Quiesce() {  // Close(): retired records are freed
+    if constexpr (kRecords) epoch_->Drain();
+  }
   // REQUIRES: m locked and full. Returns with m unlocked.
   Status Split(Meta* m, uint64_t h);
   Status Double(const Directory* seen);
@@ -375,7 +379,9 @@ class Reh : public index::EngineBase<Reh<P, kRecords>, P, Config> {
   static constexpr size_t kMaxMetaBlock = 65536;
 
   std::unique_ptr<index::Records> records_;  // reh-kv only (src/index/records.h)
-  mutable EpochManager epoch_;  // after pool_ and records_: its destructor frees into them
+  // reh-kv only, after pool_ and records_: its destructor frees into them. (Not a member of
+  // "reh": its thread slots would make every Reh a 64-byte-aligned object of kilobytes.)
+  std::unique_ptr<EpochManager> epoch_;
 };
 
 // ============================================================================================
@@ -392,9 +398,10 @@ Reh<P, R>::Reh(std::unique_ptr<pm::Pool> pool, const Config& config)
                                ? config.max_directory_bytes
                                : std::max<uint64_t>(uint64_t{1} << 30, pool_->size())) {
   if constexpr (R) {
-    records_ = std::make_unique<index::Records>(*pool_, epoch_, config.max_record_bytes,
+    epoch_ = std::make_unique<EpochManager>();
+    epoch_->set_reclaim_batch(config.reclaim_batch);
+    records_ = std::make_unique<index::Records>(*pool_, *epoch_, config.max_record_bytes,
                                                 kKindName);
-    epoch_.set_reclaim_batch(config.reclaim_batch);
     tombstone_[1] = uint64_t{1} << 63;  // the key word is the hash: 0 and 2^63
     return;
   }
@@ -627,12 +634,20 @@ bool Reh<P, R>::Search(const Probe& p, uint64_t* word) const {
     const Meta* m = Lookup(p.h);
     const uint32_t ver = m->lock.BeginRead();
     if (Lookup(p.h) != m) continue;  // a split moved h after we read the directory
-    const int j = FindSlot(m, p);
-    const uint64_t w = j >= 0 ? Bucket(m)->slots[j].value.load(R ? std::memory_order_acquire
-                                                                 : std::memory_order_relaxed)
-                              : 0;
+    // (The loop of FindSlot, written out: the hot path of every find, kept in one function.)
+    const PmBucket* b = Bucket(m);
+    bool found = false;
+    uint64_t w = 0;
+    for (uint32_t c = m->Candidates(static_cast<uint8_t>(p.h)); c; c &= c - 1) {
+      const int j = std::countr_zero(c);
+      if (SlotMatches(b->slots[j], p)) {
+        w = b->slots[j].value.load(R ? std::memory_order_acquire : std::memory_order_relaxed);
+        found = true;
+        break;
+      }
+    }
     if (!m->lock.Validate(ver)) continue;
-    if (j < 0) return false;
+    if (!found) return false;
     *word = w;
     return true;
   }
@@ -653,7 +668,7 @@ Status Reh<P, R>::FindBytes([[maybe_unused]] std::string_view k,
   if constexpr (!R) {
     return index::NoRecords(kKindName);
   } else {
-    EpochManager::Guard guard(epoch_);  // the record stays allocated while we copy it
+    EpochManager::Guard guard(*epoch_);  // the record stays allocated while we copy it
     uint64_t ro = 0;
     if (!Search(MakeProbe(k), &ro)) return Status::NotFound();
     const std::string_view val = records_->Value(ro);
@@ -688,26 +703,29 @@ Status Reh<P, R>::Write(const Probe& p, std::string_view value_bytes, Value valu
   if (life_.closed()) [[unlikely]] return index::Lifecycle::ClosedError(kKindName);
   // The value word to store: the value, or the offset of a new record, durable before the store
   // that publishes it (reh-kv in the design comment).
-  auto value_word = [&]() -> Result<uint64_t> {
+  auto value_word = [&](uint64_t* w) -> Status {
     if constexpr (R) {
       Result<uint64_t> rec = records_->New(p.s, value_bytes, persist_);
+      if (!rec.ok()) return rec.status();
       persist_.Fence();
-      return rec;
+      *w = rec.value();
     } else {
-      return value;
+      *w = value;
     }
+    return Status::OK();
   };
   for (;;) {
     Meta* m = LockBucket(p.h);
     PmBucket* b = Bucket(m);
     if (const int j = FindSlot(m, p); j >= 0) {
-      Result<uint64_t> w = mode == WriteMode::kInsert ? Status::Exists() : value_word();
-      if (!w.ok()) {
+      uint64_t w = 0;
+      Status st = mode == WriteMode::kInsert ? Status::Exists() : value_word(&w);
+      if (!st.ok()) {
         m->lock.Unlock();
-        return w.status();
+        return st;
       }
       const uint64_t old = b->slots[j].value.load(std::memory_order_relaxed);
-      b->slots[j].value.store(w.value(), std::memory_order_release);  // I6
+      b->slots[j].value.store(w, std::memory_order_release);  // I6
       persist_.Persist(&b->slots[j].value, sizeof(Value));
       m->lock.Unlock();
       if constexpr (R) records_->Retire(old);
@@ -719,14 +737,14 @@ Status Reh<P, R>::Write(const Probe& p, std::string_view value_bytes, Value valu
     }
     const uint16_t bitmap = m->bitmap.load(std::memory_order_relaxed);
     if (bitmap != kFullMask) {
-      Result<uint64_t> w = value_word();
-      if (!w.ok()) {
+      uint64_t w = 0;
+      if (Status st = value_word(&w); !st.ok()) {
         m->lock.Unlock();
-        return w.status();
+        return st;
       }
       const int j = std::countr_one(bitmap);
       PmSlot& s = b->slots[j];
-      s.value.store(w.value(), std::memory_order_relaxed);  // I4: value, then key, one line
+      s.value.store(w, std::memory_order_relaxed);  // I4: value, then key, one line
       if (params_.tear_safe) persist_.Persist(&s.value, sizeof(Value));  // I4': 8-byte model
       s.key.store(R ? p.h : p.k, std::memory_order_release);
       persist_.Persist(&s, sizeof(PmSlot));
@@ -972,7 +990,7 @@ IndexStats Reh<P, R>::Stats() const {
 template <pm::PersistPolicy P, bool R>
 Status Reh<P, R>::CheckInvariants() const {
   auto fail = [](const std::string& what) { return Status::Corruption("reh invariant: " + what); };
-  epoch_.Drain();  // reh-kv: retired records are back in the heap
+  if constexpr (R) epoch_->Drain();  // reh-kv: retired records are back in the heap
   const Directory* d = dir_.load(std::memory_order_acquire);
   const uint32_t gd = d->depth;
   std::unordered_set<std::string> keys;
