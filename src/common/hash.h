@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <string_view>
 
+#include "common/attributes.h"
 #include "pmhash/options.h"
 
 namespace pmhash {
@@ -34,7 +35,7 @@ class Hasher {
   Hasher(HashMode mode, uint64_t seed) : mode_(mode), seed_(seed) {}
 
   // Always inlined: the first step of every operation, before its first cache miss.
-  [[gnu::always_inline]] uint64_t operator()(uint64_t key) const {
+  PMHASH_ALWAYS_INLINE uint64_t operator()(uint64_t key) const {
     if (mode_ == HashMode::kCollide) [[unlikely]] {
       return (Strong(key >> 3) & ~uint64_t{0xFF}) | (key & 3);
     }

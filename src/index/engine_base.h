@@ -199,7 +199,6 @@ class EngineBase {
   using Base::pool_, Base::params_, Base::hash_, Base::persist_, Base::size_, Base::splits_,    \
       Base::doublings_, Base::resize_log_, Base::recovered_, Base::recovery_seconds_, Base::life_
 
-
 // The calls every engine offers the facade (IndexAdapter<T>, src/index_adapter.h), declared once
 // for all engines; each defines all but Open, which is EngineBase::OpenAs over its descriptor:
 //   kKindName                                    the descriptor's kName

@@ -4,24 +4,22 @@
 namespace pmhash::index {
 
 Status Records::Recover(uint64_t off, uint64_t h, const Hasher& hash) {
-  const std::string kind(kind_);
+  // Called for every live record at open: the messages are built only on failure.
+  auto corrupt = [&](std::string_view what) {
+    return Status::Corruption(std::string(kind_) + ": record at " + std::to_string(off) + " " +
+                              std::string(what));
+  };
   if (!heap_.PlausibleRecord(off, kRecordHeader)) {
-    return Status::Corruption(kind + ": record offset " + std::to_string(off) +
-                              " is outside the heap or misaligned");
+    return corrupt("is outside the heap or misaligned");
   }
   const uint64_t bytes = Bytes(off);
-  if (bytes > max_bytes_) {
-    return Status::Corruption(kind + ": record at " + std::to_string(off) + " has bad lengths");
-  }
+  if (bytes > max_bytes_) return corrupt("has bad lengths");
   // In the heap, in a valid slab of its size class (or its own chunks), on a slot boundary, not
   // shared: only then are its key bytes read.
   if (Status st = heap_.MarkReachable(off, bytes); !st.ok()) {
-    return Status::Corruption(kind + ": " + std::string(st.message()));
+    return Status::Corruption(std::string(kind_) + ": " + std::string(st.message()));
   }
-  if (hash(Key(off)) != h) {
-    return Status::Corruption(kind + ": record at " + std::to_string(off) +
-                              " does not match its slot's hash");
-  }
+  if (hash(Key(off)) != h) return corrupt("does not match its slot's hash");
   return Status::OK();
 }
 

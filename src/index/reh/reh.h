@@ -634,20 +634,12 @@ bool Reh<P, R>::Search(const Probe& p, uint64_t* word) const {
     const Meta* m = Lookup(p.h);
     const uint32_t ver = m->lock.BeginRead();
     if (Lookup(p.h) != m) continue;  // a split moved h after we read the directory
-    // (The loop of FindSlot, written out: the hot path of every find, kept in one function.)
-    const PmBucket* b = Bucket(m);
-    bool found = false;
-    uint64_t w = 0;
-    for (uint32_t c = m->Candidates(static_cast<uint8_t>(p.h)); c; c &= c - 1) {
-      const int j = std::countr_zero(c);
-      if (SlotMatches(b->slots[j], p)) {
-        w = b->slots[j].value.load(R ? std::memory_order_acquire : std::memory_order_relaxed);
-        found = true;
-        break;
-      }
-    }
+    const int j = FindSlot(m, p);
+    const uint64_t w = j >= 0 ? Bucket(m)->slots[j].value.load(R ? std::memory_order_acquire
+                                                                 : std::memory_order_relaxed)
+                              : 0;
     if (!m->lock.Validate(ver)) continue;
-    if (!found) return false;
+    if (j < 0) return false;
     *word = w;
     return true;
   }
