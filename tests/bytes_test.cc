@@ -1,5 +1,5 @@
 // tests/bytes_test.cc — the variable-size (bytes) API of every kind that offers it (turbo-kv,
-// reh-kv: src/index/records.h), typed over src/index/kinds.h so that a new bytes kind is tested
+// reh-kv, pea-kv: src/index/records.h), typed over src/index/kinds.h so that a new bytes kind is tested
 // without editing this file: conformance against a std::unordered_map<std::string, std::string>
 // model (strong and colliding hashes, crash + reopen), limits and the uint64 view, the facade
 // (capabilities, Close), and records of every size under concurrent readers (*Concurrent*: TSan).
@@ -31,6 +31,8 @@ Options Small(const std::string& path, Durability d, HashMode mode = HashMode::k
   o.turbo.initial_buckets = 2;
   o.turbo.probe_scope = 16;
   o.reh.initial_depth = 1;
+  o.pea.segment_buckets = 4;
+  o.pea.initial_depth = 0;
   return o;
 }
 
@@ -167,6 +169,7 @@ TYPED_TEST(BytesConformance, LimitsAndUint64View) {
   Options o = Small(this->path_, TypeParam::Policy::kDurability);
   o.turbo.max_record_bytes = 1024;
   o.reh.max_record_bytes = 1024;
+  o.pea.max_record_bytes = 1024;
   ASSERT_NO_FATAL_FAILURE(this->OpenIdx(o));
   auto& ix = *this->idx_;
   EXPECT_TRUE(ix.SupportsBytes());
@@ -251,8 +254,8 @@ TEST(BytesFacade, BytesThroughOpenAndAbsentElsewhere) {
   EXPECT_TRUE(caps.value().bytes);
   EXPECT_FALSE(KindCapabilities("reh").value().bytes);
   EXPECT_TRUE(KindCapabilities("no-such-kind").status().IsInvalidArgument());
-  EXPECT_EQ(KindsWith(&Capabilities::bytes), "reh-kv, turbo-kv");
-  EXPECT_EQ(KindsOfferingBytes().size(), 2u);
+  EXPECT_EQ(KindsWith(&Capabilities::bytes), "reh-kv, pea-kv, turbo-kv");
+  EXPECT_EQ(KindsOfferingBytes().size(), 3u);
   EXPECT_EQ(KindsWith(&Capabilities::multi), "");
 }
 

@@ -86,8 +86,8 @@ struct IndexTraits<reh::Reh<P, R>> : DefaultTraits<reh::Reh<P, R>> {
   }
 };
 
-template <class P>
-struct IndexTraits<pea::Pea<P>> : DefaultTraits<pea::Pea<P>> {
+template <class P, bool R>
+struct IndexTraits<pea::Pea<P, R>> : DefaultTraits<pea::Pea<P, R>> {
   static void SmallGeometry(Options* o) {
     // 4 buckets of 15 slots per segment: every transition (single -> 2-choice -> stash), 4-way
     // splits and directory expansions happen within the first few hundred keys.

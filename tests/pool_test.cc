@@ -2221,6 +2221,27 @@ TEST(TurboHostile, BadRecords) {
 
 // reh-kv's records are validated at open like turbo-kv's (src/index/records.h): a live slot's
 // record offset or record, corrupted, is refused, never read out of bounds.
+// Creates a records pool with make(path, &slot_value) (which returns the offset of the record a
+// live slot names, and sets the file offset of that slot's record-offset word), applies each
+// corruption and expects the reopen to refuse it as kCorruption.
+template <class T, class Make>
+void ExpectRecordCasesRefused(const char* name, Make&& make, std::vector<RecordCase> cases) {
+  for (const RecordCase& c : cases) {
+    SCOPED_TRACE(c.what);
+    ScopedPath p(name);
+    uint64_t sv = 0;
+    const uint64_t rec = make(p.path(), &sv);
+    ASSERT_NE(rec, 0u);
+    ASSERT_NO_FATAL_FAILURE(c.corrupt(p.path(), sv, rec));
+    Options o;
+    o.path = p.path();
+    o.mode = OpenMode::kOpenExisting;
+    auto r = T::Open(o);
+    ASSERT_FALSE(r.ok());
+    EXPECT_TRUE(r.status().IsCorruption()) << r.status().ToString();
+  }
+}
+
 TEST(RehKvHostile, BadRecords) {
   using T = reh::RehKv<pm::Adr>;
   auto make = [](const std::string& path, uint64_t* slot_value) -> uint64_t {
@@ -2249,20 +2270,55 @@ TEST(RehKvHostile, BadRecords) {
     EXPECT_TRUE((*r)->Close().ok());
     return rec;
   };
-  for (const RecordCase& c : kRecordCases) {
-    SCOPED_TRACE(c.what);
-    ScopedPath p("rehkv_hostile_rec");
-    uint64_t sv = 0;
-    const uint64_t rec = make(p.path(), &sv);
-    ASSERT_NE(rec, 0u);
-    ASSERT_NO_FATAL_FAILURE(c.corrupt(p.path(), sv, rec));
+  ExpectRecordCasesRefused<T>("rehkv_hostile_rec", make,
+                              {std::begin(kRecordCases), std::end(kRecordCases)});
+}
+
+// pea-kv: the same, on a live slot of the segment of directory entry 0 (records share the
+// segments' chunk allocator).
+TEST(PeaKvHostile, BadRecords) {
+  using T = pea::PeaKv<pm::Adr>;
+  auto make = [](const std::string& path, uint64_t* slot_value) -> uint64_t {
     Options o;
-    o.path = p.path();
-    o.mode = OpenMode::kOpenExisting;
+    o.path = path;
+    o.pool_size = 4 << 20;
+    o.durability = Durability::kAdr;
+    o.pea.segment_buckets = 16;
+    o.pea.initial_depth = 1;
     auto r = T::Open(o);
-    ASSERT_FALSE(r.ok());
-    EXPECT_TRUE(r.status().IsCorruption()) << r.status().ToString();
-  }
+    EXPECT_TRUE(r.ok()) << r.status().ToString();
+    if (!r.ok()) return 0;
+    for (uint64_t i = 0; i < 300; i++) EXPECT_TRUE((*r)->Insert(SplitMix64(i), i).ok());
+    const pm::Pool& pool = (*r)->pool();
+    const uint64_t desc = pool.root(0) ? pool.root(0) : pool.root(1);
+    const uint64_t e0 = *pool.template At<uint64_t>(pea::DescOffset(desc));
+    const uint64_t seg = pool.allocator().heap_offset() +
+                         pea::EntrySid(e0) * pool.allocator().chunk_size();
+    uint64_t rec = 0;
+    for (uint32_t b = 0; b < 16 && rec == 0; b++) {
+      const auto* bucket = pool.template At<pea::PmBucket>(seg + 256 * b);
+      const uint32_t occ =
+          static_cast<uint32_t>(bucket->hdr[0].load(std::memory_order_relaxed) >> 1) &
+          pea::kOccMask;
+      if (occ == 0) continue;
+      const int j = std::countr_zero(occ);
+      *slot_value = seg + 256 * b + 16 + 16 * j + 8;
+      rec = bucket->slots[j].value.load(std::memory_order_relaxed);
+    }
+    EXPECT_TRUE((*r)->Close().ok());
+    return rec;
+  };
+  std::vector<RecordCase> cases(std::begin(kRecordCases), std::end(kRecordCases));
+  cases.push_back({"record shared by two slots", [](const std::string& p, uint64_t sv, uint64_t) {
+                     // Another slot of the bucket (made live) holds the same key word and record.
+                     const uint64_t bucket = sv & ~uint64_t{255};
+                     const int j = static_cast<int>((sv - bucket - 24) / 16);
+                     const int other = j == 0 ? 1 : 0;
+                     WriteU64(p, bucket + 16 + 16 * other, ReadU64(p, sv - 8));
+                     WriteU64(p, bucket + 16 + 16 * other + 8, ReadU64(p, sv));
+                     WriteU64(p, bucket, ReadU64(p, bucket) | (uint64_t{1} << (1 + other)));
+                   }});
+  ExpectRecordCasesRefused<T>("peakv_hostile_rec", make, std::move(cases));
 }
 
 TEST(TurboHostile, ParamsMismatchAndKindMismatch) {

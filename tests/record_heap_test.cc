@@ -140,6 +140,13 @@ TEST(RecordHeap, GeometryOfOtherChunkSizes) {
     EXPECT_EQ(a.value(), kHeapOffset + kSlabHeaderBytes);
   }
   {
+    Heap h(2, 512 << 10);  // Pea's default segments: classes up to 56 KiB (8 slots per slab)
+    EXPECT_EQ(h.heap->slab_chunks(), 1u);
+    EXPECT_EQ(h.heap->max_slot_bytes(), 57344u);
+    EXPECT_EQ(h.heap->SpaceFor(3000), 3072u);
+    EXPECT_EQ(h.heap->ClassOf(57345), RecordHeap::kLarge);
+  }
+  {
     Heap h(8);  // a heap smaller than a slab: every record takes whole chunks
     EXPECT_EQ(h.heap->class_count(), 0u);
     auto a = h.Alloc(24);

@@ -64,6 +64,7 @@ struct PeaParams {
   std::optional<uint32_t> initial_depth;    // 2: global depth of a new pool (2^d segments)
   std::optional<uint32_t> max_depth;        // 32: the directory never grows past 2^max_depth
   std::optional<PeaStrategies> strategies;  // kAdaptive
+  std::optional<uint32_t> max_record_bytes;  // 2^24, pea-kv only: key + value + 8 B header
   // Open-time.
   // LB+-tree entry moving (paper 3.4).
   bool entry_moving = true;

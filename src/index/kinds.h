@@ -31,8 +31,8 @@ struct KindList {
 };
 
 using IndexKinds =
-    KindList<reh::Descriptor, reh::KvDescriptor, pea::Descriptor, turbo::Descriptor,
-             turbo::KvDescriptor, smartht::Descriptor, elimda::Descriptor>;
+    KindList<reh::Descriptor, reh::KvDescriptor, pea::Descriptor, pea::KvDescriptor,
+             turbo::Descriptor, turbo::KvDescriptor, smartht::Descriptor, elimda::Descriptor>;
 
 // The engine of descriptor D under policy P.
 template <class D, class P>

@@ -29,9 +29,10 @@
 //     +64 + slot_bytes      slot 1
 //     ...   slot slots-1; the tail (< slot_bytes) is unused
 //
-//   Size classes (slot_bytes): 16, 32, ..., 128 in steps of 16, then 4 per doubling up to 2048
+//   Size classes (slot_bytes): 16, 32, ..., 128 in steps of 16, then 4 per doubling up to 64 KiB
 //   (kClassBytes). A class is active in a heap if it is smaller than a chunk and a slab holds at
-//   least 8 of its slots: for 256 B chunks, 16..224 B. A record of `bytes` lives in the smallest
+//   least 8 of its slots: for 256 B chunks, 16..224 B; for Pea's 512 KB segment chunks, 16 B..56
+//   KiB. A record of `bytes` lives in the smallest
 //   active class >= bytes; a record larger than every active class takes ceil(bytes / chunk)
 //   whole chunks of its own ("large", exactly as before the record heap) and starts on a chunk.
 //   16-chunk slab of a 256 B-chunk heap: 126 slots of 32 B (32.5 B of PM per 24 B record),
@@ -117,9 +118,11 @@ inline constexpr uint32_t kMinSlotsPerSlab = 8;
 // Every record starts on this boundary (slots are multiples of 16 B after a 64 B header; large
 // records start on a chunk), so an index may read a record's fixed header in place.
 inline constexpr uint64_t kRecordAlign = 16;
-inline constexpr std::array<uint32_t, 24> kClassBytes = {
-    16,  32,  48,  64,  80,  96,  112,  128,  160,  192,  224,  256,
-    320, 384, 448, 512, 640, 768, 896, 1024, 1280, 1536, 1792, 2048};
+inline constexpr std::array<uint32_t, 44> kClassBytes = {
+    16,    32,    48,    64,    80,    96,    112,   128,   160,   192,   224,
+    256,   320,   384,   448,   512,   640,   768,   896,   1024,  1280,  1536,
+    1792,  2048,  2560,  3072,  3584,  4096,  5120,  6144,  7168,  8192,  10240,
+    12288, 14336, 16384, 20480, 24576, 28672, 32768, 40960, 49152, 57344, 65536};
 
 struct SlabHeader {
   uint32_t magic;       // kSlabMagic

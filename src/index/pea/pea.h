@@ -1,4 +1,5 @@
-// src/index/pea/pea.h — Pea Hash: a performant extendible adaptive hashing index (unique keys).
+// src/index/pea/pea.h — Pea Hash: a performant extendible adaptive hashing index (unique keys),
+// "pea" with 8 B inline items and "pea-kv" with variable-size keys and values.
 //
 // Paper: Zhuoxuan Liu, Shimin Chen. "Pea Hash: A Performant Extendible Adaptive Hashing Index",
 // Proc. ACM Manag. Data 1(1), 2023 (../shared/papers/pea-hash.txt), sections 3.1, 3.2 and 3.4.
@@ -107,9 +108,41 @@
 //   I7  Directory descriptors: the one with the larger G is current. Expansion writes only the
 //       other root, after the new region is durable, so a crash leaves one of the two valid.
 //   I8  No persistent memory leaks: the allocator's bitmap is DRAM only and rebuilt at open from
-//       the directory, the StashSid array and the current directory region. Stash segments are
-//       never freed (as in the paper); segments and directory regions of a crashed split or
-//       expansion were never reachable and are free again.
+//       the directory, the StashSid array and the current directory region (pea-kv: and the
+//       records of live slots, I9). Stash segments are never freed (as in the paper); segments
+//       and directory regions of a crashed split or expansion were never reachable and are free
+//       again.
+//
+//   I9  pea-kv (below): a record is durable (flushed and fenced) before the 8-byte store that
+//       publishes it (the header word of an insert, the value word of an update), and is freed
+//       only after the store that unpublishes it is durable (erase, update) and the epoch's
+//       readers have left. Recovery marks exactly the records of live slots (I1) reachable.
+//
+// pea-kv (variable-size keys and values; not in the paper): the same engine with kRecords, as
+// TurboHash's and REH's records (src/index/records.h). A slot holds
+// [ hash(key):64 | record offset:64 ] and the record [ klen | vlen | key | value ] lives in the
+// pool's record heap, whose slabs are chunks of the segments' allocator (one 512 KB segment
+// chunk per slab by default, size classes up to 56 KiB; larger records take whole chunks).
+// What changes:
+//   * a slot's hash is its key word (splits and the invariant check read it; the fingerprint is
+//     its low byte as before); two slots hold the same key iff their key words are equal and
+//     their records' keys are;
+//   * insert: the record is written, flushed and fenced (I9), then the slot and header exactly
+//     as above (I2/I3): two fences per insert. The header store is the commit point, and the
+//     header's line may be written back at any moment after it, before its own flush, so the
+//     record cannot ride on that flush as the slot does;
+//   * update: a new durable record, the 8-byte value store + persist (I4), then the old record
+//     is retired through the epoch (an optimistic reader may be reading it);
+//   * erase: the header store + persist (I4), then the record is retired;
+//   * readers already hold an epoch guard (for segments); they compare a candidate's key bytes
+//     before their version check, so that comparison never reads outside the pool whatever a
+//     stale offset's header says (Records::KeyEquals);
+//   * entry moving and splits copy the [hash | offset] words: records never move;
+//   * recovery is no longer O(directory): it walks every live slot once, validating its record
+//     (src/index/records.h: in the heap, lengths, its slab and slot, its key's hash against the
+//     slot's) and marking it reachable, after the segments are marked. That walk also counts
+//     Size().
+// The uint64 API of pea-kv stores 8-byte little-endian keys and values as records.
 //
 // Where the paper is vague or wrong, and what we chose:
 //   * Durable erase is not described: bitmap clear + one flush (I4).
@@ -155,6 +188,7 @@
 #include <unordered_set>
 #include <vector>
 
+#include "common/attributes.h"
 #include "common/epoch.h"
 #include "common/fingerprint.h"
 #include "common/hash.h"
@@ -165,6 +199,7 @@
 #include "index/descriptor.h"
 #include "index/engine_base.h"
 #include "index/lifecycle.h"
+#include "index/records.h"
 #include "pm/persist.h"
 #include "pm/pool.h"
 #include "pm/slot.h"
@@ -174,14 +209,17 @@
 
 namespace pmhash::pea {
 
-template <pm::PersistPolicy P>
-class Pea : public index::EngineBase<Pea<P>, P, Config> {
-  PMHASH_ENGINE_BASE(P, Config, Pea<P>);
-  PMHASH_ENGINE_API(Pea, Descriptor);  // Open, Find, Erase, ForEach, Stats, CheckInvariants
+template <pm::PersistPolicy P, bool kRecords = false>
+class Pea : public index::EngineBase<Pea<P, kRecords>, P, Config> {
+  PMHASH_ENGINE_BASE(P, Config, Pea<P, kRecords>);
+  PMHASH_ENGINE_API(Pea, DescriptorFor<kRecords>);  // Open, Find, Erase, ForEach, Stats, ...
 
  public:
   ~Pea() { this->CloseUnlessAbandoned(); }  // src/index/lifecycle.h
   uint64_t Size() const;
+
+  // Variable-size API (BytesIndex, src/index/records.h). NotSupported on "pea" (inline items).
+  PMHASH_RECORDS_API(kRecords);
 
   // For tests and tools.
   uint32_t global_depth() const { return dir_.load(std::memory_order_acquire)->depth; }
@@ -247,8 +285,31 @@ class Pea : public index::EngineBase<Pea<P>, P, Config> {
     return static_cast<uint32_t>((bytes + seg_bytes_ - 1) / seg_bytes_);
   }
 
-  // Slot of key k in bucket b (fingerprint-filtered), or -1.
-  static int SearchBucket(const PmBucket* b, Key k, uint8_t f);
+  // A key as the search compares it: the inline key, or hash + bytes (pea-kv).
+  using Probe = index::KeyProbe;
+  Probe MakeProbe(Key k) const { return {hash_(k), k, {}}; }
+  Probe MakeProbe(std::string_view s) const { return {hash_(s), 0, s}; }
+  // The hash a slot's key word stands for (pea-kv: the word is the hash).
+  uint64_t SlotHash(uint64_t key_word) const {
+    if constexpr (kRecords) {
+      return key_word;
+    } else {
+      return hash_(key_word);
+    }
+  }
+  // The key word a slot of p holds.
+  static uint64_t KeyWord(const Probe& p) { return kRecords ? p.h : p.k; }
+  PMHASH_ALWAYS_INLINE bool SlotMatches(const PmSlot& s, const Probe& p) const {
+    if constexpr (kRecords) {
+      // Acquire: a record's bytes were written before the release store of its offset.
+      if (s.key.load(std::memory_order_acquire) != p.h) return false;
+      return records_->KeyEquals(s.value.load(std::memory_order_acquire), p.s);
+    } else {
+      return s.key.load(std::memory_order_relaxed) == p.k;
+    }
+  }
+  // Slot of key p in bucket b (fingerprint-filtered), or -1.
+  PMHASH_ALWAYS_INLINE int SearchBucket(const PmBucket* b, const Probe& p) const;
   // REQUIRES: b's lock held, b not full. Persists as described in I2/I3.
   void InsertIntoBucket(PmBucket* b, Key k, Value v, uint8_t f);
   static void PrefetchBucket(const PmBucket* b) {
@@ -289,10 +350,18 @@ class Pea : public index::EngineBase<Pea<P>, P, Config> {
   };
   // Retries until the key's candidate buckets are locked under an unchanged directory entry and
   // segment version, then searches them. REQUIRES: an epoch guard.
-  Locked LockAndLocate(Key k, uint64_t h) PMHASH_NO_THREAD_SAFETY_ANALYSIS;
+  Locked LockAndLocate(const Probe& p) PMHASH_NO_THREAD_SAFETY_ANALYSIS;
   // Releases the bucket locks of `w`, bumping the version of those in `modified`.
   void Unlock(const Locked& w, uint32_t modified) PMHASH_NO_THREAD_SAFETY_ANALYSIS;
+  // Optimistic read of p's slot: true and its value word (pea-kv: the record offset) if p is
+  // present. REQUIRES: an epoch guard (pea-kv: held while the caller uses the record).
+  PMHASH_ALWAYS_INLINE bool Search(const Probe& p, uint64_t* word) const;
   Status Write(Key k, Value v, WriteMode mode);
+  Status WriteBytes(std::string_view k, std::string_view v, WriteMode mode);
+  // The value to store: `value` (pea) or a new record of p.s and value_bytes (pea-kv).
+  PMHASH_ALWAYS_INLINE Status Write(const Probe& p, std::string_view value_bytes, Value value,
+                                    WriteMode mode);
+  PMHASH_ALWAYS_INLINE Status EraseProbe(const Probe& p);
   // Slow path of an insert that found no room: transition, split or expansion. OK = retry.
   Status SlowPath(uint64_t h, uint64_t e_seen, const Directory* d_seen);
   // REQUIRES: dir_lock_ shared, segment lock of e held. Leaves it held.
@@ -314,12 +383,19 @@ class Pea : public index::EngineBase<Pea<P>, P, Config> {
 
   // Locks a segment for a structural read (ForEach): returns its entry.
   uint64_t LockSegmentFor(uint64_t h) const;
-  void CollectSegment(uint64_t e, std::vector<std::pair<Key, Value>>* out) const;
+  // take(slot) for every live slot of the segment of entry e. REQUIRES: its locks held.
+  template <class Take>
+  void ForEachLiveSlot(uint64_t e, Take&& take) const;
+  // The segments in prefix order, each locked while take(slot) runs for its live slots; then
+  // segment_done() runs outside the locks. A key present for the whole walk is taken once.
+  template <class Take, class Done>
+  void WalkLocked(Take&& take, Done&& segment_done) const;
   template <class Fn>
   void ForEachSegment(const Directory* d, Fn&& fn) const;  // strided walk: fn(first, entry)
 
   Status Create();
   Status Recover();
+  Status RecoverRecords();
   uint64_t CountLive() const;
 
   char* heap_ = nullptr;
@@ -340,6 +416,8 @@ class Pea : public index::EngineBase<Pea<P>, P, Config> {
   // A segment freed by a split is retired through the epoch manager: its chunk returns to the
   // allocator (and may be rewritten) only after every operation that could have read it ended.
   std::atomic<uint64_t> limbo_chunks_{0};
+  std::unique_ptr<index::Records> records_;  // pea-kv only (src/index/records.h)
+  // After records_: its destructor runs the frees still pending, into them.
   mutable EpochManager epoch_;
 
   mutable std::atomic<bool> size_known_{false};
@@ -358,8 +436,8 @@ class Pea : public index::EngineBase<Pea<P>, P, Config> {
 // Implementation
 // ============================================================================================
 
-template <pm::PersistPolicy P>
-Pea<P>::Pea(std::unique_ptr<pm::Pool> pool, const Config& config)
+template <pm::PersistPolicy P, bool R>
+Pea<P, R>::Pea(std::unique_ptr<pm::Pool> pool, const Config& config)
     : Base(std::move(pool), config) {
   epoch_.set_reclaim_batch(config.reclaim_batch);
   heap_offset_ = pool_->allocator().heap_offset();
@@ -369,20 +447,24 @@ Pea<P>::Pea(std::unique_ptr<pm::Pool> pool, const Config& config)
   bmask_ = params_.segment_buckets - 1;
   first_strategy_ = FirstStrategy(static_cast<PeaStrategies>(params_.strategies));
   last_strategy_ = LastStrategy(static_cast<PeaStrategies>(params_.strategies));
+  if constexpr (R) {
+    records_ = std::make_unique<index::Records>(*pool_, epoch_, config.max_record_bytes,
+                                                kKindName);
+  }
 }
 
-template <pm::PersistPolicy P>
-int Pea<P>::SearchBucket(const PmBucket* b, Key k, uint8_t f) {
+template <pm::PersistPolicy P, bool R>
+int Pea<P, R>::SearchBucket(const PmBucket* b, const Probe& p) const {
   const uint64_t w0 = b->hdr[0].load(std::memory_order_relaxed);
   const uint64_t w1 = b->hdr[1].load(std::memory_order_relaxed);
   const uint32_t occ = static_cast<uint32_t>(w0 >> 1) & kOccMask;
   const __m128i tags = _mm_set_epi64x(static_cast<long long>(w1), static_cast<long long>(w0));
-  for (uint32_t m = (Match16(tags, f) >> 2) & occ; m; m &= m - 1) {
+  for (uint32_t m = (Match16(tags, Fp(p.h)) >> 2) & occ; m; m &= m - 1) {
     const int j = std::countr_zero(m);
-    if (b->slots[j].key.load(std::memory_order_relaxed) == k) return j;
+    if (SlotMatches(b->slots[j], p)) return j;
   }
   if ((occ >> kFpSlots) & 1) {
-    if (b->slots[kFpSlots].key.load(std::memory_order_relaxed) == k) return kFpSlots;
+    if (SlotMatches(b->slots[kFpSlots], p)) return kFpSlots;
   }
   return -1;
 }
@@ -397,8 +479,8 @@ inline uint8_t GetFpByte(const uint64_t* w, int j) {
   return static_cast<uint8_t>(w[byte >> 3] >> ((byte & 7) * 8));
 }
 
-template <pm::PersistPolicy P>
-void Pea<P>::InsertIntoBucket(PmBucket* b, Key k, Value v, uint8_t f) {
+template <pm::PersistPolicy P, bool R>
+void Pea<P, R>::InsertIntoBucket(PmBucket* b, Key k, Value v, uint8_t f) {
   uint64_t w[2] = {b->hdr[0].load(std::memory_order_relaxed),
                    b->hdr[1].load(std::memory_order_relaxed)};
   const uint32_t occ = static_cast<uint32_t>(w[0] >> 1) & kOccMask;
@@ -472,11 +554,34 @@ void Pea<P>::InsertIntoBucket(PmBucket* b, Key k, Value v, uint8_t f) {
   persist_.Persist(b, 64);
 }
 
-template <pm::PersistPolicy P>
-Status Pea<P>::Find(Key k, Value* out) const {
-  EpochManager::Guard guard(epoch_);
-  const uint64_t h = hash_(k);
-  const uint8_t f = Fp(h);
+template <pm::PersistPolicy P, bool R>
+Status Pea<P, R>::Find(Key k, Value* out) const {
+  if constexpr (R) {
+    return index::FindU64AsBytes(*this, k, out);
+  } else {
+    EpochManager::Guard guard(epoch_);
+    return Search(MakeProbe(k), out) ? Status::OK() : Status::NotFound();
+  }
+}
+
+template <pm::PersistPolicy P, bool R>
+Status Pea<P, R>::FindBytes([[maybe_unused]] std::string_view k,
+                           [[maybe_unused]] std::string* v) const {
+  if constexpr (!R) {
+    return index::NoRecords(kKindName);
+  } else {
+    EpochManager::Guard guard(epoch_);  // the record stays allocated while we copy it
+    uint64_t ro = 0;
+    if (!Search(MakeProbe(k), &ro)) return Status::NotFound();
+    const std::string_view val = records_->Value(ro);
+    v->assign(val.data(), val.size());
+    return Status::OK();
+  }
+}
+
+template <pm::PersistPolicy P, bool R>
+bool Pea<P, R>::Search(const Probe& p, uint64_t* word) const {
+  const uint64_t h = p.h;
   const uint32_t b1 = Bucket1(h);
   for (;;) {
     const Directory* d = dir_.load(std::memory_order_acquire);
@@ -499,7 +604,7 @@ Status Pea<P>::Find(Key k, Value* out) const {
       continue;
     }
     const PmBucket* hit = nullptr;
-    int j = SearchBucket(B1, k, f);
+    int j = SearchBucket(B1, p);
     if (j >= 0) hit = B1;
     bool consistent = true;
     if (!hit && st >= kTwoChoice) {
@@ -511,7 +616,7 @@ Status Pea<P>::Find(Key k, Value* out) const {
         CpuRelax();
         continue;
       }
-      j = SearchBucket(B2, k, f);
+      j = SearchBucket(B2, p);
       if (j >= 0) hit = B2;
       if (!hit && st == kStash) {
         const uint32_t s0 = L.bucket[0].Snapshot();
@@ -522,26 +627,28 @@ Status Pea<P>::Find(Key k, Value* out) const {
         }
         for (int s = 0; s < 2 && !hit; s++) {
           const PmBucket* S = StashBucket(sid, s);
-          j = SearchBucket(S, k, f);
+          j = SearchBucket(S, p);
           if (j >= 0) hit = S;
         }
         consistent = L.bucket[0].Validate(s0) && L.bucket[1].Validate(s1);
       }
       consistent = consistent && l2.Validate(v2);
     }
-    const Value val = hit ? hit->slots[j].value.load(std::memory_order_relaxed) : 0;
+    const uint64_t val =
+        hit ? hit->slots[j].value.load(R ? std::memory_order_acquire : std::memory_order_relaxed)
+            : 0;
     if (!consistent || !l1.Validate(v1) || !L.seg.Validate(sv)) {
       continue;
     }
-    if (!hit) return Status::NotFound();
-    *out = val;
-    return Status::OK();
+    if (!hit) return false;
+    *word = val;
+    return true;
   }
 }
 
-template <pm::PersistPolicy P>
-typename Pea<P>::Locked Pea<P>::LockAndLocate(Key k, uint64_t h) {
-  const uint8_t f = Fp(h);
+template <pm::PersistPolicy P, bool R>
+typename Pea<P, R>::Locked Pea<P, R>::LockAndLocate(const Probe& p) {
+  const uint64_t h = p.h;
   const uint32_t b1 = Bucket1(h);
   for (;;) {
     const Directory* d = dir_.load(std::memory_order_acquire);
@@ -575,15 +682,15 @@ typename Pea<P>::Locked Pea<P>::LockAndLocate(Key k, uint64_t h) {
     int j = -1;
     PmBucket* hit = nullptr;
     for (int c = 0; c < nc && !hit; c++) {
-      j = SearchBucket(cand[c], k, f);
+      j = SearchBucket(cand[c], p);
       if (j >= 0) hit = cand[c];
     }
     return Locked{d, e, st, &L, mask, {cand[0], cand[1], cand[2], cand[3]}, nc, hit, j};
   }
 }
 
-template <pm::PersistPolicy P>
-void Pea<P>::Unlock(const Locked& w, uint32_t modified) {
+template <pm::PersistPolicy P, bool R>
+void Pea<P, R>::Unlock(const Locked& w, uint32_t modified) {
   for (uint32_t m = w.mask; m; m &= m - 1) {
     const int x = std::countr_zero(m);
     if (modified & (1u << x)) {
@@ -594,13 +701,46 @@ void Pea<P>::Unlock(const Locked& w, uint32_t modified) {
   }
 }
 
-template <pm::PersistPolicy P>
-Status Pea<P>::Write(Key k, Value v, WriteMode mode) {
+template <pm::PersistPolicy P, bool R>
+Status Pea<P, R>::Write(Key k, Value v, WriteMode mode) {
+  if constexpr (R) {
+    return WriteBytes(index::U64Bytes(k).view(), index::U64Bytes(v).view(), mode);
+  } else {
+    return Write(MakeProbe(k), {}, v, mode);
+  }
+}
+
+template <pm::PersistPolicy P, bool R>
+Status Pea<P, R>::WriteBytes([[maybe_unused]] std::string_view k,
+                            [[maybe_unused]] std::string_view v,
+                            [[maybe_unused]] WriteMode mode) {
+  if constexpr (!R) {
+    return index::NoRecords(kKindName);
+  } else {
+    return Write(MakeProbe(k), v, 0, mode);
+  }
+}
+
+template <pm::PersistPolicy P, bool R>
+Status Pea<P, R>::Write(const Probe& p, std::string_view value_bytes, Value value,
+                        WriteMode mode) {
   if (life_.closed()) [[unlikely]] return index::Lifecycle::ClosedError(kKindName);
   EpochManager::Guard guard(epoch_);
-  const uint64_t h = hash_(k);
+  // The value word to store: the value, or the offset of a new record, durable (fenced) before
+  // the store that publishes it (I9).
+  auto value_word = [&](uint64_t* word) -> Status {
+    if constexpr (R) {
+      Result<uint64_t> rec = records_->New(p.s, value_bytes, persist_);
+      if (!rec.ok()) return rec.status();
+      persist_.Fence();
+      *word = rec.value();
+    } else {
+      *word = value;
+    }
+    return Status::OK();
+  };
   for (;;) {
-    const Locked w = LockAndLocate(k, h);
+    const Locked w = LockAndLocate(p);
     PmBucket* const hit = w.hit;
     const int j = w.j;
     const uint32_t st = w.st;
@@ -608,11 +748,14 @@ Status Pea<P>::Write(Key k, Value v, WriteMode mode) {
     uint32_t modified = 0;  // lock bits whose buckets changed
     Status result = Status::OK();
     bool done = true;
+    uint64_t retired = 0;  // pea-kv: the record an update replaced
     if (hit) {
+      uint64_t word = 0;
       if (mode == WriteMode::kInsert) {
         result = Status::Exists();
-      } else {
-        hit->slots[j].value.store(v, std::memory_order_release);  // I4
+      } else if (result = value_word(&word); result.ok()) {
+        retired = hit->slots[j].value.load(std::memory_order_relaxed);
+        hit->slots[j].value.store(word, std::memory_order_release);  // I4
         persist_.Persist(&hit->slots[j].value, sizeof(Value));
         modified = w.mask;
       }
@@ -633,26 +776,49 @@ Status Pea<P>::Write(Key k, Value v, WriteMode mode) {
           if (s0 < kSlots || s1 < kSlots) tgt = s1 < s0 ? w.cand[3] : w.cand[2];
         }
       }
-      if (tgt) {
-        InsertIntoBucket(tgt, k, v, Fp(h));
+      uint64_t word = 0;
+      if (!tgt) {
+        done = false;
+      } else if (result = value_word(&word); result.ok()) {
+        InsertIntoBucket(tgt, KeyWord(p), word, Fp(p.h));
         modified = w.mask;
         size_.Add(1);
-      } else {
-        done = false;
       }
     }
     Unlock(w, modified);
+    if constexpr (R) {
+      if (retired != 0) records_->Retire(retired);
+    }
     if (done) return result;
-    PMHASH_RETURN_IF_ERROR(SlowPath(h, w.e, w.d));
+    PMHASH_RETURN_IF_ERROR(SlowPath(p.h, w.e, w.d));
   }
 }
 
-template <pm::PersistPolicy P>
-Status Pea<P>::Erase(Key k) {
+template <pm::PersistPolicy P, bool R>
+Status Pea<P, R>::Erase(Key k) {
+  if constexpr (R) {
+    return EraseBytes(index::U64Bytes(k).view());
+  } else {
+    return EraseProbe(MakeProbe(k));
+  }
+}
+
+template <pm::PersistPolicy P, bool R>
+Status Pea<P, R>::EraseBytes([[maybe_unused]] std::string_view k) {
+  if constexpr (!R) {
+    return index::NoRecords(kKindName);
+  } else {
+    return EraseProbe(MakeProbe(k));
+  }
+}
+
+template <pm::PersistPolicy P, bool R>
+Status Pea<P, R>::EraseProbe(const Probe& p) {
   if (life_.closed()) [[unlikely]] return index::Lifecycle::ClosedError(kKindName);
   EpochManager::Guard guard(epoch_);
-  const Locked w = LockAndLocate(k, hash_(k));
+  const Locked w = LockAndLocate(p);
   PmBucket* const hit = w.hit;
+  const uint64_t record = hit ? hit->slots[w.j].value.load(std::memory_order_relaxed) : 0;
   if (hit) {
     // I4: one 8-byte store clears the bit; one flush + fence makes the erase durable.
     const uint64_t w0 = hit->hdr[0].load(std::memory_order_relaxed);
@@ -661,6 +827,9 @@ Status Pea<P>::Erase(Key k) {
     size_.Add(-1);
   }
   Unlock(w, hit ? w.mask : 0);
+  if constexpr (R) {
+    if (hit) records_->Retire(record);  // pea-kv: durably unreachable now
+  }
   return hit ? Status::OK() : Status::NotFound();
 }
 
@@ -674,6 +843,10 @@ namespace pmhash::pea {
 
 // Instantiated once, in the library (pea.cc); users of this header link to those
 // instead of compiling the whole index again in every translation unit.
-PMHASH_ENGINE_INSTANTIATIONS(extern, Pea);
+PMHASH_ENGINE_INSTANTIATIONS(extern, Pea, false);
+PMHASH_ENGINE_INSTANTIATIONS(extern, Pea, true);
+
+template <pm::PersistPolicy P>
+using PeaKv = Pea<P, true>;
 
 }  // namespace pmhash::pea

@@ -8,8 +8,8 @@
 
 namespace pmhash::pea {
 
-template <pm::PersistPolicy P>
-uint64_t Pea<P>::LockSegmentFor(uint64_t h) const {
+template <pm::PersistPolicy P, bool R>
+uint64_t Pea<P, R>::LockSegmentFor(uint64_t h) const {
   for (;;) {
     const Directory* d = dir_.load(std::memory_order_acquire);
     const uint64_t i = DirIndex(h, d->depth);
@@ -27,48 +27,87 @@ uint64_t Pea<P>::LockSegmentFor(uint64_t h) const {
   }
 }
 
-template <pm::PersistPolicy P>
-void Pea<P>::CollectSegment(uint64_t e, std::vector<std::pair<Key, Value>>* out) const {
+template <pm::PersistPolicy P, bool R>
+template <class Take>
+void Pea<P, R>::ForEachLiveSlot(uint64_t e, Take&& take) const {
   const uint64_t sid = EntrySid(e);
-  auto take = [&](const PmBucket* b) {
-    for (uint32_t m = Occupancy(b); m; m &= m - 1) {
-      const int j = std::countr_zero(m);
-      out->emplace_back(b->slots[j].key.load(std::memory_order_relaxed),
-                        b->slots[j].value.load(std::memory_order_relaxed));
-    }
+  auto bucket = [&](const PmBucket* b) {
+    for (uint32_t m = Occupancy(b); m; m &= m - 1) take(b->slots[std::countr_zero(m)]);
   };
-  for (uint32_t b = 0; b < params_.segment_buckets; b++) take(BucketAt(sid, b));
+  for (uint32_t b = 0; b < params_.segment_buckets; b++) bucket(BucketAt(sid, b));
   if (EntryStrategy(e) == kStash) {
-    take(StashBucket(sid, 0));
-    take(StashBucket(sid, 1));
+    bucket(StashBucket(sid, 0));
+    bucket(StashBucket(sid, 1));
   }
 }
 
-template <pm::PersistPolicy P>
-Status Pea<P>::ForEach(const std::function<void(Key, Value)>& fn) const {
+template <pm::PersistPolicy P, bool R>
+template <class Take, class Done>
+void Pea<P, R>::WalkLocked(Take&& take, Done&& segment_done) const {
   // Walk the hash space by segment ranges (as REH): splits only cut ranges, so a key present
   // for the whole walk is visited exactly once.
-  std::vector<std::pair<Key, Value>> pairs;
   for (uint64_t cursor = 0;;) {
-    pairs.clear();
     const uint64_t e = LockSegmentFor(cursor);
     SegLocks& L = locks_[EntrySid(e)];
-    CollectSegment(e, &pairs);
+    ForEachLiveSlot(e, take);
     for (int x = 0; x < kBucketLocks; x++) L.bucket[x].UnlockUnchanged();
     L.seg.UnlockUnchanged();
-    for (const auto& [k, v] : pairs) fn(k, v);
+    segment_done();
     const uint32_t ld = EntryDepth(e);
     if (ld == 0) break;
     const uint32_t shift = 64 - ld;
     if ((cursor >> shift) == (~uint64_t{0} >> shift)) break;
     cursor = ((cursor >> shift) + 1) << shift;
   }
+}
+
+template <pm::PersistPolicy P, bool R>
+Status Pea<P, R>::ForEach(const std::function<void(Key, Value)>& fn) const {
+  // fn runs outside the locks: one segment's pairs at a time.
+  std::vector<std::pair<Key, Value>> pairs;
+  uint64_t skipped = 0;  // pea-kv records the uint64 API cannot express
+  WalkLocked(
+      [&](const PmSlot& sl) {
+        Key k = sl.key.load(std::memory_order_relaxed);
+        Value v = sl.value.load(std::memory_order_relaxed);
+        if constexpr (R) {
+          if (!records_->AsU64(v, &k, &v)) {
+            skipped++;
+            return;
+          }
+        }
+        pairs.emplace_back(k, v);
+      },
+      [&] {
+        for (const auto& [k, v] : pairs) fn(k, v);
+        pairs.clear();
+      });
+  if constexpr (R) return records_->SkippedError(skipped);
   return Status::OK();
 }
 
-template <pm::PersistPolicy P>
+template <pm::PersistPolicy P, bool R>
+void Pea<P, R>::ForEachBytes(
+    const std::function<void(std::string_view, std::string_view)>& fn) const {
+  if constexpr (R) {
+    std::vector<std::pair<std::string, std::string>> pairs;
+    WalkLocked(
+        [&](const PmSlot& sl) {
+          const uint64_t ro = sl.value.load(std::memory_order_relaxed);
+          pairs.emplace_back(std::string(records_->Key(ro)), std::string(records_->Value(ro)));
+        },
+        [&] {
+          for (const auto& [k, v] : pairs) fn(k, v);
+          pairs.clear();
+        });
+  } else {
+    (void)fn;
+  }
+}
+
+template <pm::PersistPolicy P, bool R>
 template <class Fn>
-void Pea<P>::ForEachSegment(const Directory* d, Fn&& fn) const {
+void Pea<P, R>::ForEachSegment(const Directory* d, Fn&& fn) const {
   for (uint64_t i = 0; i < d->size();) {
     const uint64_t e = d->entries[i].load(std::memory_order_acquire);
     fn(i, e);
@@ -76,8 +115,8 @@ void Pea<P>::ForEachSegment(const Directory* d, Fn&& fn) const {
   }
 }
 
-template <pm::PersistPolicy P>
-uint64_t Pea<P>::CountLive() const {
+template <pm::PersistPolicy P, bool R>
+uint64_t Pea<P, R>::CountLive() const {
   EpochManager::Guard guard(epoch_);
   uint64_t live = 0;
   ForEachSegment(dir_.load(std::memory_order_acquire), [&](uint64_t, uint64_t e) {
@@ -93,8 +132,8 @@ uint64_t Pea<P>::CountLive() const {
   return live;
 }
 
-template <pm::PersistPolicy P>
-uint64_t Pea<P>::Size() const {
+template <pm::PersistPolicy P, bool R>
+uint64_t Pea<P, R>::Size() const {
   if (!size_known_.load(std::memory_order_acquire)) {
     // After a crash: one scan of the bucket headers (see "paper is vague" in the header).
     LockGuard<SpinLock> g(size_mu_);
@@ -108,20 +147,20 @@ uint64_t Pea<P>::Size() const {
   return s < 0 ? 0 : static_cast<uint64_t>(s);
 }
 
-template <pm::PersistPolicy P>
-uint32_t Pea<P>::StrategyOf(Key k) const {
+template <pm::PersistPolicy P, bool R>
+uint32_t Pea<P, R>::StrategyOf(Key k) const {
   const Directory* d = dir_.load(std::memory_order_acquire);
   return EntryStrategy(d->entries[DirIndex(hash_(k), d->depth)].load());
 }
 
-template <pm::PersistPolicy P>
-uint32_t Pea<P>::LocalDepthOf(Key k) const {
+template <pm::PersistPolicy P, bool R>
+uint32_t Pea<P, R>::LocalDepthOf(Key k) const {
   const Directory* d = dir_.load(std::memory_order_acquire);
   return EntryDepth(d->entries[DirIndex(hash_(k), d->depth)].load());
 }
 
-template <pm::PersistPolicy P>
-IndexStats Pea<P>::Stats() const {
+template <pm::PersistPolicy P, bool R>
+IndexStats Pea<P, R>::Stats() const {
   IndexStats s;
   this->FillCommonStats(&s);
   const Directory* d = dir_.load(std::memory_order_acquire);
@@ -140,8 +179,9 @@ IndexStats Pea<P>::Stats() const {
   s.buckets = segments * params_.segment_buckets + per[2] * 2;
   s.capacity_slots = s.buckets * kSlots;
   s.load_factor = s.capacity_slots ? static_cast<double>(s.size) / s.capacity_slots : 0;
-  s.pm_bytes = pool_->allocator().used_chunks() * seg_bytes_ + pm::kHeaderBytes;
-  s.dram_bytes = locks_.bytes() + pool_->allocator().dram_bytes();
+  s.pm_bytes = pool_->allocator().used_chunks() * seg_bytes_ + pm::kHeaderBytes;  // + records
+  s.dram_bytes =
+      locks_.bytes() + pool_->allocator().dram_bytes() + (R ? records_->dram_bytes() : 0);
   s.global_depth = d->depth;
   auto add = [&](const char* name, double v) { s.details.push_back({name, v}); };
   add("pea.segments", static_cast<double>(segments));
@@ -157,17 +197,22 @@ IndexStats Pea<P>::Stats() const {
   add("pea.splits.stash", static_cast<double>(stash_splits_.load()));
   add("pea.stash.stale_cleared", static_cast<double>(stale_stash_cleared_.load()));
   add("alloc.reused", static_cast<double>(pool_->allocator().reused_allocations()));
+  if constexpr (R) records_->AddDetails(&s);
   return s;
 }
 
 // REQUIRES: no concurrent writers.
-template <pm::PersistPolicy P>
-Status Pea<P>::CheckInvariants() const {
-  auto fail = [](const std::string& what) { return Status::Corruption("pea invariant: " + what); };
+template <pm::PersistPolicy P, bool R>
+Status Pea<P, R>::CheckInvariants() const {
+  auto fail = [](const std::string& what) {
+    return Status::Corruption(std::string(kKindName) + " invariant: " + what);
+  };
+  if constexpr (R) epoch_.Drain();  // pea-kv: retired records are back in the heap
   const Directory* d = dir_.load(std::memory_order_acquire);
   const uint32_t g = d->depth;
   const pm::ChunkAllocator& alloc = pool_->allocator();
-  std::unordered_set<Key> keys;
+  std::unordered_set<std::string> keys;
+  index::Records::Tally records;  // pea-kv
   std::unordered_set<uint64_t> sids;
   uint64_t live = 0;
   std::string err;
@@ -179,7 +224,7 @@ Status Pea<P>::CheckInvariants() const {
     for (uint32_t m = static_cast<uint32_t>(w[0] >> 1) & kOccMask; m && err.empty(); m &= m - 1) {
       const int j = std::countr_zero(m);
       const Key k = b->slots[j].key.load();
-      const uint64_t h = hash_(k);
+      const uint64_t h = SlotHash(k);
       if (ld > 0 && (h >> (64 - ld)) != prefix) {
         err = "key " + std::to_string(k) + " in segment " + std::to_string(sid) +
               " outside its hash range";
@@ -197,7 +242,13 @@ Status Pea<P>::CheckInvariants() const {
           break;
         }
       }
-      if (!keys.insert(k).second) {
+      std::string key(index::U64Bytes(k).view());
+      if constexpr (R) {
+        const uint64_t ro = b->slots[j].value.load();
+        if (err = records_->Check(ro, h, hash_, &records); !err.empty()) break;
+        key = records_->Key(ro);
+      }
+      if (!keys.insert(std::move(key)).second) {
         err = "duplicate key " + std::to_string(k);
         break;
       }
@@ -245,6 +296,9 @@ Status Pea<P>::CheckInvariants() const {
   {
     LockGuard<RwSpinLock> gd(const_cast<RwSpinLock&>(dir_lock_));
     for (const auto& x : dirs_) expect += x->chunks;
+  }
+  if constexpr (R) {
+    if (std::string e = records_->Finish(records, live, &expect); !e.empty()) return fail(e);
   }
   if (std::string e = this->CheckAccounting(expect, live); !e.empty()) return fail(e);
   return Status::OK();

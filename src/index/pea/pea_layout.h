@@ -118,7 +118,8 @@ struct PersistentParams : index::LayoutWords<sizeof(PmBucket), kSlots> {
   uint32_t initial_depth = 0;
   uint32_t max_depth = 0;
   uint32_t strategies = 0;
-  uint32_t reserved = 0;
+  uint32_t records = 0;           // 1: pea-kv
+  uint32_t max_record_bytes = 0;  // pea-kv only
 };
 
 // What an open index runs with: the pool's properties and this open's options.
@@ -133,24 +134,46 @@ struct Config : PersistentParams {
   }
 };
 
-template <pm::PersistPolicy P>
+template <pm::PersistPolicy P, bool kRecords>
 class Pea;
 
-struct Descriptor : index::DescriptorTypes<PeaParams, &Options::pea, PersistentParams, Pea> {
-  static constexpr std::string_view kName = "pea";
+// kRecords = false: "pea" (8 B inline items). kRecords = true: "pea-kv" (records).
+template <bool kRecords>
+struct DescriptorFor
+    : index::DescriptorTypes<PeaParams, &Options::pea, PersistentParams,
+                             index::FlaggedEngine<Pea, kRecords>::template Engine> {
+  static constexpr std::string_view kName = kRecords ? "pea-kv" : "pea";
   static constexpr std::string_view kPaper =
-      "Liu, Chen: Pea Hash: A Performant Extendible Adaptive Hashing Index (SIGMOD 2023)";
+      kRecords ? "Liu, Chen: Pea Hash (SIGMOD 2023), with variable-size records"
+               : "Liu, Chen: Pea Hash: A Performant Extendible Adaptive Hashing Index (SIGMOD 2023)";
   static constexpr std::string_view kSummary =
-      "extendible hashing, 512 KB segments, adaptive single/2-choice/stash strategy, 4-way split";
-  static constexpr auto kProperties = std::tuple{
-      index::PoolProperty{"pea.segment_buckets", &Params::segment_buckets,
-                          &Stored::segment_buckets, 2048u},
-      index::PoolProperty{"pea.initial_depth", &Params::initial_depth, &Stored::initial_depth, 2u},
-      index::PoolProperty{"pea.max_depth", &Params::max_depth, &Stored::max_depth, 32u},
-      index::PoolProperty{"pea.strategies", &Params::strategies, &Stored::strategies,
-                          PeaStrategies::kAdaptive},
-  };
-  static std::string Check(const Stored& s) {
+      kRecords
+          ? "Pea Hash with variable-size keys/values: hash + record offset per slot, record heap"
+          : "extendible hashing, 512 KB segments, adaptive single/2-choice/stash strategy, 4-way "
+            "split";
+  static constexpr Capabilities kCapabilities{.bytes = kRecords};
+  static constexpr auto kProperties = index::WithRecordProperty<kRecords>(
+      "pea.max_record_bytes", &PeaParams::max_record_bytes, &PersistentParams::max_record_bytes,
+      std::tuple{
+          index::PoolProperty{"pea.segment_buckets", &PeaParams::segment_buckets,
+                              &PersistentParams::segment_buckets, 2048u},
+          index::PoolProperty{"pea.initial_depth", &PeaParams::initial_depth,
+                              &PersistentParams::initial_depth, 2u},
+          index::PoolProperty{"pea.max_depth", &PeaParams::max_depth,
+                              &PersistentParams::max_depth, 32u},
+          index::PoolProperty{"pea.strategies", &PeaParams::strategies,
+                              &PersistentParams::strategies, PeaStrategies::kAdaptive},
+      });
+  static PersistentParams Base() {
+    PersistentParams s;
+    s.records = kRecords ? 1 : 0;
+    return s;
+  }
+  static std::string Check(const PersistentParams& s) {
+    if (std::string e = index::CheckRecordWords(kRecords, s.records, s.max_record_bytes, kName);
+        !e.empty()) {
+      return e;
+    }
     if (s.segment_buckets < 4 || s.segment_buckets > 65536 ||
         !std::has_single_bit(s.segment_buckets)) {
       return "segment_buckets must be a power of two in [4, 65536]";
@@ -162,21 +185,25 @@ struct Descriptor : index::DescriptorTypes<PeaParams, &Options::pea, PersistentP
     if (s.strategies > static_cast<uint32_t>(PeaStrategies::kSingleTwoChoice)) {
       return "strategies: unknown strategy sequence " + std::to_string(s.strategies);
     }
-    if (s.reserved != 0) return "reserved word is not zero";
     return "";
   }
   // Initial segments, directory, StashSid array and one stash segment at least.
-  static index::PoolLayout Layout(const Stored& s) {
+  static index::PoolLayout Layout(const PersistentParams& s) {
     const uint32_t chunk = s.segment_buckets * static_cast<uint32_t>(sizeof(PmBucket));
     const uint64_t dir_bytes = uint64_t{8} << s.initial_depth;
     return {chunk, (uint64_t{1} << s.initial_depth) + (dir_bytes + chunk - 1) / chunk + 2};
   }
   // 256 B bucket per 15 slots; a 4-way split leaves segments near 0.22 load and uniform keys
   // fill them in waves, so the whole table can dip that low. Plan for 0.2 (the directory,
-  // retired directories and stash segments are well under 1% on top).
+  // retired directories and stash segments are well under 1% on top). pea-kv adds a record per
+  // key, and one open slab (one segment-sized chunk) per size class and thread stripe.
   static uint64_t EstimatePoolBytes(uint64_t keys) {
-    return static_cast<uint64_t>(static_cast<double>(keys) * sizeof(PmBucket) / kSlots / 0.2);
+    const double per_key = sizeof(PmBucket) / static_cast<double>(kSlots) / 0.2 +
+                           (kRecords ? index::kRecordBytesPerKey : 0.0);
+    return static_cast<uint64_t>(static_cast<double>(keys) * per_key);
   }
 };
+using Descriptor = DescriptorFor<false>;
+using KvDescriptor = DescriptorFor<true>;
 
 }  // namespace pmhash::pea

@@ -8,8 +8,8 @@
 
 namespace pmhash::pea {
 
-template <pm::PersistPolicy P>
-Status Pea<P>::Create() {
+template <pm::PersistPolicy P, bool R>
+Status Pea<P, R>::Create() {
   pm::ChunkAllocator& alloc = pool_->allocator();
   const uint32_t g = params_.initial_depth;
   const uint64_t n = uint64_t{1} << g;
@@ -49,8 +49,8 @@ Status Pea<P>::Create() {
 
 // Recovery (paper 3.4): pick the directory, mark what is reachable, strided scan that repairs
 // interrupted two-step updates, rebuild the DRAM lock table. Every value read is validated.
-template <pm::PersistPolicy P>
-Status Pea<P>::Recover() {
+template <pm::PersistPolicy P, bool R>
+Status Pea<P, R>::Recover() {
   pm::ChunkAllocator& alloc = pool_->allocator();
 
   // The directory: the valid descriptor with the larger global depth.
@@ -168,6 +168,28 @@ Status Pea<P>::Recover() {
   size_.Reset(0);
   size_base_.store(0);
   size_known_.store(pool_->created());
+  if constexpr (R) return RecoverRecords();
+  return Status::OK();
+}
+
+// pea-kv: the record heap rebuilt from the records the live slots name (I8), after everything
+// else is marked in the chunk allocator. One pass over every bucket, so it also counts Size().
+template <pm::PersistPolicy P, bool R>
+Status Pea<P, R>::RecoverRecords() {
+  records_->Reset();
+  Status st = Status::OK();
+  uint64_t live = 0;
+  ForEachSegment(dir_.load(std::memory_order_relaxed), [&](uint64_t, uint64_t e) {
+    ForEachLiveSlot(e, [&](const PmSlot& sl) {
+      if (!st.ok()) return;
+      st = records_->Recover(sl.value.load(std::memory_order_relaxed),
+                             sl.key.load(std::memory_order_relaxed), hash_);
+      live++;
+    });
+  });
+  PMHASH_RETURN_IF_ERROR(st);
+  size_base_.store(static_cast<int64_t>(live));
+  size_known_.store(true);
   return Status::OK();
 }
 

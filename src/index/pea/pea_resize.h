@@ -8,8 +8,8 @@
 
 namespace pmhash::pea {
 
-template <pm::PersistPolicy P>
-Status Pea<P>::SlowPath(uint64_t h, uint64_t e_seen,
+template <pm::PersistPolicy P, bool R>
+Status Pea<P, R>::SlowPath(uint64_t h, uint64_t e_seen,
                         const Directory* d_seen) PMHASH_NO_THREAD_SAFETY_ANALYSIS {
   dir_lock_.lock_shared();
   Directory* d = dir_.load(std::memory_order_acquire);
@@ -59,8 +59,8 @@ Status Pea<P>::SlowPath(uint64_t h, uint64_t e_seen,
   return Status::OK();
 }
 
-template <pm::PersistPolicy P>
-void Pea<P>::WriteStride(Directory* d, uint64_t first, uint64_t n,
+template <pm::PersistPolicy P, bool R>
+void Pea<P, R>::WriteStride(Directory* d, uint64_t first, uint64_t n,
                          const std::function<uint64_t(uint64_t)>& entry_of) {
   if (n > max_stride_.load(std::memory_order_relaxed)) {
     max_stride_.store(n, std::memory_order_relaxed);  // statistics only: races are harmless
@@ -76,8 +76,8 @@ void Pea<P>::WriteStride(Directory* d, uint64_t first, uint64_t n,
   persist_.Persist(&d->entries[first], 8);
 }
 
-template <pm::PersistPolicy P>
-Status Pea<P>::EnsureStash(uint64_t sid) {
+template <pm::PersistPolicy P, bool R>
+Status Pea<P, R>::EnsureStash(uint64_t sid) {
   std::atomic<uint64_t>& w = StashSidWord(sid);
   if (w.load(std::memory_order_acquire) != 0) return Status::OK();
   LockGuard<SpinLock> g(stash_mu_);
@@ -91,8 +91,8 @@ Status Pea<P>::EnsureStash(uint64_t sid) {
   return Status::OK();
 }
 
-template <pm::PersistPolicy P>
-Status Pea<P>::Transition(Directory* d, uint64_t i, uint64_t e, uint32_t to) {
+template <pm::PersistPolicy P, bool R>
+Status Pea<P, R>::Transition(Directory* d, uint64_t i, uint64_t e, uint32_t to) {
   const uint64_t sid = EntrySid(e);
   if (to == kStash) {
     PMHASH_RETURN_IF_ERROR(EnsureStash(sid));
@@ -116,8 +116,8 @@ Status Pea<P>::Transition(Directory* d, uint64_t i, uint64_t e, uint32_t to) {
   return Status::OK();
 }
 
-template <pm::PersistPolicy P>
-bool Pea<P>::Place(const std::vector<Item>& items, uint32_t s, BucketImage* img,
+template <pm::PersistPolicy P, bool R>
+bool Pea<P, R>::Place(const std::vector<Item>& items, uint32_t s, BucketImage* img,
                    BucketImage* stash) const {
   // Build order inside a bucket: lines 1..3 first, so that line 0 stays free for the next
   // one-flush inserts; slot 14 (no fingerprint) last.
@@ -162,8 +162,8 @@ bool Pea<P>::Place(const std::vector<Item>& items, uint32_t s, BucketImage* img,
   return true;
 }
 
-template <pm::PersistPolicy P>
-Status Pea<P>::Plan(std::vector<Item>&& items, uint64_t prefix, uint32_t depth,
+template <pm::PersistPolicy P, bool R>
+Status Pea<P, R>::Plan(std::vector<Item>&& items, uint64_t prefix, uint32_t depth,
                     std::vector<Leaf>* leaves) const {
   // Four quarters at depth + 2; a quarter that fits under no allowed strategy splits again.
   if (depth + 2 > params_.max_depth) {
@@ -197,8 +197,8 @@ Status Pea<P>::Plan(std::vector<Item>&& items, uint64_t prefix, uint32_t depth,
   return Status::OK();
 }
 
-template <pm::PersistPolicy P>
-Status Pea<P>::Split(Directory* d, uint64_t i, uint64_t e, uint32_t* need_depth) {
+template <pm::PersistPolicy P, bool R>
+Status Pea<P, R>::Split(Directory* d, uint64_t i, uint64_t e, uint32_t* need_depth) {
   const auto started = ResizeLog::Now();
   const uint64_t sid = EntrySid(e);
   const uint32_t ld = EntryDepth(e);
@@ -221,7 +221,7 @@ Status Pea<P>::Split(Directory* d, uint64_t i, uint64_t e, uint32_t* need_depth)
     for (uint32_t m = Occupancy(b); m; m &= m - 1) {
       const int j = std::countr_zero(m);
       const Key k = b->slots[j].key.load(std::memory_order_relaxed);
-      items.push_back({k, b->slots[j].value.load(std::memory_order_relaxed), hash_(k)});
+      items.push_back({k, b->slots[j].value.load(std::memory_order_relaxed), SlotHash(k)});
     }
   };
   for (uint32_t b = 0; b < params_.segment_buckets; b++) collect(BucketAt(sid, b));
@@ -289,8 +289,8 @@ Status Pea<P>::Split(Directory* d, uint64_t i, uint64_t e, uint32_t* need_depth)
   return Status::OK();
 }
 
-template <pm::PersistPolicy P>
-Status Pea<P>::Expand(const Directory* seen, uint32_t target) {
+template <pm::PersistPolicy P, bool R>
+Status Pea<P, R>::Expand(const Directory* seen, uint32_t target) {
   const auto started = ResizeLog::Now();
   LockGuard<RwSpinLock> g(dir_lock_);
   Directory* d = dir_.load(std::memory_order_acquire);
