@@ -10,7 +10,7 @@ namespace pmhash::pea {
 
 template <pm::PersistPolicy P, bool R>
 Status Pea<P, R>::SlowPath(uint64_t h, uint64_t e_seen,
-                        const Directory* d_seen) PMHASH_NO_THREAD_SAFETY_ANALYSIS {
+                           const Directory* d_seen) PMHASH_NO_THREAD_SAFETY_ANALYSIS {
   dir_lock_.lock_shared();
   Directory* d = dir_.load(std::memory_order_acquire);
   const uint64_t i = DirIndex(h, d->depth);
@@ -61,7 +61,7 @@ Status Pea<P, R>::SlowPath(uint64_t h, uint64_t e_seen,
 
 template <pm::PersistPolicy P, bool R>
 void Pea<P, R>::WriteStride(Directory* d, uint64_t first, uint64_t n,
-                         const std::function<uint64_t(uint64_t)>& entry_of) {
+                            const std::function<uint64_t(uint64_t)>& entry_of) {
   if (n > max_stride_.load(std::memory_order_relaxed)) {
     max_stride_.store(n, std::memory_order_relaxed);  // statistics only: races are harmless
   }
@@ -118,7 +118,7 @@ Status Pea<P, R>::Transition(Directory* d, uint64_t i, uint64_t e, uint32_t to) 
 
 template <pm::PersistPolicy P, bool R>
 bool Pea<P, R>::Place(const std::vector<Item>& items, uint32_t s, BucketImage* img,
-                   BucketImage* stash) const {
+                      BucketImage* stash) const {
   // Build order inside a bucket: lines 1..3 first, so that line 0 stays free for the next
   // one-flush inserts; slot 14 (no fingerprint) last.
   static constexpr int kOrder[kSlots] = {3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 0, 1, 2, 14};
@@ -164,7 +164,7 @@ bool Pea<P, R>::Place(const std::vector<Item>& items, uint32_t s, BucketImage* i
 
 template <pm::PersistPolicy P, bool R>
 Status Pea<P, R>::Plan(std::vector<Item>&& items, uint64_t prefix, uint32_t depth,
-                    std::vector<Leaf>* leaves) const {
+                       std::vector<Leaf>* leaves) const {
   // Four quarters at depth + 2; a quarter that fits under no allowed strategy splits again.
   if (depth + 2 > params_.max_depth) {
     return Status::OutOfSpace("pea: a segment at max_depth " + std::to_string(params_.max_depth) +
