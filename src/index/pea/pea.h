@@ -314,10 +314,7 @@ class Pea : public index::EngineBase<Pea<P, kRecords>, P, Config> {
   void InsertIntoBucket(PmBucket* b, Key k, Value v, uint8_t f);
   static void PrefetchBucket(const PmBucket* b) {
     const char* p = reinterpret_cast<const char*>(b);
-    __builtin_prefetch(p);
-    __builtin_prefetch(p + 64);
-    __builtin_prefetch(p + 128);
-    __builtin_prefetch(p + 192);
+    for (int line = 0; line < 4; line++) PrefetchLine(p + 64 * line);  // (kept: attributes.h)
   }
   // The version of segment lock L, taken while directory d still maps entry i to e (the seqlock
   // read start of Find and of a writer's locate). False, to retry, while a resize holds the
