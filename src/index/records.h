@@ -30,7 +30,10 @@
 #include <string_view>
 #include <tuple>
 #include <unordered_set>
+#include <utility>
+#include <vector>
 
+#include "common/attributes.h"
 #include "common/epoch.h"
 #include "common/hash.h"
 #include "index/descriptor.h"
@@ -38,6 +41,7 @@
 #include "pm/persist.h"
 #include "pm/pool.h"
 #include "pm/record_heap.h"
+#include "pm/slot.h"
 #include "pmhash/stats.h"
 #include "pmhash/status.h"
 
@@ -75,6 +79,14 @@ struct KeyProbe {
   uint64_t k;
   std::string_view s;
 };
+
+// The stored words of a new pool of the kind: `records` set for a records kind.
+template <class Stored>
+Stored WithRecordsWord(bool records_kind) {
+  Stored s;
+  s.records = records_kind ? 1 : 0;
+  return s;
+}
 
 // Its pool properties: the kind's own, plus max_record_bytes (default 16 MiB) if kRecords.
 template <bool kRecords, class Params, class Stored, class... Props>
@@ -125,11 +137,49 @@ Status FindU64AsBytes(const Engine& e, uint64_t k, uint64_t* v) {
   return Status::OK();
 }
 
+struct ProbeCalls;
+
 // The BytesIndex calls (include/pmhash/index.h) of an engine with a kRecords flag, declared once:
 // the three writes over its `Status WriteBytes(std::string_view, std::string_view, WriteMode)`;
 // it defines FindBytes, EraseBytes and ForEachBytes. Leaves the class body in a public section.
 #define PMHASH_RECORDS_API(RECORDS)                                                            \
+  PMHASH_RECORDS_API_WRITES(RECORDS);                                                          \
+  ::pmhash::Status FindBytes(std::string_view k, std::string* v) const;                       \
+  ::pmhash::Status EraseBytes(std::string_view k);                                             \
+  void ForEachBytes(const std::function<void(std::string_view, std::string_view)>& fn) const
+
+// The same for an engine written over ProbeCalls (below): every bytes call, and its uint64
+// Write and WriteBytes, defined here; the engine defines Find, and Erase and ForEach as calls of
+// ProbeCalls::Erase and ProbeCalls::ForEach.
+#define PMHASH_PROBE_RECORDS_API(RECORDS)                                                      \
+  PMHASH_RECORDS_API_WRITES(RECORDS);                                                          \
+  ::pmhash::Status FindBytes(std::string_view k, std::string* v) const {                      \
+    return ::pmhash::index::ProbeCalls::FindBytes(*this, k, v);                                \
+  }                                                                                            \
+  ::pmhash::Status EraseBytes(std::string_view k) {                                            \
+    return ::pmhash::index::ProbeCalls::EraseBytes(*this, k);                                  \
+  }                                                                                            \
+  void ForEachBytes(const std::function<void(std::string_view, std::string_view)>& fn) const { \
+    ::pmhash::index::ProbeCalls::ForEachBytes(*this, fn);                                      \
+  }                                                                                            \
+                                                                                               \
+ private:                                                                                      \
+  ::pmhash::Status Write(::pmhash::Key k, ::pmhash::Value v, ::pmhash::index::WriteMode m) {   \
+    return ::pmhash::index::ProbeCalls::Write(*this, k, v, m);                                 \
+  }                                                                                            \
+  ::pmhash::Status WriteBytes(std::string_view k, std::string_view v,                          \
+                              ::pmhash::index::WriteMode m) {                                  \
+    return ::pmhash::index::ProbeCalls::WriteBytes(*this, k, v, m);                            \
+  }                                                                                            \
+                                                                                               \
  public:                                                                                       \
+  static_assert(true)
+
+// (The part both share.)
+#define PMHASH_RECORDS_API_WRITES(RECORDS)                                                     \
+ public:                                                                                       \
+  static constexpr bool kRecordsKind = RECORDS;                                                \
+  friend struct ::pmhash::index::ProbeCalls;                                                   \
   bool SupportsBytes() const { return RECORDS; }                                               \
   ::pmhash::Status InsertBytes(std::string_view k, std::string_view v) {                       \
     return WriteBytes(k, v, ::pmhash::index::WriteMode::kInsert);                              \
@@ -140,9 +190,7 @@ Status FindU64AsBytes(const Engine& e, uint64_t k, uint64_t* v) {
   ::pmhash::Status UpsertBytes(std::string_view k, std::string_view v) {                       \
     return WriteBytes(k, v, ::pmhash::index::WriteMode::kUpsert);                              \
   }                                                                                            \
-  ::pmhash::Status FindBytes(std::string_view k, std::string* v) const;                       \
-  ::pmhash::Status EraseBytes(std::string_view k);                                             \
-  void ForEachBytes(const std::function<void(std::string_view, std::string_view)>& fn) const
+  static_assert(true)
 
 class Records {
  public:
@@ -260,6 +308,157 @@ class Records {
   pm::RecordHeap heap_;
   const uint64_t max_bytes_;
   const std::string_view kind_;
+};
+
+// How an engine whose slots hold inline items (kRecords false) or [hash | record offset] compares
+// keys: a probe of a uint64 or byte key, the hash a slot's key word stands for, the key word a
+// new slot of a probe holds, and whether a slot holds the probe's key.
+template <bool kRecords>
+struct ProbeKeys {
+  PMHASH_ALWAYS_INLINE static KeyProbe Make(const Hasher& hash, Key k) { return {hash(k), k, {}}; }
+  static KeyProbe Make(const Hasher& hash, std::string_view s) { return {hash(s), 0, s}; }
+  PMHASH_ALWAYS_INLINE static uint64_t SlotHash(const Hasher& hash, uint64_t key_word) {
+    if constexpr (kRecords) {
+      return key_word;  // the word is the hash
+    } else {
+      return hash(key_word);
+    }
+  }
+  static uint64_t KeyWord(const KeyProbe& p) { return kRecords ? p.h : p.k; }
+  // REQUIRES (kRecords): an epoch guard or the slot's lock. A lock-free reader may hold a stale
+  // slot: KeyEquals reads nothing outside the pool whatever its offset names.
+  PMHASH_ALWAYS_INLINE static bool Matches(const Records* records, const pm::PmSlot& s,
+                                           const KeyProbe& p) {
+    if constexpr (kRecords) {
+      // Acquire: a record's bytes were written before the release store of its offset.
+      if (s.key.load(std::memory_order_acquire) != p.h) return false;
+      return records->KeyEquals(s.value.load(std::memory_order_acquire), p.s);
+    } else {
+      (void)records;
+      return s.key.load(std::memory_order_relaxed) == p.k;
+    }
+  }
+};
+
+// The value word a write of a records kind's engine stores: `value` (an inline kind), or the
+// offset of a new record of k and value_bytes, flushed and fenced: durable before the 8-byte store
+// that publishes it, whatever line that store shares (reh-kv's key store, pea-kv's header store).
+template <bool kRecords, pm::PersistPolicy P>
+PMHASH_ALWAYS_INLINE Status ValueWord(Records* records, std::string_view k,
+                                      std::string_view value_bytes, uint64_t value,
+                                      const pm::Persister<P>& persist, uint64_t* word) {
+  if constexpr (kRecords) {
+    Result<uint64_t> rec = records->New(k, value_bytes, persist);
+    if (!rec.ok()) return rec.status();
+    persist.Fence();
+    *word = rec.value();
+  } else {
+    *word = value;
+  }
+  return Status::OK();
+}
+
+// The uint64 and bytes entry points of an engine whose slots hold either inline items or
+// [hash | record offset] (reh, reh-kv, pea, pea-kv), written once over what the engine provides
+// (privately; PMHASH_RECORDS_API makes this its friend):
+//   Probe MakeProbe(Key) / MakeProbe(std::string_view)
+//   Status Write(const Probe&, std::string_view value_bytes, Value value, WriteMode)
+//   Status EraseProbe(const Probe&)
+//   bool Search(const Probe&, uint64_t* value_word)       (under the epoch guard)
+//   EpochManager& RecordEpoch() const                      (records kinds)
+//   void WalkLiveSlots(take(const PmSlot&), done())        take under the locks, done outside
+//   std::unique_ptr<Records> records_                      (records kinds)
+// A records kind's uint64 key and value are their 8 little-endian bytes (U64Bytes).
+struct ProbeCalls {
+  template <class E>
+  PMHASH_ALWAYS_INLINE static Status Write(E& e, Key k, Value v, WriteMode mode) {
+    if constexpr (E::kRecordsKind) {
+      return WriteBytes(e, U64Bytes(k).view(), U64Bytes(v).view(), mode);
+    } else {
+      return e.Write(e.MakeProbe(k), {}, v, mode);
+    }
+  }
+  template <class E>
+  static Status WriteBytes(E& e, std::string_view k, std::string_view v, WriteMode mode) {
+    if constexpr (E::kRecordsKind) {
+      return e.Write(e.MakeProbe(k), v, 0, mode);
+    } else {
+      return NoRecords(E::kKindName);
+    }
+  }
+  template <class E>
+  PMHASH_ALWAYS_INLINE static Status Erase(E& e, Key k) {
+    if constexpr (E::kRecordsKind) {
+      return EraseBytes(e, U64Bytes(k).view());
+    } else {
+      return e.EraseProbe(e.MakeProbe(k));
+    }
+  }
+  template <class E>
+  static Status EraseBytes(E& e, std::string_view k) {
+    if constexpr (E::kRecordsKind) {
+      return e.EraseProbe(e.MakeProbe(k));
+    } else {
+      return NoRecords(E::kKindName);
+    }
+  }
+  template <class E>
+  static Status FindBytes(const E& e, std::string_view k, std::string* v) {
+    if constexpr (E::kRecordsKind) {
+      EpochManager::Guard guard(e.RecordEpoch());  // the record stays allocated while we copy
+      uint64_t ro = 0;
+      if (!e.Search(e.MakeProbe(k), &ro)) return Status::NotFound();
+      const std::string_view val = e.records_->Value(ro);
+      v->assign(val.data(), val.size());
+      return Status::OK();
+    } else {
+      return NoRecords(E::kKindName);
+    }
+  }
+  // fn runs outside the engine's locks, one locked unit's pairs at a time.
+  template <class E>
+  static Status ForEach(const E& e, const std::function<void(Key, Value)>& fn) {
+    std::vector<std::pair<Key, Value>> pairs;
+    uint64_t skipped = 0;  // records the uint64 API cannot express
+    e.WalkLiveSlots(
+        [&](const pm::PmSlot& sl) {
+          Key k = sl.key.load(std::memory_order_relaxed);
+          Value v = sl.value.load(std::memory_order_relaxed);
+          if constexpr (E::kRecordsKind) {
+            if (!e.records_->AsU64(v, &k, &v)) {
+              skipped++;
+              return;
+            }
+          }
+          pairs.emplace_back(k, v);
+        },
+        [&] {
+          for (const auto& [k, v] : pairs) fn(k, v);
+          pairs.clear();
+        });
+    if constexpr (E::kRecordsKind) return e.records_->SkippedError(skipped);
+    return Status::OK();
+  }
+  template <class E>
+  static void ForEachBytes(const E& e,
+                           const std::function<void(std::string_view, std::string_view)>& fn) {
+    if constexpr (E::kRecordsKind) {
+      std::vector<std::pair<std::string, std::string>> pairs;
+      e.WalkLiveSlots(
+          [&](const pm::PmSlot& sl) {
+            const uint64_t ro = sl.value.load(std::memory_order_relaxed);
+            pairs.emplace_back(std::string(e.records_->Key(ro)),
+                               std::string(e.records_->Value(ro)));
+          },
+          [&] {
+            for (const auto& [k, v] : pairs) fn(k, v);
+            pairs.clear();
+          });
+    } else {
+      (void)e;
+      (void)fn;
+    }
+  }
 };
 
 }  // namespace pmhash::index

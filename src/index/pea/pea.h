@@ -219,7 +219,7 @@ class Pea : public index::EngineBase<Pea<P, kRecords>, P, Config> {
   uint64_t Size() const;
 
   // Variable-size API (BytesIndex, src/index/records.h). NotSupported on "pea" (inline items).
-  PMHASH_RECORDS_API(kRecords);
+  PMHASH_PROBE_RECORDS_API(kRecords);
 
   // For tests and tools.
   uint32_t global_depth() const { return dir_.load(std::memory_order_acquire)->depth; }
@@ -285,29 +285,14 @@ class Pea : public index::EngineBase<Pea<P, kRecords>, P, Config> {
     return static_cast<uint32_t>((bytes + seg_bytes_ - 1) / seg_bytes_);
   }
 
-  // A key as the search compares it: the inline key, or hash + bytes (pea-kv).
+  // A key as the search compares it: the inline key, or hash + bytes (pea-kv; src/index/records.h).
   using Probe = index::KeyProbe;
-  Probe MakeProbe(Key k) const { return {hash_(k), k, {}}; }
-  Probe MakeProbe(std::string_view s) const { return {hash_(s), 0, s}; }
-  // The hash a slot's key word stands for (pea-kv: the word is the hash).
-  uint64_t SlotHash(uint64_t key_word) const {
-    if constexpr (kRecords) {
-      return key_word;
-    } else {
-      return hash_(key_word);
-    }
-  }
-  // The key word a slot of p holds.
-  static uint64_t KeyWord(const Probe& p) { return kRecords ? p.h : p.k; }
-  PMHASH_ALWAYS_INLINE bool SlotMatches(const PmSlot& s, const Probe& p) const {
-    if constexpr (kRecords) {
-      // Acquire: a record's bytes were written before the release store of its offset.
-      if (s.key.load(std::memory_order_acquire) != p.h) return false;
-      return records_->KeyEquals(s.value.load(std::memory_order_acquire), p.s);
-    } else {
-      return s.key.load(std::memory_order_relaxed) == p.k;
-    }
-  }
+  using Keys = index::ProbeKeys<kRecords>;
+  Probe MakeProbe(Key k) const { return Keys::Make(hash_, k); }
+  Probe MakeProbe(std::string_view s) const { return Keys::Make(hash_, s); }
+  // Splits and the invariant check re-hash a slot's key word (pea-kv: the word is the hash).
+  uint64_t SlotHash(uint64_t key_word) const { return Keys::SlotHash(hash_, key_word); }
+  EpochManager& RecordEpoch() const { return epoch_; }  // ProbeCalls::FindBytes
   // Slot of key p in bucket b (fingerprint-filtered), or -1.
   PMHASH_ALWAYS_INLINE int SearchBucket(const PmBucket* b, const Probe& p) const;
   // REQUIRES: b's lock held, b not full. Persists as described in I2/I3.
@@ -353,8 +338,6 @@ class Pea : public index::EngineBase<Pea<P, kRecords>, P, Config> {
   // Optimistic read of p's slot: true and its value word (pea-kv: the record offset) if p is
   // present. REQUIRES: an epoch guard (pea-kv: held while the caller uses the record).
   PMHASH_ALWAYS_INLINE bool Search(const Probe& p, uint64_t* word) const;
-  Status Write(Key k, Value v, WriteMode mode);
-  Status WriteBytes(std::string_view k, std::string_view v, WriteMode mode);
   // The value to store: `value` (pea) or a new record of p.s and value_bytes (pea-kv).
   PMHASH_ALWAYS_INLINE Status Write(const Probe& p, std::string_view value_bytes, Value value,
                                     WriteMode mode);
@@ -386,7 +369,7 @@ class Pea : public index::EngineBase<Pea<P, kRecords>, P, Config> {
   // The segments in prefix order, each locked while take(slot) runs for its live slots; then
   // segment_done() runs outside the locks. A key present for the whole walk is taken once.
   template <class Take, class Done>
-  void WalkLocked(Take&& take, Done&& segment_done) const;
+  void WalkLiveSlots(Take&& take, Done&& segment_done) const;
   template <class Fn>
   void ForEachSegment(const Directory* d, Fn&& fn) const;  // strided walk: fn(first, entry)
 
@@ -458,10 +441,10 @@ int Pea<P, R>::SearchBucket(const PmBucket* b, const Probe& p) const {
   const __m128i tags = _mm_set_epi64x(static_cast<long long>(w1), static_cast<long long>(w0));
   for (uint32_t m = (Match16(tags, Fp(p.h)) >> 2) & occ; m; m &= m - 1) {
     const int j = std::countr_zero(m);
-    if (SlotMatches(b->slots[j], p)) return j;
+    if (Keys::Matches(records_.get(), b->slots[j], p)) return j;
   }
   if ((occ >> kFpSlots) & 1) {
-    if (SlotMatches(b->slots[kFpSlots], p)) return kFpSlots;
+    if (Keys::Matches(records_.get(), b->slots[kFpSlots], p)) return kFpSlots;
   }
   return -1;
 }
@@ -558,21 +541,6 @@ Status Pea<P, R>::Find(Key k, Value* out) const {
   } else {
     EpochManager::Guard guard(epoch_);
     return Search(MakeProbe(k), out) ? Status::OK() : Status::NotFound();
-  }
-}
-
-template <pm::PersistPolicy P, bool R>
-Status Pea<P, R>::FindBytes([[maybe_unused]] std::string_view k,
-                           [[maybe_unused]] std::string* v) const {
-  if constexpr (!R) {
-    return index::NoRecords(kKindName);
-  } else {
-    EpochManager::Guard guard(epoch_);  // the record stays allocated while we copy it
-    uint64_t ro = 0;
-    if (!Search(MakeProbe(k), &ro)) return Status::NotFound();
-    const std::string_view val = records_->Value(ro);
-    v->assign(val.data(), val.size());
-    return Status::OK();
   }
 }
 
@@ -699,42 +667,14 @@ void Pea<P, R>::Unlock(const Locked& w, uint32_t modified) {
 }
 
 template <pm::PersistPolicy P, bool R>
-Status Pea<P, R>::Write(Key k, Value v, WriteMode mode) {
-  if constexpr (R) {
-    return WriteBytes(index::U64Bytes(k).view(), index::U64Bytes(v).view(), mode);
-  } else {
-    return Write(MakeProbe(k), {}, v, mode);
-  }
-}
-
-template <pm::PersistPolicy P, bool R>
-Status Pea<P, R>::WriteBytes([[maybe_unused]] std::string_view k,
-                            [[maybe_unused]] std::string_view v,
-                            [[maybe_unused]] WriteMode mode) {
-  if constexpr (!R) {
-    return index::NoRecords(kKindName);
-  } else {
-    return Write(MakeProbe(k), v, 0, mode);
-  }
-}
-
-template <pm::PersistPolicy P, bool R>
 Status Pea<P, R>::Write(const Probe& p, std::string_view value_bytes, Value value,
                         WriteMode mode) {
   if (life_.closed()) [[unlikely]] return index::Lifecycle::ClosedError(kKindName);
   EpochManager::Guard guard(epoch_);
-  // The value word to store: the value, or the offset of a new record, durable (fenced) before
-  // the store that publishes it (I9).
-  auto value_word = [&](uint64_t* word) -> Status {
-    if constexpr (R) {
-      Result<uint64_t> rec = records_->New(p.s, value_bytes, persist_);
-      if (!rec.ok()) return rec.status();
-      persist_.Fence();
-      *word = rec.value();
-    } else {
-      *word = value;
-    }
-    return Status::OK();
+  // The value word to store: the value, or a new record's offset, durable before the store that
+  // publishes it (I9).
+  auto value_word = [&](uint64_t* w) {
+    return index::ValueWord<R>(records_.get(), p.s, value_bytes, value, persist_, w);
   };
   for (;;) {
     const Locked w = LockAndLocate(p);
@@ -777,7 +717,7 @@ Status Pea<P, R>::Write(const Probe& p, std::string_view value_bytes, Value valu
       if (!tgt) {
         done = false;
       } else if (result = value_word(&word); result.ok()) {
-        InsertIntoBucket(tgt, KeyWord(p), word, Fp(p.h));
+        InsertIntoBucket(tgt, Keys::KeyWord(p), word, Fp(p.h));
         modified = w.mask;
         size_.Add(1);
       }
@@ -793,20 +733,7 @@ Status Pea<P, R>::Write(const Probe& p, std::string_view value_bytes, Value valu
 
 template <pm::PersistPolicy P, bool R>
 Status Pea<P, R>::Erase(Key k) {
-  if constexpr (R) {
-    return EraseBytes(index::U64Bytes(k).view());
-  } else {
-    return EraseProbe(MakeProbe(k));
-  }
-}
-
-template <pm::PersistPolicy P, bool R>
-Status Pea<P, R>::EraseBytes([[maybe_unused]] std::string_view k) {
-  if constexpr (!R) {
-    return index::NoRecords(kKindName);
-  } else {
-    return EraseProbe(MakeProbe(k));
-  }
+  return index::ProbeCalls::Erase(*this, k);
 }
 
 template <pm::PersistPolicy P, bool R>

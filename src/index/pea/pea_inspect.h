@@ -43,7 +43,7 @@ void Pea<P, R>::ForEachLiveSlot(uint64_t e, Take&& take) const {
 
 template <pm::PersistPolicy P, bool R>
 template <class Take, class Done>
-void Pea<P, R>::WalkLocked(Take&& take, Done&& segment_done) const {
+void Pea<P, R>::WalkLiveSlots(Take&& take, Done&& segment_done) const {
   // Walk the hash space by segment ranges (as REH): splits only cut ranges, so a key present
   // for the whole walk is visited exactly once.
   for (uint64_t cursor = 0;;) {
@@ -63,46 +63,7 @@ void Pea<P, R>::WalkLocked(Take&& take, Done&& segment_done) const {
 
 template <pm::PersistPolicy P, bool R>
 Status Pea<P, R>::ForEach(const std::function<void(Key, Value)>& fn) const {
-  // fn runs outside the locks: one segment's pairs at a time.
-  std::vector<std::pair<Key, Value>> pairs;
-  uint64_t skipped = 0;  // pea-kv records the uint64 API cannot express
-  WalkLocked(
-      [&](const PmSlot& sl) {
-        Key k = sl.key.load(std::memory_order_relaxed);
-        Value v = sl.value.load(std::memory_order_relaxed);
-        if constexpr (R) {
-          if (!records_->AsU64(v, &k, &v)) {
-            skipped++;
-            return;
-          }
-        }
-        pairs.emplace_back(k, v);
-      },
-      [&] {
-        for (const auto& [k, v] : pairs) fn(k, v);
-        pairs.clear();
-      });
-  if constexpr (R) return records_->SkippedError(skipped);
-  return Status::OK();
-}
-
-template <pm::PersistPolicy P, bool R>
-void Pea<P, R>::ForEachBytes(
-    const std::function<void(std::string_view, std::string_view)>& fn) const {
-  if constexpr (R) {
-    std::vector<std::pair<std::string, std::string>> pairs;
-    WalkLocked(
-        [&](const PmSlot& sl) {
-          const uint64_t ro = sl.value.load(std::memory_order_relaxed);
-          pairs.emplace_back(std::string(records_->Key(ro)), std::string(records_->Value(ro)));
-        },
-        [&] {
-          for (const auto& [k, v] : pairs) fn(k, v);
-          pairs.clear();
-        });
-  } else {
-    (void)fn;
-  }
+  return index::ProbeCalls::ForEach(*this, fn);  // one segment's pairs at a time
 }
 
 template <pm::PersistPolicy P, bool R>

@@ -164,11 +164,7 @@ struct DescriptorFor
           index::PoolProperty{"pea.strategies", &PeaParams::strategies,
                               &PersistentParams::strategies, PeaStrategies::kAdaptive},
       });
-  static PersistentParams Base() {
-    PersistentParams s;
-    s.records = kRecords ? 1 : 0;
-    return s;
-  }
+  static PersistentParams Base() { return index::WithRecordsWord<PersistentParams>(kRecords); }
   static std::string Check(const PersistentParams& s) {
     if (std::string e = index::CheckRecordWords(kRecords, s.records, s.max_record_bytes, kName);
         !e.empty()) {

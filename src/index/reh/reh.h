@@ -231,11 +231,7 @@ struct DescriptorFor
                                      &PersistentParams::initial_depth, 1u},
                  index::PoolProperty{"reh.max_depth", &RehParams::max_depth,
                                      &PersistentParams::max_depth, 32u}});
-  static PersistentParams Base() {
-    PersistentParams s;
-    s.records = kRecords ? 1 : 0;
-    return s;
-  }
+  static PersistentParams Base() { return index::WithRecordsWord<PersistentParams>(kRecords); }
   static std::string Check(const PersistentParams& s) {
     if (std::string e = index::CheckRecordWords(kRecords, s.records, s.max_record_bytes, kName);
         !e.empty()) {
@@ -271,7 +267,7 @@ class Reh : public index::EngineBase<Reh<P, kRecords>, P, Config> {
   using Base::Size;
 
   // Variable-size API (BytesIndex, src/index/records.h). NotSupported on "reh" (inline items).
-  PMHASH_RECORDS_API(kRecords);
+  PMHASH_PROBE_RECORDS_API(kRecords);
 
   // For tests and tools.
   uint32_t global_depth() const { return dir_.load(std::memory_order_acquire)->depth; }
@@ -297,25 +293,11 @@ class Reh : public index::EngineBase<Reh<P, kRecords>, P, Config> {
   }
   // A key as the search compares it: the inline key, or hash + bytes (reh-kv).
   using Probe = index::KeyProbe;
-  Probe MakeProbe(Key k) const { return {hash_(k), k, {}}; }
-  Probe MakeProbe(std::string_view s) const { return {hash_(s), 0, s}; }
-  // The hash a slot's key word stands for (reh-kv: the word is the hash).
-  uint64_t SlotHash(uint64_t key_word) const {
-    if constexpr (kRecords) {
-      return key_word;
-    } else {
-      return hash_(key_word);
-    }
-  }
-  bool SlotMatches(const PmSlot& s, const Probe& p) const {
-    if constexpr (kRecords) {
-      // Acquire: a record's bytes were written before the release store of its offset.
-      if (s.key.load(std::memory_order_acquire) != p.h) return false;
-      return records_->KeyEquals(s.value.load(std::memory_order_acquire), p.s);
-    } else {
-      return s.key.load(std::memory_order_relaxed) == p.k;
-    }
-  }
+  using Keys = index::ProbeKeys<kRecords>;  // src/index/records.h
+  Probe MakeProbe(Key k) const { return Keys::Make(hash_, k); }
+  Probe MakeProbe(std::string_view s) const { return Keys::Make(hash_, s); }
+  // The hash a slot's key word stands for (I1 reads it; reh-kv: the word is the hash).
+  uint64_t SlotHash(uint64_t key_word) const { return Keys::SlotHash(hash_, key_word); }
   // Two live slots holding the same key (recovery's duplicate check).
   bool SameKey(const PmSlot& a, const PmSlot& b) const {
     if (a.key.load(std::memory_order_relaxed) != b.key.load(std::memory_order_relaxed)) {
@@ -337,8 +319,6 @@ class Reh : public index::EngineBase<Reh<P, kRecords>, P, Config> {
   // Optimistic read of p's slot: true and its value word (reh-kv: the record offset) if p is
   // present. REQUIRES (reh-kv): the caller holds an epoch guard while it uses the record.
   PMHASH_ALWAYS_INLINE bool Search(const Probe& p, uint64_t* word) const;
-  Status Write(Key k, Value v, WriteMode mode);
-  Status WriteBytes(std::string_view k, std::string_view v, WriteMode mode);
   // The value to store: `value` (reh) or a new record of p.s and value_bytes (reh-kv).
   PMHASH_ALWAYS_INLINE Status Write(const Probe& p, std::string_view value_bytes, Value value,
                                     WriteMode mode);
@@ -346,7 +326,8 @@ class Reh : public index::EngineBase<Reh<P, kRecords>, P, Config> {
   // Calls take(slot) for every live slot, one bucket at a time under its lock, and bucket_done()
   // after each bucket, outside the lock.
   template <class Take, class Done>
-  void ForEachLiveSlot(Take&& take, Done&& bucket_done) const;
+  void WalkLiveSlots(Take&& take, Done&& bucket_done) const;
+  EpochManager& RecordEpoch() const { return *epoch_; }  // reh-kv
   void Quiesce() {  // Close(): retired records are freed
     if constexpr (kRecords) epoch_->Drain();
   }
@@ -623,7 +604,7 @@ int Reh<P, R>::FindSlot(const Meta* m, const Probe& p) const {
   const PmBucket* b = Bucket(m);
   for (uint32_t c = m->Candidates(static_cast<uint8_t>(p.h)); c; c &= c - 1) {
     const int j = std::countr_zero(c);
-    if (SlotMatches(b->slots[j], p)) return j;
+    if (Keys::Matches(records_.get(), b->slots[j], p)) return j;
   }
   return -1;
 }
@@ -655,56 +636,13 @@ Status Reh<P, R>::Find(Key k, Value* v) const {
 }
 
 template <pm::PersistPolicy P, bool R>
-Status Reh<P, R>::FindBytes([[maybe_unused]] std::string_view k,
-                           [[maybe_unused]] std::string* v) const {
-  if constexpr (!R) {
-    return index::NoRecords(kKindName);
-  } else {
-    EpochManager::Guard guard(*epoch_);  // the record stays allocated while we copy it
-    uint64_t ro = 0;
-    if (!Search(MakeProbe(k), &ro)) return Status::NotFound();
-    const std::string_view val = records_->Value(ro);
-    v->assign(val.data(), val.size());
-    return Status::OK();
-  }
-}
-
-template <pm::PersistPolicy P, bool R>
-Status Reh<P, R>::Write(Key k, Value v, WriteMode mode) {
-  if constexpr (R) {
-    return WriteBytes(index::U64Bytes(k).view(), index::U64Bytes(v).view(), mode);
-  } else {
-    return Write(MakeProbe(k), {}, v, mode);
-  }
-}
-
-template <pm::PersistPolicy P, bool R>
-Status Reh<P, R>::WriteBytes([[maybe_unused]] std::string_view k,
-                            [[maybe_unused]] std::string_view v,
-                            [[maybe_unused]] WriteMode mode) {
-  if constexpr (!R) {
-    return index::NoRecords(kKindName);
-  } else {
-    return Write(MakeProbe(k), v, 0, mode);
-  }
-}
-
-template <pm::PersistPolicy P, bool R>
 Status Reh<P, R>::Write(const Probe& p, std::string_view value_bytes, Value value,
                         WriteMode mode) {
   if (life_.closed()) [[unlikely]] return index::Lifecycle::ClosedError(kKindName);
-  // The value word to store: the value, or the offset of a new record, durable before the store
-  // that publishes it (reh-kv in the design comment).
-  auto value_word = [&](uint64_t* w) -> Status {
-    if constexpr (R) {
-      Result<uint64_t> rec = records_->New(p.s, value_bytes, persist_);
-      if (!rec.ok()) return rec.status();
-      persist_.Fence();
-      *w = rec.value();
-    } else {
-      *w = value;
-    }
-    return Status::OK();
+  // The value word to store: the value, or a new record's offset, durable before the store that
+  // publishes it (reh-kv in the design comment).
+  auto value_word = [&](uint64_t* w) {
+    return index::ValueWord<R>(records_.get(), p.s, value_bytes, value, persist_, w);
   };
   for (;;) {
     Meta* m = LockBucket(p.h);
@@ -738,7 +676,7 @@ Status Reh<P, R>::Write(const Probe& p, std::string_view value_bytes, Value valu
       PmSlot& s = b->slots[j];
       s.value.store(w, std::memory_order_relaxed);  // I4: value, then key, one line
       if (params_.tear_safe) persist_.Persist(&s.value, sizeof(Value));  // I4': 8-byte model
-      s.key.store(R ? p.h : p.k, std::memory_order_release);
+      s.key.store(Keys::KeyWord(p), std::memory_order_release);
       persist_.Persist(&s, sizeof(PmSlot));
       m->SetFingerprint(j, static_cast<uint8_t>(p.h));
       m->bitmap.store(static_cast<uint16_t>(bitmap | (1u << j)), std::memory_order_relaxed);
@@ -752,20 +690,7 @@ Status Reh<P, R>::Write(const Probe& p, std::string_view value_bytes, Value valu
 
 template <pm::PersistPolicy P, bool R>
 Status Reh<P, R>::Erase(Key k) {
-  if constexpr (R) {
-    return EraseBytes(index::U64Bytes(k).view());
-  } else {
-    return EraseProbe(MakeProbe(k));
-  }
-}
-
-template <pm::PersistPolicy P, bool R>
-Status Reh<P, R>::EraseBytes([[maybe_unused]] std::string_view k) {
-  if constexpr (!R) {
-    return index::NoRecords(kKindName);
-  } else {
-    return EraseProbe(MakeProbe(k));
-  }
+  return index::ProbeCalls::Erase(*this, k);
 }
 
 template <pm::PersistPolicy P, bool R>
@@ -895,7 +820,7 @@ Status Reh<P, R>::Double(const Directory* seen) {
 
 template <pm::PersistPolicy P, bool R>
 template <class Take, class Done>
-void Reh<P, R>::ForEachLiveSlot(Take&& take, Done&& bucket_done) const {
+void Reh<P, R>::WalkLiveSlots(Take&& take, Done&& bucket_done) const {
   // Walk the hash space in prefix order: lock the bucket covering `cursor`, take its pairs, move
   // the cursor past its range. Splits only cut ranges and never move a key out of the range of
   // its hash, so a key present for the whole walk is visited exactly once.
@@ -916,45 +841,7 @@ void Reh<P, R>::ForEachLiveSlot(Take&& take, Done&& bucket_done) const {
 
 template <pm::PersistPolicy P, bool R>
 Status Reh<P, R>::ForEach(const std::function<void(Key, Value)>& fn) const {
-  // fn runs outside the bucket locks: one bucket's pairs at a time (at most kSlots).
-  std::vector<std::pair<Key, Value>> pairs;
-  uint64_t skipped = 0;  // reh-kv records the uint64 API cannot express
-  auto flush = [&] {
-    for (const auto& [k, v] : pairs) fn(k, v);
-    pairs.clear();
-  };
-  ForEachLiveSlot([&](const PmSlot& sl) {
-    Key k = sl.key.load(std::memory_order_relaxed);
-    Value v = sl.value.load(std::memory_order_relaxed);
-    if constexpr (R) {
-      if (!records_->AsU64(v, &k, &v)) {
-        skipped++;
-        return;
-      }
-    }
-    pairs.emplace_back(k, v);
-  }, flush);
-  if constexpr (R) return records_->SkippedError(skipped);
-  return Status::OK();
-}
-
-template <pm::PersistPolicy P, bool R>
-void Reh<P, R>::ForEachBytes(
-    const std::function<void(std::string_view, std::string_view)>& fn) const {
-  if constexpr (R) {
-    std::vector<std::pair<std::string, std::string>> pairs;
-    ForEachLiveSlot(
-        [&](const PmSlot& sl) {
-          const uint64_t ro = sl.value.load(std::memory_order_relaxed);
-          pairs.emplace_back(std::string(records_->Key(ro)), std::string(records_->Value(ro)));
-        },
-        [&] {
-          for (const auto& [k, v] : pairs) fn(k, v);
-          pairs.clear();
-        });
-  } else {
-    (void)fn;
-  }
+  return index::ProbeCalls::ForEach(*this, fn);  // one bucket's pairs at a time
 }
 
 template <pm::PersistPolicy P, bool R>
