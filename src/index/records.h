@@ -1,6 +1,6 @@
 // src/index/records.h — the records of the kinds with variable-size keys and values.
 //
-// A records kind (turbo-kv, reh-kv) keeps its design's 16 B slot and stores in it
+// A records kind (turbo-kv, reh-kv, pea-kv) keeps its design's 16 B slot and stores in it
 //
 //     slot   = [ hash(key):64 | record offset:64 ]
 //     record = [ klen:32 | vlen:32 | key bytes | value bytes ]   (8 + klen + vlen bytes)
@@ -71,7 +71,7 @@ class U64Bytes {
   char b_[8];
 };
 
-// ---- What a records kind's descriptor and engine share (turbo-kv, reh-kv).
+// ---- What a records kind's descriptor and engine share (turbo-kv, reh-kv, pea-kv).
 
 // A key as a search compares it: the inline key (p.k), or the hash and the bytes (p.s).
 struct KeyProbe {
