@@ -15,6 +15,9 @@
 //                         (a hand-built doubled directory in the other root is adopted), refuses an
 //                         invalid larger one and two equal depths, ignores an invalid smaller one.
 //   RecoveryRepairsStride a half-done two-step directory update (step 1 only) is undone.
+//   PeaKv.LargeRecords    pea-kv with the paper's 512 KB segments: records of 2..56 KiB live in
+//                         slab slots of their size class (not in a 512 KB chunk each), larger ones
+//                         in whole chunks; all survive a reopen and the invariant check.
 #include "index/pea/pea.h"
 
 #include <gtest/gtest.h>
@@ -454,6 +457,49 @@ TEST_F(PeaRecovery, HalfDoneTwoStepUpdateIsUndone) {
   auto r = Reopen();
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   ASSERT_NO_FATAL_FAILURE(ExpectIntact(**r));
+}
+
+TEST(PeaKv, LargeRecords) {
+  ScopedPath path("peakv_large");
+  Options o = PeaOptions(path.path(), Durability::kAdr, 2048);  // 512 KB segments and slabs
+  o.pea.initial_depth = 1;
+  std::unordered_map<std::string, std::string> model;
+  auto check = [&](pea::PeaKv<pm::Adr>& ix) {
+    ASSERT_TRUE(ix.CheckInvariants().ok());
+    ASSERT_EQ(ix.Size(), model.size());
+    std::string v;
+    for (const auto& [k, val] : model) {
+      ASSERT_TRUE(ix.FindBytes(k, &v).ok()) << k;
+      ASSERT_EQ(v, val) << k;
+    }
+  };
+  {
+    auto r = pea::PeaKv<pm::Adr>::Open(o);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    // 2 KiB .. 56 KiB values: slab slots of the classes 2560 .. 57344.
+    for (uint32_t i = 0; i < 40; i++) {
+      const std::string k = "key" + std::to_string(i);
+      const std::string v(2048 + i * 1400, static_cast<char>('a' + i % 26));
+      ASSERT_TRUE((*r)->InsertBytes(k, v).ok());
+      model[k] = v;
+    }
+    IndexStats st = (*r)->Stats();
+    EXPECT_EQ(Detail(st, "records.large_chunks"), 0) << "a slab class holds every record";
+    EXPECT_GT(Detail(st, "records.slabs"), 1);
+    // Past the largest class (56 KiB, 8 slots per slab): whole chunks.
+    const std::string big(60 << 10, 'z');
+    ASSERT_TRUE((*r)->InsertBytes("big", big).ok());
+    model["big"] = big;
+    st = (*r)->Stats();
+    EXPECT_EQ(Detail(st, "records.large_chunks"), 1);
+    ASSERT_NO_FATAL_FAILURE(check(**r));
+    ASSERT_TRUE((*r)->Close().ok());
+  }
+  o.mode = OpenMode::kOpenExisting;
+  auto r = pea::PeaKv<pm::Adr>::Open(o);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_NO_FATAL_FAILURE(check(**r));
+  EXPECT_EQ(Detail((*r)->Stats(), "records.large_chunks"), 1);
 }
 
 }  // namespace
