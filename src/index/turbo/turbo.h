@@ -360,6 +360,7 @@ class Turbo : public index::EngineBase<Turbo<P, kRecords>, P, Config> {
   };
   // A key as the probe compares it: the inline key, or hash + bytes (turbo-kv).
   using Probe = index::KeyProbe;
+  using Keys = index::ProbeKeys<kRecords>;  // make a probe, match a slot (src/index/records.h)
 
   Turbo(std::unique_ptr<pm::Pool> pool, const Config& config);
 
@@ -394,7 +395,6 @@ class Turbo : public index::EngineBase<Turbo<P, kRecords>, P, Config> {
   // Calls fn(slot) for every live slot of shard s, under the shard's lock.
   template <class Fn>
   void ForEachLiveSlot(uint32_t s, Fn&& fn) const;
-  bool SlotMatches(const Slot& s, const Probe& p) const;
 
   // REQUIRES: the shard's lock. True if found (*found), else *ins is where an insert goes
   // (ins->b == nullptr: no room within the scope).
@@ -565,16 +565,6 @@ Status Turbo<P, R>::Recover() {
 }
 
 template <pm::PersistPolicy P, bool R>
-bool Turbo<P, R>::SlotMatches(const Slot& s, const Probe& p) const {
-  if constexpr (R) {
-    if (s.key.load(std::memory_order_relaxed) != p.h) return false;
-    return records_->KeyEquals(s.value.load(std::memory_order_acquire), p.s);
-  } else {
-    return s.key.load(std::memory_order_relaxed) == p.k;
-  }
-}
-
-template <pm::PersistPolicy P, bool R>
 template <class OnFound>
 bool Turbo<P, R>::Search(const Probe& p, OnFound&& on_found) const {
   EpochManager::Guard guard(epoch_);
@@ -601,7 +591,7 @@ bool Turbo<P, R>::Search(const Probe& p, OnFound&& on_found) const {
       int hit = -1;
       for (uint32_t c = Candidates(b, tag, m); c; c &= c - 1) {
         const int j = std::countr_zero(c);
-        if (SlotMatches(b->slots[j], p)) {
+        if (Keys::Matches(records_.get(), b->slots[j], p)) {
           hit = j;
           break;
         }
@@ -626,7 +616,7 @@ Status Turbo<P, R>::Find(Key k, Value* out) const {
   if constexpr (R) {
     return index::FindU64AsBytes(*this, k, out);
   } else {
-    Probe p{hash_(k), k, {}};
+    const Probe p = Keys::Make(hash_, k);
     Value val = 0;
     const bool found = Search(p, [&](const Slot& s) {
       val = s.value.load(std::memory_order_relaxed);
@@ -644,7 +634,7 @@ Status Turbo<P, R>::FindBytes([[maybe_unused]] std::string_view k,
   if constexpr (!R) {
     return index::NoRecords(kKindName);
   } else {
-    Probe p{hash_(k), 0, k};
+    const Probe p = Keys::Make(hash_, k);
     const bool found = Search(p, [&](const Slot& s) {
       return records_->ReadValue(s.value.load(std::memory_order_acquire), out);
     });
@@ -662,7 +652,7 @@ bool Turbo<P, R>::Locate(const View& v, const Probe& p, Where* found, Where* ins
     const uint64_t m = b->meta.load(std::memory_order_relaxed);
     for (uint32_t c = Candidates(b, tag, m); c; c &= c - 1) {
       const int j = std::countr_zero(c);
-      if (SlotMatches(b->slots[j], p)) {
+      if (Keys::Matches(records_.get(), b->slots[j], p)) {
         *found = Where{b, j};
         return true;
       }
@@ -684,7 +674,7 @@ Status Turbo<P, R>::Write(Key k, Value v, WriteMode mode) {
   if constexpr (R) {
     return WriteBytes(index::U64Bytes(k).view(), index::U64Bytes(v).view(), mode);
   } else {
-    return Write(Probe{hash_(k), k, {}}, {}, v, mode);
+    return Write(Keys::Make(hash_, k), {}, v, mode);
   }
 }
 
@@ -695,7 +685,7 @@ Status Turbo<P, R>::WriteBytes([[maybe_unused]] std::string_view k,
   if constexpr (!R) {
     return index::NoRecords(kKindName);
   } else {
-    return Write(Probe{hash_(k), 0, k}, v, 0, mode);
+    return Write(Keys::Make(hash_, k), v, 0, mode);
   }
 }
 
@@ -784,7 +774,7 @@ Status Turbo<P, R>::Erase(Key k) {
   if constexpr (R) {
     return EraseBytes(index::U64Bytes(k).view());
   } else {
-    return EraseProbe(Probe{hash_(k), k, {}});
+    return EraseProbe(Keys::Make(hash_, k));
   }
 }
 
@@ -793,7 +783,7 @@ Status Turbo<P, R>::EraseBytes([[maybe_unused]] std::string_view k) {
   if constexpr (!R) {
     return index::NoRecords(kKindName);
   } else {
-    return EraseProbe(Probe{hash_(k), 0, k});
+    return EraseProbe(Keys::Make(hash_, k));
   }
 }
 
