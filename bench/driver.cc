@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -13,6 +14,7 @@
 #include "bench/persist_probe.h"
 #include "bench/pool_files.h"
 #include "bench/targets.h"
+#include "bench/workload.h"
 #include "pmhash/index.h"
 
 namespace pmhash::bench {
@@ -43,6 +45,26 @@ uint64_t PoolBytes(std::string_view index, uint64_t keys, ItemBytes items) {
 }
 
 uint64_t ProbeOps(uint64_t keys) { return std::clamp<uint64_t>(keys / 4, 200000, 2000000); }
+
+// Whether the phase `name` writes with Update: update, rmw, and the mixed phases whose mix has
+// update or rmw operations. A multimap kind (Capabilities::multi) has no Update (which of a key's
+// values would it replace?), so its rows leave these phases out: the table shows "-", and a note
+// says why. (Every other phase means the same on a multimap whose keys each have one value:
+// insert of a fresh key adds its only pair, find+ finds it, erase removes it.)
+bool PhaseUpdates(const std::string& name, const OpMix& mix) {
+  if (name == "update" || name == "rmw") return true;
+  if (name == "mix") return mix.update > 0 || mix.rmw > 0;
+  Workload w;
+  if (name.starts_with("ycsb-") && YcsbWorkload(name, &w).ok()) {
+    return w.mix.update > 0 || w.mix.rmw > 0;
+  }
+  return false;
+}
+
+bool IsMultiKind(const std::string& index) {
+  const auto caps = KindCapabilities(index);
+  return caps.ok() && caps.value().multi;
+}
 
 // Repetitions are interleaved rounds (reference, row, row, ..., reference, row, ...): the
 // first round starts the per-phase samples, later rounds add theirs, and after the last round
@@ -210,6 +232,18 @@ Status RunBench(const BenchConfig& config, BenchListener* listener, BenchReport*
       report->notes.push_back("kind '" + index + "' skipped: it has no variable-size keys");
     }
   }
+  // Multimap kinds: the phases that Update are not applicable (PhaseUpdates).
+  std::string updating;
+  for (const auto& p : c.phases) {
+    if (PhaseUpdates(p, c.mix)) updating += (updating.empty() ? "" : ", ") + p;
+  }
+  if (!updating.empty()) {
+    for (const auto& index : c.indexes) {
+      if (!IsMultiKind(index)) continue;
+      report->notes.push_back("kind '" + index + "' has several values per key and no Update: " +
+                              updating + " not applicable, not run on it (shown as '-')");
+    }
+  }
   const bool concurrent_reference = HaveConcurrentReference() && !items.on();
   if (c.table && c.reference) {
     bool multi = false;
@@ -291,6 +325,11 @@ Status RunBench(const BenchConfig& config, BenchListener* listener, BenchReport*
         phases.push_back(std::move(w));
       }
     }
+    // The same phases without those that Update, for the multimap kinds.
+    std::vector<PhaseSpec> multi_phases;
+    for (const PhaseSpec& p : phases) {
+      if (!PhaseUpdates(p.name, c.mix)) multi_phases.push_back(p);
+    }
     TableResult table;
     table.threads = threads;
     const RunnerOptions ro{threads, c.pin, c.latency_every};
@@ -356,7 +395,8 @@ Status RunBench(const BenchConfig& config, BenchListener* listener, BenchReport*
           // so a run (and its printed seed) is reproducible.
           rc.options.hash_seed = c.seed * 0x9E3779B97F4A7C15ULL + 1;
           rc.runner = ro;
-          rc.phases = phases;
+          rc.phases = IsMultiKind(index) ? std::span<const PhaseSpec>(multi_phases)
+                                         : std::span<const PhaseSpec>(phases);
           rc.check = c.check;
           rc.items = items;
           if (count_file && rep == 0) {

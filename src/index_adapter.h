@@ -6,6 +6,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "index/lifecycle.h"
 #include "pm/pool.h"
@@ -56,9 +57,50 @@ struct BytesSlot<T> {
   using type = std::optional<BytesAdapter<T>>;
 };
 
+// The MultiApi of an engine that satisfies MultiIndex and offers it (SupportsMulti()).
+template <MultiIndex T>
+class MultiAdapter final : public MultiApi {
+ public:
+  MultiAdapter(T* impl, const bool* closed) : impl_(impl), closed_(closed) {}
+  Status Insert(Key k, Value v) override { return *closed_ ? Closed() : impl_->Insert(k, v); }
+  Status FindAll(Key k, std::vector<Value>* out) const override {
+    if (*closed_) {
+      out->clear();
+      return Closed();
+    }
+    return impl_->FindAll(k, out);
+  }
+  Status ForEachValue(Key k, const std::function<void(Value)>& fn) const override {
+    return *closed_ ? Closed() : impl_->ForEachValue(k, fn);
+  }
+  uint64_t Count(Key k) const override { return *closed_ ? 0 : impl_->Count(k); }
+  Status Erase(Key k, Value v) override { return *closed_ ? Closed() : impl_->Erase(k, v); }
+  Status EraseAll(Key k) override { return *closed_ ? Closed() : impl_->EraseAll(k); }
+  Status ForEach(const std::function<void(Key, Value)>& fn) const override {
+    return *closed_ ? Closed() : impl_->ForEach(fn);
+  }
+  uint64_t Size() const override { return *closed_ ? 0 : impl_->Size(); }
+
+ private:
+  static Status Closed() { return index::Lifecycle::ClosedError(T::kKindName); }
+
+  T* impl_;
+  const bool* closed_;
+};
+
+template <class T>
+struct MultiSlot {
+  struct type {};
+};
+template <MultiIndex T>
+struct MultiSlot<T> {
+  using type = std::optional<MultiAdapter<T>>;
+};
+
 // After Close every call but Close/kind/durability/capabilities returns kInvalidArgument, also
 // on the reads the engine itself would still answer (its pool stays mapped until destruction).
-// Optional APIs: bytes() when T satisfies BytesIndex and this instance SupportsBytes().
+// Optional APIs: bytes() when T satisfies BytesIndex and this instance SupportsBytes(); multi()
+// likewise (MultiIndex, SupportsMulti()).
 template <HashIndex T>
 class IndexAdapter final : public Index {
  public:
@@ -66,8 +108,11 @@ class IndexAdapter final : public Index {
     if constexpr (BytesIndex<T>) {
       if (impl_->SupportsBytes()) bytes_api_ = &bytes_.emplace(impl_.get(), &closed_);
     }
+    if constexpr (MultiIndex<T>) {
+      if (impl_->SupportsMulti()) multi_api_ = &multi_.emplace(impl_.get(), &closed_);
+    }
   }
-  IndexAdapter(const IndexAdapter&) = delete;  // bytes_ points at closed_
+  IndexAdapter(const IndexAdapter&) = delete;  // bytes_ and multi_ point at closed_
   IndexAdapter& operator=(const IndexAdapter&) = delete;
   std::string_view kind() const override { return T::kKindName; }
   Durability durability() const override { return T::Policy::kDurability; }
@@ -95,9 +140,13 @@ class IndexAdapter final : public Index {
   }
   void Abandon() override { impl_->Abandon(); }
 
-  Capabilities capabilities() const override { return {.bytes = bytes_api_ != nullptr}; }
+  Capabilities capabilities() const override {
+    return {.bytes = bytes_api_ != nullptr, .multi = multi_api_ != nullptr};
+  }
   BytesApi* bytes() override { return bytes_api_; }
   const BytesApi* bytes() const override { return bytes_api_; }
+  MultiApi* multi() override { return multi_api_; }
+  const MultiApi* multi() const override { return multi_api_; }
 
   T& impl() { return *impl_; }
 
@@ -109,6 +158,8 @@ class IndexAdapter final : public Index {
   bool closed_ = false;
   [[no_unique_address]] typename BytesSlot<T>::type bytes_;
   BytesApi* bytes_api_ = nullptr;  // &*bytes_ when this instance offers the bytes API
+  [[no_unique_address]] typename MultiSlot<T>::type multi_;
+  MultiApi* multi_api_ = nullptr;  // &*multi_ when this instance offers the multi-value API
 };
 
 // Opens T and wraps it.

@@ -1,6 +1,7 @@
 // bench_test: the benchmark harness's own parts — key distributions (shape checked
 // statistically), mixed operation streams (valid in any order), the latency histogram
-// (percentiles against a sorted array), and the JSON report (parsed by python3, schema fields).
+// (percentiles against a sorted array), the JSON report (parsed by python3, schema fields), and
+// end-to-end runs of every registered kind (multimap kinds: the phases that update left out).
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -481,6 +482,120 @@ TEST(BytesItems, TinyBytesBench) {
   key_only.key_bytes = 30;
   ASSERT_TRUE(ResolveConfig(&key_only).ok());
   EXPECT_EQ(key_only.value_bytes, 8u);
+}
+
+// Every registered kind runs the default phases (insert, find+, find-, erase) through its row,
+// the multimap kinds included (one value per key: each phase means what it means for the others).
+TEST(Kinds, EveryRegisteredKindRunsTheDefaultPhases) {
+  BenchConfig c;  // every registered kind
+  c.durabilities = {Durability::kAdr};
+  c.keys = 2000;
+  c.count_keys = 500;
+  c.persist_probe = false;
+  c.check = true;
+  BenchReport report;
+  const Status s = RunBench(c, nullptr, &report);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  ASSERT_EQ(report.tables.size(), 1u);
+  const TableResult& t = report.tables[0];
+  ASSERT_EQ(t.rows.size(), RegisteredIndexes().size());
+  for (const RowResult& row : t.rows) {
+    SCOPED_TRACE(row.Label());
+    EXPECT_TRUE(row.error.ok()) << row.error.ToString();
+    ASSERT_EQ(row.phases.size(), 4u);
+    for (const PhaseResult& p : row.phases) {
+      EXPECT_TRUE(p.ok()) << p.name << ": " << p.failure.ToString();
+      EXPECT_EQ(p.ops, c.keys) << p.name;
+    }
+    ASSERT_TRUE(row.counting.has_value());
+    EXPECT_TRUE(row.counting->failure.ok()) << row.counting->failure.ToString();
+  }
+  EXPECT_TRUE(report.ok());
+}
+
+// A multimap kind (Capabilities::multi: pea-multi) has no Update: the phases that update (update,
+// rmw, the YCSB mixes with updates, a mix with update or rmw) are left out of its rows, with a
+// note, and the others run; the unique-key kinds still run every phase.
+TEST(Kinds, MultiKindsSkipThePhasesThatUpdate) {
+  std::vector<std::string> multi;
+  for (const IndexInfo& info : RegisteredIndexes()) {
+    if (KindCapabilities(info.name).value().multi) multi.emplace_back(info.name);
+  }
+  ASSERT_FALSE(multi.empty());
+  BenchConfig c;
+  c.indexes = multi;
+  c.indexes.push_back("pea");
+  c.durabilities = {Durability::kAdr, Durability::kDram};
+  c.keys = 2000;
+  c.threads = {1, 2};
+  c.phases = {"insert", "find+", "update", "rmw", "ycsb-a", "ycsb-b", "ycsb-c",
+              "ycsb-d", "ycsb-f", "mix",    "find-",  "erase"};
+  c.mix.insert = 10;
+  c.mix.find_hit = 80;
+  c.mix.erase = 10;  // no update: runs on a multimap
+  c.persist_probe = false;
+  c.count_keys = 0;
+  BenchReport report;
+  const Status s = RunBench(c, nullptr, &report);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  EXPECT_TRUE(report.ok());
+  const std::vector<std::string> runnable = {"insert", "find+", "ycsb-c", "ycsb-d",
+                                             "mix",    "find-", "erase"};
+  for (const std::string& kind : multi) {
+    const std::string note = "kind '" + kind +
+                             "' has several values per key and no Update: update, rmw, ycsb-a, "
+                             "ycsb-b, ycsb-f not applicable";
+    EXPECT_TRUE(std::any_of(report.notes.begin(), report.notes.end(),
+                            [&](const std::string& n) { return n.find(note) == 0; }))
+        << note;
+  }
+  EXPECT_FALSE(std::any_of(report.notes.begin(), report.notes.end(), [](const std::string& n) {
+    return n.find("kind 'pea' has") != std::string::npos;
+  }));
+  ASSERT_EQ(report.tables.size(), 2u);
+  for (const TableResult& t : report.tables) {
+    ASSERT_EQ(t.rows.size(), 2 * (multi.size() + 1));
+    for (const RowResult& row : t.rows) {
+      SCOPED_TRACE(row.Label() + " t=" + std::to_string(t.threads));
+      EXPECT_TRUE(row.error.ok()) << row.error.ToString();
+      std::vector<std::string> names;
+      for (const PhaseResult& p : row.phases) {
+        names.push_back(p.name);
+        EXPECT_TRUE(p.ok()) << p.name << ": " << p.failure.ToString();
+      }
+      if (row.index == "pea") {
+        EXPECT_EQ(names, c.phases);
+      } else {
+        EXPECT_EQ(names, runnable);
+        EXPECT_EQ(row.Phase("update"), nullptr);
+      }
+    }
+    // The table shows the phases a multimap row did not run as "-".
+    std::ostringstream os;
+    WriteTable(os, report, t);
+    for (const std::string& kind : multi) {
+      const std::string table = os.str();
+      const size_t at = table.find("\n" + kind + "/adr ");
+      ASSERT_NE(at, std::string::npos) << table;
+      std::istringstream line(table.substr(at + 1, table.find('\n', at + 1) - at - 1));
+      int dashes = 0;
+      for (std::string cell; line >> cell;) dashes += cell == "-";
+      EXPECT_EQ(dashes, 5) << table;  // update, rmw, ycsb-a, ycsb-b, ycsb-f
+    }
+  }
+  // A mix with updates is not applicable either.
+  BenchConfig u = c;
+  u.phases = {"insert", "mix"};
+  u.mix.update = 5;
+  u.indexes = multi;
+  u.threads = {1};
+  ASSERT_TRUE(RunBench(u, nullptr, &report).ok());
+  ASSERT_EQ(report.tables.size(), 1u);
+  for (const RowResult& row : report.tables[0].rows) {
+    EXPECT_TRUE(row.error.ok()) << row.error.ToString();
+    ASSERT_EQ(row.phases.size(), 1u) << row.Label();
+    EXPECT_EQ(row.phases[0].name, "insert");
+  }
 }
 
 }  // namespace

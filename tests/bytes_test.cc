@@ -236,6 +236,8 @@ TEST(BytesFacade, BytesThroughOpenAndAbsentElsewhere) {
     EXPECT_TRUE(ix.ForEach([&](Key, Value) { n++; }).IsInvalidArgument());
     EXPECT_EQ(n, 0);
   }
+  // Every other kind: no bytes API (a multimap kind, pea-multi, offers the multi-value API
+  // instead: tests/multi_test.cc, MultiFacade).
   for (const IndexInfo& i : RegisteredIndexes()) {
     const std::string kind(i.name);
     if (KindCapabilities(kind).value().bytes) continue;
@@ -244,9 +246,11 @@ TEST(BytesFacade, BytesThroughOpenAndAbsentElsewhere) {
     auto r = pmhash::Open(kind, oq);
     ASSERT_TRUE(r.ok()) << r.status().ToString();
     Index& ix = *r.value();
-    EXPECT_EQ(ix.capabilities(), Capabilities{}) << kind;
+    EXPECT_EQ(ix.capabilities(), KindCapabilities(kind).value()) << kind;
+    EXPECT_EQ(ix.capabilities(), (Capabilities{.multi = ix.capabilities().multi})) << kind;
     EXPECT_EQ(ix.bytes(), nullptr) << kind;
     EXPECT_EQ(std::as_const(ix).bytes(), nullptr) << kind;
+    EXPECT_EQ(ix.multi() != nullptr, ix.capabilities().multi) << kind;
   }
   // The registry answers without a pool of one's own.
   auto caps = KindCapabilities("turbo-kv");
@@ -256,7 +260,10 @@ TEST(BytesFacade, BytesThroughOpenAndAbsentElsewhere) {
   EXPECT_TRUE(KindCapabilities("no-such-kind").status().IsInvalidArgument());
   EXPECT_EQ(KindsWith(&Capabilities::bytes), "reh-kv, pea-kv, turbo-kv");
   EXPECT_EQ(KindsOfferingBytes().size(), 3u);
-  EXPECT_EQ(KindsWith(&Capabilities::multi), "");
+  EXPECT_EQ(KindsWith(&Capabilities::multi), "pea-multi");  // no kind offers both
+  for (const std::string& kind : KindsOfferingBytes()) {
+    EXPECT_FALSE(KindCapabilities(kind).value().multi) << kind;
+  }
 }
 
 // The uint64 ForEach of a bytes kind visits the 8-byte records and says how many others it

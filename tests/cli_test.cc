@@ -73,18 +73,25 @@ TEST(Cli, InfoCountsTheCreatingOpen) {
   EXPECT_NE(Field(out, "mapping"), "(not reported)") << out;
 }
 
-// The kinds `pmhash list` prints (one name per unindented line): every registered kind.
-// The kinds `pmhash list` prints, and whether each offers the bytes API (its "APIs:" line).
-std::vector<std::pair<std::string, bool>> ListedKinds() {
+// A kind `pmhash list` prints (one name per unindented line: every registered kind), and the
+// optional APIs its "APIs:" line names.
+struct ListedKind {
+  std::string name;
+  bool bytes = false;  // variable-size keys
+  bool multi = false;  // several values per key
+};
+
+std::vector<ListedKind> ListedKinds() {
   std::string out;
   EXPECT_EQ(RunCli("list", &out), 0) << out;
-  std::vector<std::pair<std::string, bool>> kinds;
+  std::vector<ListedKind> kinds;
   for (size_t at = 0; at < out.size();) {
     const size_t end = std::min(out.find('\n', at), out.size());
     const std::string line = out.substr(at, end - at);
-    if (!line.empty() && line[0] != ' ') kinds.emplace_back(line, false);
-    if (!kinds.empty() && line.starts_with("  APIs:") && line.find("bytes") != std::string::npos) {
-      kinds.back().second = true;
+    if (!line.empty() && line[0] != ' ') kinds.push_back({line});
+    if (!kinds.empty() && line.starts_with("  APIs:")) {
+      kinds.back().bytes = line.find("bytes") != std::string::npos;
+      kinds.back().multi = line.find("multi-value") != std::string::npos;
     }
     at = end + 1;
   }
@@ -95,14 +102,19 @@ std::vector<std::pair<std::string, bool>> ListedKinds() {
 // then reopened by every command with no per-index option (the pool describes itself: kind,
 // durability, parameters). Regression test: pea, turbo and turbo-kv pools were created by
 // `put --index KIND` and then refused by every later command ("cannot decode the parameters").
+// A multi-value kind (pea-multi) runs the same commands with its meaning of them: the second put
+// of key 7 adds a value, get prints both, check counts pairs (Cli.MultiValuePool tests the rest).
 TEST(Cli, EveryKindReopensWithoutOptions) {
   const auto kinds = ListedKinds();
   ASSERT_GE(kinds.size(), 4u) << "pmhash list printed too few kinds";
   std::string with_bytes;  // what a refusal names: the kinds that have the bytes API
-  for (const auto& [kind, offers_bytes] : kinds) {
-    if (offers_bytes) with_bytes += (with_bytes.empty() ? "" : ", ") + kind;
+  for (const auto& k : kinds) {
+    if (k.bytes) with_bytes += (with_bytes.empty() ? "" : ", ") + k.name;
   }
-  for (const auto& [kind, offers_bytes] : kinds) {
+  for (const auto& [kind, offers_bytes, multi] : kinds) {
+    // The value(s) of key 7 after `put 7 70`, `put 7 71`, and the size after `del 8`.
+    const std::string seven = multi ? "70\n71\n" : "71\n";
+    const std::string size = multi ? "2 pairs" : "1 keys";
     for (const char* durability : {"adr", "eadr"}) {
       SCOPED_TRACE(kind + " / " + durability);
       ScopedPath p("cli_" + kind);
@@ -114,15 +126,15 @@ TEST(Cli, EveryKindReopensWithoutOptions) {
                 0)
           << out;
       ASSERT_EQ(RunCli("put " + pool + " 8 80", &out), 0) << out;
-      ASSERT_EQ(RunCli("put " + pool + " 7 71", &out), 0) << out;  // overwrite
+      ASSERT_EQ(RunCli("put " + pool + " 7 71", &out), 0) << out;  // overwrite (multi: add)
       ASSERT_EQ(RunCli("get " + pool + " 7", &out), 0) << out;
-      EXPECT_EQ(out, "71\n");
+      EXPECT_EQ(out, seven);
       ASSERT_EQ(RunCli("del " + pool + " 8", &out), 0) << out;
       EXPECT_EQ(RunCli("get " + pool + " 8", &out), 1) << out;
       EXPECT_NE(out.find("not found"), std::string::npos) << out;
       ASSERT_EQ(RunCli("check " + pool, &out), 0) << out;
       EXPECT_EQ(Field(out, "index"), kind + " (" + durability + ")") << out;
-      EXPECT_EQ(Field(out, "size"), "1 keys") << out;
+      EXPECT_EQ(Field(out, "size"), size) << out;
       EXPECT_EQ(Field(out, "invariants"), "OK") << out;
       ASSERT_EQ(RunCli("info " + pool, &out), 0) << out;
       EXPECT_EQ(Field(out, "index kind"), kind) << out;
@@ -138,7 +150,7 @@ TEST(Cli, EveryKindReopensWithoutOptions) {
         ASSERT_EQ(RunCli("get " + pool + " 7 --bytes", &out), 0) << out;
         EXPECT_EQ(out, "seven\n");
         ASSERT_EQ(RunCli("get " + pool + " 7", &out), 0) << out;  // the uint64 key 7: another key
-        EXPECT_EQ(out, "71\n");
+        EXPECT_EQ(out, seven);
         ASSERT_EQ(RunCli("del " + pool + " user:17", &out), 0) << out;
         ASSERT_EQ(RunCli("del " + pool + " 7 --bytes", &out), 0) << out;
         EXPECT_EQ(RunCli("get " + pool + " user:17", &out), 1) << out;
@@ -156,17 +168,95 @@ TEST(Cli, EveryKindReopensWithoutOptions) {
             << out;
       }
       ASSERT_EQ(RunCli("check " + pool, &out), 0) << out;
-      EXPECT_EQ(Field(out, "APIs"), offers_bytes ? "uint64, bytes (variable-size keys)" : "uint64")
+      EXPECT_EQ(Field(out, "APIs"), offers_bytes ? "uint64, bytes (variable-size keys)"
+                                    : multi      ? "uint64, multi-value"
+                                                 : "uint64")
           << out;
       ASSERT_EQ(RunCli("check " + pool, &out), 0) << out;
-      EXPECT_EQ(Field(out, "size"), "1 keys") << out;
+      EXPECT_EQ(Field(out, "size"), size) << out;
       // A wrong --index is refused, the right one accepted.
       EXPECT_EQ(RunCli("get " + pool + " 7 --index " + (kind == "reh" ? "pea" : "reh"), &out), 1)
           << out;
       ASSERT_EQ(RunCli("get " + pool + " 7 --index " + kind, &out), 0) << out;
-      EXPECT_EQ(out, "71\n");
+      EXPECT_EQ(out, seven);
     }
   }
+}
+
+// The kinds with several values per key (pmhash list: "multi-value"; today pea-multi): put adds
+// a value, get prints every value (one per line, increasing), del erases every value or one pair.
+// `del KEY VALUE` on a one-value-per-key pool is a usage error naming the multi-value kinds.
+TEST(Cli, MultiValuePool) {
+  std::string multi_kinds;  // what the refusal names
+  std::vector<std::string> multi;
+  for (const auto& k : ListedKinds()) {
+    if (!k.multi) continue;
+    multi.push_back(k.name);
+    multi_kinds += (multi_kinds.empty() ? "" : ", ") + k.name;
+  }
+  ASSERT_FALSE(multi.empty()) << "pmhash list names no multi-value kind";
+  for (const std::string& kind : multi) {
+    SCOPED_TRACE(kind);
+    ScopedPath p("cli_multi_" + kind);
+    const std::string pool = p.path();
+    std::string out;
+    ASSERT_EQ(RunCli("put " + pool + " 5 51 --pool-size 64M --index " + kind, &out), 0) << out;
+    ASSERT_EQ(RunCli("put " + pool + " 5 50", &out), 0) << out;
+    ASSERT_EQ(RunCli("put " + pool + " 5 51", &out), 0) << out;  // a duplicate pair is kept
+    ASSERT_EQ(RunCli("put " + pool + " 0x6 60", &out), 0) << out;
+    ASSERT_EQ(RunCli("get " + pool + " 5", &out), 0) << out;
+    EXPECT_EQ(out, "50\n51\n51\n");
+    ASSERT_EQ(RunCli("get " + pool + " 6", &out), 0) << out;
+    EXPECT_EQ(out, "60\n");
+    ASSERT_EQ(RunCli("check " + pool, &out), 0) << out;
+    EXPECT_EQ(Field(out, "size"), "4 pairs") << out;
+    EXPECT_EQ(Field(out, "APIs"), "uint64, multi-value") << out;
+    EXPECT_EQ(Field(out, "invariants"), "OK") << out;
+    // One pair, then every value.
+    ASSERT_EQ(RunCli("del " + pool + " 5 51", &out), 0) << out;
+    ASSERT_EQ(RunCli("get " + pool + " 5", &out), 0) << out;
+    EXPECT_EQ(out, "50\n51\n");
+    EXPECT_EQ(RunCli("del " + pool + " 5 52", &out), 1) << out;
+    EXPECT_NE(out.find("pair (5, 52) not found"), std::string::npos) << out;
+    EXPECT_EQ(RunCli("del " + pool + " 7 50", &out), 1) << out;
+    ASSERT_EQ(RunCli("del " + pool + " 5", &out), 0) << out;
+    EXPECT_EQ(RunCli("get " + pool + " 5", &out), 1) << out;
+    EXPECT_NE(out.find("key 5 not found"), std::string::npos) << out;
+    EXPECT_EQ(RunCli("del " + pool + " 5", &out), 1) << out;
+    // Many values: printed in increasing order, whatever the order they were put in.
+    std::string want;
+    for (int v = 20; v >= 1; v--) {
+      ASSERT_EQ(RunCli("put " + pool + " 9 " + std::to_string(v * 3), &out), 0) << out;
+    }
+    for (int v = 1; v <= 20; v++) want += std::to_string(v * 3) + "\n";
+    ASSERT_EQ(RunCli("get " + pool + " 9", &out), 0) << out;
+    EXPECT_EQ(out, want);
+    ASSERT_EQ(RunCli("check " + pool, &out), 0) << out;
+    EXPECT_EQ(Field(out, "size"), "21 pairs") << out;
+    ASSERT_EQ(RunCli("info " + pool, &out), 0) << out;
+    EXPECT_EQ(Field(out, "index kind"), kind) << out;
+    // No variable-size keys; a malformed or extra argument is a usage error.
+    EXPECT_EQ(RunCli("put " + pool + " 9 nine", &out), 2) << out;
+    EXPECT_NE(out.find("has no variable-size keys"), std::string::npos) << out;
+    EXPECT_EQ(RunCli("del " + pool + " 9 3 4", &out), 2) << out;
+    EXPECT_EQ(RunCli("get " + pool + " 9 3", &out), 2) << out;
+    ASSERT_EQ(RunCli("get " + pool + " 6", &out), 0) << out;
+    EXPECT_EQ(out, "60\n");
+  }
+  // A pool with one value per key refuses `del KEY VALUE` and keeps the key.
+  ScopedPath q("cli_multi_reh");
+  std::string out;
+  ASSERT_EQ(RunCli("put " + q.path() + " 1 10 --pool-size 8M --index reh", &out), 0) << out;
+  EXPECT_EQ(RunCli("del " + q.path() + " 1 10", &out), 2) << out;
+  EXPECT_NE(out.find("kind 'reh' has one value per key; these have several: " + multi_kinds),
+            std::string::npos)
+      << out;
+  ASSERT_EQ(RunCli("get " + q.path() + " 1", &out), 0) << out;
+  EXPECT_EQ(out, "10\n");
+  // The help says what the commands mean on such pools.
+  ASSERT_EQ(RunCli("help del", &out), 0) << out;
+  EXPECT_NE(out.find("pmhash del POOL KEY [VALUE]"), std::string::npos) << out;
+  EXPECT_NE(out.find("Multi-value pools"), std::string::npos) << out;
 }
 
 TEST(Cli, NonDaxCharacterDeviceIsRefused) {

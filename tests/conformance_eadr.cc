@@ -1,5 +1,6 @@
-// tests/conformance_eadr.cc — the conformance suite (conformance_suite.h) for every kind of
-// src/index/kinds.h under pm::Eadr. ctest names: "Eadr.<Test><pmhash::reh::Reh<pmhash::pm::Eadr>>".
+// tests/conformance_eadr.cc — the conformance suite (conformance_suite.h) for every unique-key
+// kind of src/index/kinds.h (AllEngines; multimaps: multi_test.cc) under pm::Eadr. ctest names:
+// "Eadr.<Test><pmhash::reh::Reh<pmhash::pm::Eadr>>".
 #include "conformance_suite.h"
 
 namespace pmhash::testing {

@@ -1,5 +1,6 @@
-// tests/conformance_sim.cc — the conformance suite (conformance_suite.h) for every kind of
-// src/index/kinds.h under pm::Sim. ctest names: "Sim.<Test><pmhash::reh::Reh<pmhash::pm::Sim>>".
+// tests/conformance_sim.cc — the conformance suite (conformance_suite.h) for every unique-key
+// kind of src/index/kinds.h (AllEngines; multimaps: multi_test.cc) under pm::Sim. ctest names:
+// "Sim.<Test><pmhash::reh::Reh<pmhash::pm::Sim>>".
 #include "conformance_suite.h"
 
 namespace pmhash::testing {

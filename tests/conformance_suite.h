@@ -1,7 +1,9 @@
 // tests/conformance_suite.h — the HashIndex contract (include/pmhash/index.h), written once as a
-// type-parameterized test suite. It is instantiated for every kind of src/index/kinds.h in one
-// file per durability policy (conformance_<policy>.cc, so that the typed cases compile in
-// parallel), and for the OracleIndex (tests/oracle_index.h) in conformance_test.cc, which proves
+// type-parameterized test suite. It is instantiated for every unique-key kind of
+// src/index/kinds.h (AllEngines, engine_types.h: the multimaps, Capabilities::multi, have their
+// own contract and suites in tests/multi_test.cc) in one file per durability policy
+// (conformance_<policy>.cc, so that the typed cases compile in parallel), and for the
+// OracleIndex (tests/oracle_index.h) in conformance_test.cc, which proves
 // the tests themselves.
 //
 // Adding an index: nothing to do here (the type lists derive from IndexKinds). If it needs a

@@ -1,6 +1,9 @@
 // tests/conformance_test.cc — the conformance suite (conformance_suite.h) run over the
 // OracleIndex, which proves the tests themselves, and the registry tests (not per type). The
 // kinds run the suite in conformance_<policy>.cc.
+#include <algorithm>
+#include <string_view>
+
 #include "conformance_suite.h"
 
 namespace pmhash::testing {
@@ -82,6 +85,7 @@ TEST(Registry, EveryKindIsSelfDescribing) {
       ASSERT_TRUE(caps.ok()) << caps.status().ToString();
       EXPECT_EQ(caps.value(), (*r)->capabilities());
       EXPECT_EQ((*r)->bytes() != nullptr, (*r)->capabilities().bytes);
+      EXPECT_EQ((*r)->multi() != nullptr, (*r)->capabilities().multi);
       Value v = 0;
       ASSERT_TRUE((*r)->Find(42, &v).ok());
       EXPECT_EQ(v, 43u);
@@ -136,6 +140,29 @@ TEST(Registry, EveryKindIsSelfDescribing) {
   r = pmhash::Open(o);
   ASSERT_FALSE(r.ok());
   EXPECT_TRUE(r.status().IsInvalidArgument()) << r.status().ToString();
+}
+
+// Every registered kind is in exactly one family of typed suites (engine_types.h): the
+// unique-key kinds in AllEngines (this conformance suite, stress_test.cc), the multimaps
+// (Capabilities::multi) in MultiEngines (multi_test.cc). A kind missing from both, or a multimap
+// run by the unique-key suites (whose Insert expects kExists), fails here.
+TEST(Registry, EveryKindIsInATypedSuite) {
+  const std::vector<std::string_view> unique = KindNamesOf<AllEngines<pm::Dram>>::Get();
+  const std::vector<std::string_view> multi = KindNamesOf<MultiEngines<pm::Dram>>::Get();
+  auto count = [](const std::vector<std::string_view>& v, std::string_view n) {
+    return std::count(v.begin(), v.end(), n);
+  };
+  for (const IndexInfo& info : RegisteredIndexes()) {
+    SCOPED_TRACE(std::string(info.name));
+    auto caps = KindCapabilities(info.name);
+    ASSERT_TRUE(caps.ok()) << caps.status().ToString();
+    EXPECT_EQ(count(unique, info.name), caps.value().multi ? 0 : 1)
+        << "the unique-key suites (AllEngines) must run every kind but the multimaps";
+    EXPECT_EQ(count(multi, info.name), caps.value().multi ? 1 : 0)
+        << "the multi suites (MultiEngines, multi_test.cc) must run every multimap kind";
+  }
+  EXPECT_EQ(unique.size() + multi.size(), RegisteredIndexes().size());
+  EXPECT_FALSE(unique.empty());
 }
 
 TEST(Registry, UnknownKindAndDurability) {

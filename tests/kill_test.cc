@@ -1,23 +1,22 @@
-// tests/kill_test.cc — process crash, for every registered index kind (through pmhash::Open,
-// Adr durability, the index's default parameters): a child process runs operations on a file pool
-// and reports each one to the parent through a pipe, before (INTENT) and after it
-// returned OK (ACK). The parent SIGKILLs the child at a random moment, reopens the pool and checks:
-// every acknowledged operation is applied, the at-most-one in-flight operation is either fully
-// applied or absent, nothing else changed, CheckInvariants passes, Stats().recovered is true.
-// Several rounds reuse the same pool, so a recovered pool is recovered again.
+// tests/kill_test.cc — process crash, for every registered unique-key index kind (through
+// pmhash::Open, Adr durability, the index's default parameters): a child process runs operations
+// on a file pool and reports each one to the parent through a pipe, before (INTENT) and after it
+// returned OK (ACK) (the harness: kill_util.h). The parent SIGKILLs the child at a random moment,
+// reopens the pool and checks: every acknowledged operation is applied, the at-most-one in-flight
+// operation is either fully applied or absent, nothing else changed, CheckInvariants passes,
+// Stats().recovered is true. Several rounds reuse the same pool, so a recovered pool is recovered
+// again. The multimap kinds (Capabilities::multi) have their own kill test, MultiKill in
+// tests/multi_test.cc.
 //
 // The child never touches gtest: it only uses the library, write(2) and _exit(2).
-#include <fcntl.h>
 #include <gtest/gtest.h>
-#include <poll.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cctype>
-#include <cerrno>
-#include <chrono>
-#include <cstring>
+#include <iostream>
 #include <memory>
 #include <optional>
 #include <random>
@@ -25,6 +24,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "kill_util.h"
 #include "pmhash/index.h"
 #include "test_util.h"
 
@@ -33,16 +33,9 @@ namespace {
 
 using Model = std::unordered_map<Key, Value>;
 
-enum RecType : uint64_t { kReady = 1, kIntent = 2, kAck = 3, kError = 4 };
 enum OpType : uint64_t { kInsert = 1, kUpsert = 2, kUpdate = 3, kErase = 4 };
 
-struct Rec {
-  uint64_t type;
-  uint64_t op;
-  uint64_t key;
-  uint64_t value;
-};
-static_assert(sizeof(Rec) <= PIPE_BUF, "pipe writes of one record are atomic");
+using Rec = KillRec;
 
 Options PoolOptions(const std::string& path) {
   Options o;
@@ -56,23 +49,11 @@ Options PoolOptions(const std::string& path) {
 
 // ---- child side (no gtest) ----
 
-void Send(int fd, const Rec& r) {
-  const char* p = reinterpret_cast<const char*>(&r);
-  size_t left = sizeof(r);
-  while (left > 0) {
-    const ssize_t n = write(fd, p, left);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) _exit(5);  // parent gone
-    p += n;
-    left -= static_cast<size_t>(n);
-  }
-}
-
 [[noreturn]] void ChildMain(int fd, std::string_view kind, const std::string& path, int round,
                             Model model, uint64_t seed) {
   auto r = pmhash::Open(kind, PoolOptions(path));
   if (!r.ok()) {
-    Send(fd, {kError, 0, 0, static_cast<uint64_t>(r.status().code())});
+    SendRec(fd, {kError, 0, 0, static_cast<uint64_t>(r.status().code())});
     _exit(2);
   }
   Index& ix = **r;
@@ -80,7 +61,7 @@ void Send(int fd, const Rec& r) {
   live.reserve(model.size() * 2 + 1024);
   for (const auto& [k, v] : model) live.push_back(k);
   std::mt19937_64 rng(seed);
-  Send(fd, {kReady, 0, 0, 0});
+  SendRec(fd, {kReady, 0, 0, 0});
   for (uint64_t i = 0; i < 50'000'000; i++) {
     const unsigned pick = rng() % 100;
     Rec rec{kIntent, kInsert, 0, rng()};
@@ -93,7 +74,7 @@ void Send(int fd, const Rec& r) {
       rec.key = live[li];
       rec.op = pick < 78 ? kUpdate : pick < 90 ? kErase : kUpsert;
     }
-    Send(fd, rec);
+    SendRec(fd, rec);
     Status s;
     switch (rec.op) {
       case kInsert:
@@ -110,7 +91,7 @@ void Send(int fd, const Rec& r) {
         break;
     }
     if (!s.ok()) {
-      Send(fd, {kError, rec.op, rec.key, static_cast<uint64_t>(s.code())});
+      SendRec(fd, {kError, rec.op, rec.key, static_cast<uint64_t>(s.code())});
       _exit(3);
     }
     if (rec.op == kInsert) live.push_back(rec.key);
@@ -119,7 +100,7 @@ void Send(int fd, const Rec& r) {
       live.pop_back();
     }
     rec.type = kAck;
-    Send(fd, rec);
+    SendRec(fd, rec);
   }
   _exit(0);
 }
@@ -151,72 +132,13 @@ TEST_P(KillTest, AcknowledgedOpsSurviveSigkill) {
 
   for (int round = 0; round < rounds; round++) {
     SCOPED_TRACE("round " + std::to_string(round));
-    int fds[2];
-    ASSERT_EQ(pipe2(fds, O_CLOEXEC), 0);
     const int delay_ms = 5 + static_cast<int>(rng() % 46);
     const uint64_t child_seed = rng();
-    const pid_t pid = fork();
-    ASSERT_GE(pid, 0);
-    if (pid == 0) {
-      close(fds[0]);
-      ChildMain(fds[1], kind, path_, round, model, child_seed);
-    }
-    close(fds[1]);
-
-    // Read records; kill delay_ms after READY.
     std::vector<Rec> recs;
-    std::string buf;
-    bool ready = false, eof = false;
-    const auto start = std::chrono::steady_clock::now();
-    std::chrono::steady_clock::time_point kill_at{};
-    bool killed = false;
-    while (!eof) {
-      const auto now = std::chrono::steady_clock::now();
-      if (!ready && now - start > std::chrono::seconds(60)) {
-        kill(pid, SIGKILL);
-        killed = true;
-        ADD_FAILURE() << "child never became ready";
-      }
-      if (ready && !killed && now >= kill_at) {
-        ASSERT_EQ(kill(pid, SIGKILL), 0);
-        killed = true;
-      }
-      int timeout = 100;
-      if (ready && !killed) {
-        timeout = static_cast<int>(
-            std::chrono::duration_cast<std::chrono::milliseconds>(kill_at - now).count());
-        if (timeout < 0) timeout = 0;
-      }
-      pollfd pfd{fds[0], POLLIN, 0};
-      const int pr = poll(&pfd, 1, timeout);
-      if (pr < 0 && errno == EINTR) continue;
-      ASSERT_GE(pr, 0) << strerror(errno);
-      if (pr == 0) continue;
-      char tmp[1 << 16];
-      const ssize_t n = read(fds[0], tmp, sizeof(tmp));
-      if (n < 0 && errno == EINTR) continue;
-      ASSERT_GE(n, 0) << strerror(errno);
-      if (n == 0) {
-        eof = true;
-        break;
-      }
-      buf.append(tmp, static_cast<size_t>(n));
-      size_t used = 0;
-      while (buf.size() - used >= sizeof(Rec)) {
-        Rec r;
-        std::memcpy(&r, buf.data() + used, sizeof(Rec));
-        used += sizeof(Rec);
-        if (r.type == kReady && !ready) {
-          ready = true;
-          kill_at = std::chrono::steady_clock::now() + std::chrono::milliseconds(delay_ms);
-        }
-        recs.push_back(r);
-      }
-      buf.erase(0, used);
-    }
-    close(fds[0]);
     int status = 0;
-    ASSERT_EQ(waitpid(pid, &status, 0), pid);
+    ASSERT_NO_FATAL_FAILURE(RunChildAndKill(
+        [&](int fd) { ChildMain(fd, kind, path_, round, model, child_seed); }, delay_ms, &recs,
+        &status));
 
     // Replay what the child reported.
     std::optional<Rec> inflight;
@@ -291,10 +213,28 @@ TEST_P(KillTest, AcknowledgedOpsSurviveSigkill) {
             << ", absent " << inflight_absent << "\n";
 }
 
+// Every registered kind but the multimaps (Capabilities::multi): their Insert adds a pair and
+// never returns kExists, and Update / Upsert are not defined, so this test's operations and model
+// do not apply; MultiKill (tests/multi_test.cc, typed over every multimap kind) kills them.
 std::vector<std::string_view> AllKinds() {
   std::vector<std::string_view> v;
-  for (const IndexInfo& i : RegisteredIndexes()) v.push_back(i.name);
+  for (const IndexInfo& i : RegisteredIndexes()) {
+    if (!KindCapabilities(i.name).value().multi) v.push_back(i.name);
+  }
   return v;
+}
+
+// Only the multimaps are left out (they are killed by MultiKill, which runs every kind of
+// MultiEngines: conformance_test.cc, Registry.EveryKindIsInATypedSuite, checks that list).
+TEST(KillKinds, EveryUniqueKeyKindIsKilled) {
+  const std::vector<std::string_view> kinds = AllKinds();
+  size_t multi = 0;
+  for (const IndexInfo& i : RegisteredIndexes()) {
+    const bool is_multi = KindCapabilities(i.name).value().multi;
+    multi += is_multi;
+    EXPECT_EQ(std::count(kinds.begin(), kinds.end(), i.name), is_multi ? 0 : 1) << i.name;
+  }
+  EXPECT_EQ(kinds.size() + multi, RegisteredIndexes().size());
 }
 
 INSTANTIATE_TEST_SUITE_P(All, KillTest, ::testing::ValuesIn(AllKinds()),

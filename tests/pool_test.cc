@@ -2321,6 +2321,123 @@ TEST(PeaKvHostile, BadRecords) {
   ExpectRecordCasesRefused<T>("peakv_hostile_rec", make, std::move(cases));
 }
 
+// pea-multi: a pointer slot's value list (pea_multi.h, I13) and the redo logs (I12), corrupted,
+// are refused at open as kCorruption, never followed out of bounds or around a cycle. The pool
+// holds one hot key whose list is a chain node in front of a full buffer.
+TEST(PeaMultiHostile, BadValueListsAndLogs) {
+  using T = pea::PeaMulti<pm::Adr>;
+  constexpr Key kHot = 424242;
+  struct Made {
+    uint64_t slot_value = 0;  // file offset of the hot key's pointer word
+    uint64_t head = 0;        // its head node (a chain node)
+    uint64_t logs = 0;        // the redo log region
+  };
+  auto make = [&](const std::string& path) {
+    Made m;
+    Options o;
+    o.path = path;
+    o.pool_size = 8 << 20;
+    o.durability = Durability::kAdr;
+    o.pea.segment_buckets = 16;
+    o.pea.initial_depth = 1;
+    // A fixed seed: with some random seeds the hot key's pointer slot lands in a stash bucket,
+    // which the scan below does not visit.
+    o.hash_seed = kTestHashSeed;
+    auto r = T::Open(o);
+    EXPECT_TRUE(r.ok()) << r.status().ToString();
+    if (!r.ok()) return m;
+    for (uint64_t i = 0; i < 300; i++) EXPECT_TRUE((*r)->Insert(SplitMix64(i), i).ok());
+    for (uint64_t i = 0; i < 100; i++) EXPECT_TRUE((*r)->Insert(kHot, i).ok());
+    const pm::Pool& pool = (*r)->pool();
+    m.logs = pool.root(3);
+    const uint64_t desc = pool.root(1) ? pool.root(1) : pool.root(0);
+    const uint64_t n = uint64_t{1} << pea::DescDepth(desc);
+    for (uint64_t i = 0; i < n && m.head == 0; i++) {
+      const uint64_t e = *pool.template At<uint64_t>(pea::DescOffset(desc) + 8 * i);
+      const uint64_t seg =
+          pool.allocator().heap_offset() + pea::EntrySid(e) * pool.allocator().chunk_size();
+      for (uint32_t b = 0; b < 16 && m.head == 0; b++) {
+        const auto* bucket = pool.template At<pea::PmBucket>(seg + 256 * b);
+        const uint32_t low = static_cast<uint32_t>(bucket->hdr[0].load()) & 0xFFFF;
+        const int nptr = low ? std::countr_zero(low) : 0;
+        for (int j = 0; j < nptr; j++) {
+          if (bucket->slots[j].key.load() != kHot) continue;
+          m.slot_value = seg + 256 * b + 16 + 16 * j + 8;
+          m.head = bucket->slots[j].value.load();
+        }
+      }
+    }
+    EXPECT_TRUE((*r)->Close().ok());
+    return m;
+  };
+  struct Case {
+    const char* what;
+    void (*corrupt)(const std::string& p, const Made& m);
+  };
+  const Case cases[] = {
+      {"list pointer past the heap",
+       [](const std::string& p, const Made& m) { WriteU64(p, m.slot_value, uint64_t{1} << 40); }},
+      {"misaligned list pointer",
+       [](const std::string& p, const Made& m) { WriteU64(p, m.slot_value, m.head + 8); }},
+      {"node of an unknown type",
+       [](const std::string& p, const Made& m) {
+         WriteU64(p, m.head + 16, ReadU64(p, m.head + 16) | (uint64_t{7} << 32));
+       }},
+      {"node claiming a larger capacity than its type",
+       [](const std::string& p, const Made& m) {
+         WriteU64(p, m.head + 16, ReadU64(p, m.head + 16) + 1);
+       }},
+      {"node count above its capacity",
+       [](const std::string& p, const Made& m) {
+         WriteU64(p, m.head + 8, ReadU64(p, m.head + 8) | pea::kMaxNodeValues);
+       }},
+      {"node of another key",
+       [](const std::string& p, const Made& m) { WriteU64(p, m.head, kHot + 1); }},
+      {"cycle in the chain (the next node points back at the head)",
+       [](const std::string& p, const Made& m) {
+         const uint64_t next = pea::NodeNext(ReadU64(p, m.head + 8));
+         const uint64_t st = ReadU64(p, next + 8);
+         WriteU64(p, next + 8, pea::PackState(pea::NodeCount(st), m.head));
+       }},
+      {"chain node pointing into the middle of another node",
+       [](const std::string& p, const Made& m) {
+         const uint64_t st = ReadU64(p, m.head + 8);
+         WriteU64(p, m.head + 8, pea::PackState(pea::NodeCount(st), pea::NodeNext(st) + 64));
+       }},
+      {"committed redo log claiming too many stores",
+       [](const std::string& p, const Made& m) { WriteU64(p, m.logs, 1000); }},
+      {"committed redo log storing outside the heap",
+       [](const std::string& p, const Made& m) {
+         WriteU64(p, m.logs + 64, 8);  // inside the pool header
+         WriteU64(p, m.logs, 1);
+       }},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.what);
+    ScopedPath p("peamulti_hostile");
+    const Made m = make(p.path());
+    ASSERT_NE(m.head, 0u);
+    ASSERT_NE(pea::NodeNext(ReadU64(p.path(), m.head + 8)), 0u) << "the head is not a chain node";
+    ASSERT_NO_FATAL_FAILURE(c.corrupt(p.path(), m));
+    Options o;
+    o.path = p.path();
+    o.mode = OpenMode::kOpenExisting;
+    auto r = T::Open(o);
+    ASSERT_FALSE(r.ok());
+    EXPECT_TRUE(r.status().IsCorruption()) << r.status().ToString();
+  }
+  // Untouched, the same pool opens and holds the hot key's 100 values.
+  ScopedPath p("peamulti_hostile_ok");
+  ASSERT_NE(make(p.path()).head, 0u);
+  Options o;
+  o.path = p.path();
+  o.mode = OpenMode::kOpenExisting;
+  auto r = T::Open(o);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ((*r)->Count(kHot), 100u);
+  EXPECT_TRUE((*r)->CheckInvariants().ok());
+}
+
 TEST(TurboHostile, ParamsMismatchAndKindMismatch) {
   ScopedPath p("turbo_params");
   MakeTurboPool<turbo::Turbo<pm::Adr>>(p.path());

@@ -120,8 +120,10 @@ class StressTest : public ::testing::Test {
   std::unique_ptr<T> idx_;
 };
 
-// Every kind of src/index/kinds.h, volatile and persistent (eADR runs the adr code without
-// flushes: the conformance and crash suites cover it).
+// Every unique-key kind of src/index/kinds.h (AllEngines: the multimaps, whose Insert adds a
+// pair and whose Update is not defined, have their own concurrent test, MultiConcurrent in
+// tests/multi_test.cc), volatile and persistent (eADR runs the adr code without flushes: the
+// conformance and crash suites cover it).
 using StressTypes = GtestTypes<AllEngines<pm::Dram, pm::Adr>>::type;
 TYPED_TEST_SUITE(StressTest, StressTypes);
 

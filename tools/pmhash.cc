@@ -3,15 +3,17 @@
 //   pmhash bench [options]            benchmark indexes against absl::flat_hash_map
 //   pmhash info POOL                  print a pool's header (read-only, no open, no lock)
 //   pmhash check POOL [--index K]     open, recover if needed, CheckInvariants, print Stats
-//   pmhash put POOL KEY VALUE         upsert one pair (creates the pool if missing)
-//   pmhash get POOL KEY               print the value of KEY
-//   pmhash del POOL KEY               erase KEY
+//   pmhash put POOL KEY VALUE         upsert one pair (creates the pool if missing); on a
+//                                     multi-value pool (pea-multi): add VALUE to KEY's values
+//   pmhash get POOL KEY               print the value of KEY (multi-value: every value, one a line)
+//   pmhash del POOL KEY [VALUE]       erase KEY (multi-value: every value, or the pair KEY VALUE)
 //   pmhash list                       registered index kinds
 //
 // Exit status: 0 success; 1 the operation failed (error Status, key not found, check failed,
 // benchmark row failed); 2 usage error. The library never prints; everything printed is here.
 #include "pmhash/pmhash.h"
 
+#include <algorithm>
 #include <cinttypes>
 #include <cstdio>
 #include <ctime>
@@ -160,7 +162,10 @@ constexpr std::string_view kBenchDetails =
     "insert and per erase) come from a separate counting pass on a fresh pool with counters\n"
     "on, so that the timed phases run with counters off. The persist limit is the rate of\n"
     "store + flush + fence on random 64 B lines of a pool file: the ceiling of any insert or\n"
-    "erase that needs one persist; adr/eadr rows are also shown as a fraction of it.\n";
+    "erase that needs one persist; adr/eadr rows are also shown as a fraction of it.\n"
+    "A multi-value kind (pea-multi) runs the phases with one value per key; the phases that\n"
+    "update (update, rmw, ycsb-a, ycsb-b, ycsb-f, a mix with update or rmw) are not applicable\n"
+    "to it (a multimap has no Update): its rows show them as '-', and a note says so.\n";
 
 constexpr std::string_view kInfoDetails =
     "Reads the 4096-byte header with pread; opens nothing, locks nothing, changes nothing.\n"
@@ -177,7 +182,13 @@ constexpr std::string_view kKvDetails =
     "an empty file, or a file or devdax device whose first 8 bytes are zero); get prints\n"
     "the value; del erases. KEY and VALUE are unsigned 64-bit integers, decimal or 0x-prefixed\n"
     "hex; on kinds with variable-size keys (turbo-kv) they are byte strings with --bytes, or\n"
-    "when one of them is not a number. get and del exit 1 if the key is absent.\n";
+    "when one of them is not a number. get and del exit 1 if the key is absent.\n"
+    "\n"
+    "Multi-value pools (kinds with several values per key: pea-multi): put adds VALUE to KEY's\n"
+    "values (an exact duplicate pair is kept, as a second value); get prints every value of KEY,\n"
+    "one per line, in increasing order; del KEY erases every value of KEY, del KEY VALUE one\n"
+    "pair (KEY, VALUE). get and del exit 1 if there is no such key or pair. VALUE with del is\n"
+    "refused (exit 2) on other pools.\n";
 
 const Command kCommands[] = {
     {"bench", "pmhash bench [options]", "benchmark indexes against absl::flat_hash_map",
@@ -186,9 +197,12 @@ const Command kCommands[] = {
      kPlainFlags},
     {"check", "pmhash check POOL [--index NAME] [--durability MODE]",
      "open a pool, check its invariants, print its statistics", kCheckDetails, kCheckFlags},
-    {"put", "pmhash put POOL KEY VALUE [options]", "store a key/value pair", kKvDetails, kKvFlags},
-    {"get", "pmhash get POOL KEY [options]", "print the value of a key", kKvDetails, kKvFlags},
-    {"del", "pmhash del POOL KEY [options]", "erase a key", kKvDetails, kKvFlags},
+    {"put", "pmhash put POOL KEY VALUE [options]",
+     "store a key/value pair (multi-value pools: add a value)", kKvDetails, kKvFlags},
+    {"get", "pmhash get POOL KEY [options]",
+     "print the value of a key (multi-value pools: all of them)", kKvDetails, kKvFlags},
+    {"del", "pmhash del POOL KEY [VALUE] [options]",
+     "erase a key (multi-value pools: or one pair)", kKvDetails, kKvFlags},
     {"list", "pmhash list", "list the registered index kinds", "", kPlainFlags},
 };
 
@@ -386,7 +400,7 @@ int RunCheck(const Command& cmd, std::span<char* const> words) {
   line("opened",
        std::string(s.recovered ? "after a crash (no clean-shutdown mark), recovered" : "clean") +
            ", rebuild " + buf);
-  line("size", std::to_string(s.size) + " keys");
+  line("size", std::to_string(s.size) + (idx.capabilities().multi ? " pairs" : " keys"));
   line("APIs", ApiNames(idx.capabilities()));
   std::snprintf(buf, sizeof(buf), "%.4f", s.load_factor);
   line("load factor", std::string(buf) + " (" + std::to_string(s.capacity_slots) + " slots)");
@@ -409,12 +423,16 @@ int RunKv(const Command& cmd, std::span<char* const> words) {
   if (int rc = ParseCommandArgs(cmd, words, &args); rc >= 0) return rc;
   const bool put = cmd.name == "put";
   const bool get = cmd.name == "get";
-  if (Status s = CheckPositionals(args, put ? 3 : 2, cmd); !s.ok()) return Usage(s);
+  // del POOL KEY VALUE: one pair of a multi-value pool.
+  const bool del_pair = cmd.name == "del" && args.positional.size() == 3;
+  if (!del_pair) {
+    if (Status s = CheckPositionals(args, put ? 3 : 2, cmd); !s.ok()) return Usage(s);
+  }
   uint64_t key = 0, value = 0, pool_size = uint64_t{64} << 20;
   // uint64 unless --bytes, or unless KEY or VALUE is not a decimal number (then byte strings,
   // on kinds that offer them).
   Status numeric = ParseU64(args.positional[1], "KEY", &key);
-  if (numeric.ok() && put) numeric = ParseU64(args.positional[2], "VALUE", &value);
+  if (numeric.ok() && (put || del_pair)) numeric = ParseU64(args.positional[2], "VALUE", &value);
   const bool bytes = args.Has("bytes") || !numeric.ok();
   if (auto v = args.Value("pool-size")) {
     if (!put) return Usage(Status::InvalidArgument("--pool-size applies to put only"));
@@ -434,20 +452,44 @@ int RunKv(const Command& cmd, std::span<char* const> words) {
     if (!numeric.ok()) return Usage(Status::InvalidArgument(std::string(numeric.message()) + ", and " + why));
     return Usage(Status::InvalidArgument("--bytes: " + why));
   }
+  // Several values per key (Capabilities::multi): put adds one, get prints all, del erases all
+  // or one pair.
+  MultiApi* multi = kv ? nullptr : idx.multi();
+  if (del_pair && multi == nullptr) {
+    (void)idx.Close();
+    const std::string others = KindsWith(&Capabilities::multi);
+    return Usage(Status::InvalidArgument(
+        "del KEY VALUE: kind '" + std::string(idx.kind()) + "' has one value per key" +
+        (others.empty() ? std::string() : "; these have several: " + others) +
+        " (usage: " + std::string(cmd.usage) + ")"));
+  }
   Status op;
   const std::string_view kb = args.positional[1];
   if (put) {
-    op = kv ? kv->Upsert(kb, args.positional[2]) : idx.Upsert(key, value);
+    op = kv ? kv->Upsert(kb, args.positional[2])
+            : multi ? multi->Insert(key, value) : idx.Upsert(key, value);
+  } else if (get && multi) {
+    std::vector<Value> values;
+    op = multi->FindAll(key, &values);
+    std::sort(values.begin(), values.end());
+    for (Value v : values) std::cout << v << "\n";
   } else if (get) {
     std::string vb;
     op = kv ? kv->Find(kb, &vb) : idx.Find(key, &value);
     if (op.ok()) std::cout << (kv ? vb : std::to_string(value)) << "\n";
+  } else if (multi) {
+    op = del_pair ? multi->Erase(key, value) : multi->EraseAll(key);
   } else {
     op = kv ? kv->Erase(kb) : idx.Erase(key);
   }
   const Status closed = idx.Close();
   if (op.IsNotFound()) {
-    std::cerr << "pmhash: key " << args.positional[1] << " not found\n";
+    if (del_pair) {
+      std::cerr << "pmhash: pair (" << args.positional[1] << ", " << args.positional[2]
+                << ") not found\n";
+    } else {
+      std::cerr << "pmhash: key " << args.positional[1] << " not found\n";
+    }
     return kExitFailed;
   }
   if (!op.ok()) return Fail(op);

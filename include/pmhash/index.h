@@ -73,7 +73,7 @@ concept HashIndex = requires(T& t, const T& ct, Key k, Value v, Value* out,
 //   false every *Bytes call returns kNotSupported and ForEachBytes visits nothing.
 //   FindBytes assigns the value to *value (its previous contents are discarded).
 //   Engines keep these members; the facade offers them through Index::bytes() (BytesApi).
-//   Today: "turbo-kv" (TurboHash with records).
+//   Today: "reh-kv", "pea-kv" and "turbo-kv" (records).
 template <class T>
 concept BytesIndex = HashIndex<T> &&
     requires(T& t, const T& ct, std::string_view k, std::string_view v, std::string* out,
@@ -87,13 +87,35 @@ concept BytesIndex = HashIndex<T> &&
   { ct.ForEachBytes(fn) } -> std::same_as<void>;
 };
 
+// Several values per key (optional): a multimap of uint64 keys and values. Today: "pea-multi".
+//   Insert(k, v) adds the pair (k, v); an exact duplicate pair is kept (std::unordered_multimap
+//   semantics: secondary indexes and hash joins insert (key, row id) pairs that the caller knows
+//   to be distinct, and checking would cost a read of all of k's values per insert).
+//   FindAll assigns every value of k to *values (kNotFound and an empty vector if none), in no
+//   particular order; ForEachValue calls fn once per value (after the read is complete, never
+//   during a retry); Count is their number. Erase(k, v) removes one pair (k, v) (kNotFound if
+//   none); EraseAll(k) removes every pair of k in one durable step (kNotFound if none).
+//   On such an index the uint64 API means: Insert adds a pair (never kExists), Find gives one
+//   of k's values, Erase is EraseAll, ForEach visits every pair and Size counts pairs; Update
+//   and Upsert return kNotSupported (which of k's values would they replace?).
+template <class T>
+concept MultiIndex = HashIndex<T> && requires(T& t, const T& ct, Key k, Value v,
+                                              std::vector<Value>* out,
+                                              const std::function<void(Value)>& fn) {
+  { ct.SupportsMulti() } -> std::same_as<bool>;
+  { ct.FindAll(k, out) } -> std::same_as<Status>;
+  { ct.ForEachValue(k, fn) } -> std::same_as<Status>;
+  { ct.Count(k) } -> std::same_as<uint64_t>;
+  { t.Erase(k, v) } -> std::same_as<Status>;
+  { t.EraseAll(k) } -> std::same_as<Status>;
+};
+
 // What an open index offers beyond the uint64 API (Index::capabilities()). Each optional API is
 // one flag here and one accessor on Index that returns nullptr when the flag is false, so a new
 // optional API adds a flag and an interface, not a set of NotSupported virtuals on Index.
 struct Capabilities {
   bool bytes = false;  // variable-size keys and values: Index::bytes() is not null (BytesApi)
-  bool multi = false;  // several values per key (reserved for the coming pea-multi kind; no kind
-                       // sets it yet)
+  bool multi = false;  // several values per key: Index::multi() is not null (MultiApi)
 
   friend bool operator==(const Capabilities&, const Capabilities&) = default;
 };
@@ -115,6 +137,25 @@ class BytesApi {
 
  protected:
   ~BytesApi() = default;  // not deleted through this interface: the Index owns it
+};
+
+// The multi-value API of an Index (MultiIndex's contract). Obtained from Index::multi(); owned by
+// that Index and valid as long as it is. After the Index's Close() every call returns
+// kInvalidArgument (Count and Size: 0; ForEach visits nothing).
+class MultiApi {
+ public:
+  virtual Status Insert(Key key, Value value) = 0;
+  virtual Status FindAll(Key key, std::vector<Value>* values) const = 0;
+  virtual Status ForEachValue(Key key, const std::function<void(Value)>& fn) const = 0;
+  virtual uint64_t Count(Key key) const = 0;
+  virtual Status Erase(Key key, Value value) = 0;
+  virtual Status EraseAll(Key key) = 0;
+  // Every pair once.
+  virtual Status ForEach(const std::function<void(Key, Value)>& fn) const = 0;
+  virtual uint64_t Size() const = 0;  // pairs
+
+ protected:
+  ~MultiApi() = default;  // not deleted through this interface: the Index owns it
 };
 
 // Type-erased facade. Obtain one from pmhash::Open().
@@ -145,6 +186,9 @@ class Index {
   // The variable-size API, or nullptr when capabilities().bytes is false.
   virtual BytesApi* bytes() { return nullptr; }
   virtual const BytesApi* bytes() const { return nullptr; }
+  // The multi-value API, or nullptr when capabilities().multi is false.
+  virtual MultiApi* multi() { return nullptr; }
+  virtual const MultiApi* multi() const { return nullptr; }
 };
 
 // One row of the registry.

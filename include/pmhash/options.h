@@ -65,6 +65,10 @@ struct PeaParams {
   std::optional<uint32_t> max_depth;        // 32: the directory never grows past 2^max_depth
   std::optional<PeaStrategies> strategies;  // kAdaptive
   std::optional<uint32_t> max_record_bytes;  // 2^24, pea-kv only: key + value + 8 B header
+  // pea-multi only: 1 (default) = the paper's data-aware adaptive buckets; 0 = the baseline the
+  // paper compares with (every key a (key, pointer) slot to a value buffer of 4 values that
+  // doubles: its ablation).
+  std::optional<uint32_t> adaptive_buckets;
   // Open-time.
   // LB+-tree entry moving (paper 3.4).
   bool entry_moving = true;

@@ -145,7 +145,33 @@ struct Report {
   std::string failure;  // empty: passed
 };
 
-using Model = std::map<Key, Value>;
+// The oracle: every key's values, sorted. A unique-key index holds one value per key; a
+// multi-value index (MultiIndex, e.g. pea-multi) any number, duplicates included.
+using Model = std::map<Key, std::vector<Value>>;
+
+inline void ModelSet(Model& m, Key k, Value v) { m[k] = {v}; }
+inline void ModelAdd(Model& m, Key k, Value v) {
+  std::vector<Value>& vals = m[k];
+  vals.insert(std::upper_bound(vals.begin(), vals.end(), v), v);
+}
+inline bool ModelEraseOne(Model& m, Key k, Value v) {
+  auto it = m.find(k);
+  if (it == m.end()) return false;
+  auto pos = std::lower_bound(it->second.begin(), it->second.end(), v);
+  if (pos == it->second.end() || *pos != v) return false;
+  it->second.erase(pos);
+  if (it->second.empty()) m.erase(it);
+  return true;
+}
+inline uint64_t ModelPairs(const Model& m) {
+  uint64_t n = 0;
+  for (const auto& [k, vals] : m) n += vals.size();
+  return n;
+}
+inline bool ModelHas(const Model& m, Key k, Value v) {
+  auto it = m.find(k);
+  return it != m.end() && std::binary_search(it->second.begin(), it->second.end(), v);
+}
 
 // An index with background work (src/pm/background.h) exposes its executor.
 template <class I>
@@ -340,30 +366,57 @@ class Harness {
                      : hash(k);
     };
     Model model;
+    // A multi-value index: half of the operations on two hot keys (many values each, exact
+    // duplicates too: values from a small set; no EraseAll of them in the first half of the run,
+    // so that their values outgrow a buffer), half on a quarter of the key range (splits).
+    constexpr bool kMulti = MultiIndex<SimIndex>;
+    auto draw = [&]() -> Key {
+      if (!kMulti) return rng() % cfg_.key_range;
+      return rng() % 2 ? rng() % 2 : 2 + rng() % std::max<uint64_t>(cfg_.key_range / 4, 8);
+    };
     for (int i = 0; i < cfg_.ops && report_.failure.empty(); i++) {
-      Key k = rng() % cfg_.key_range;
+      Key k = draw();
       if (cfg_.skewed && i < cfg_.ops * 2 / 3) {
-        while (key_hash(k) >> 61) k = rng() % cfg_.key_range;
+        while (key_hash(k) >> 61) k = draw();
       }
-      const Value v = rng();
+      Value v = kMulti ? rng() % 16 : rng();
       const int r = static_cast<int>(rng() % 100);
       Model before = model;
       Status s;
       std::ostringstream d;
       d << "op " << i << ": ";
       in_flight_ = k;
-      if (r < 50) {
+      if constexpr (kMulti) {
+        const bool hot_early = k < 2 && i < cfg_.ops / 2;
+        if (r < 75 || (hot_early && r >= 97)) {
+          d << "Insert(" << k << ", " << v << ")";
+          s = index->Insert(k, v);
+          if (s.ok()) ModelAdd(model, k, v);
+        } else if (r < 97) {
+          auto it = model.find(k);
+          if (it != model.end() && rng() % 4 != 0) v = it->second[rng() % it->second.size()];
+          d << "Erase(" << k << ", " << v << ")";
+          s = index->Erase(k, v);
+          if (s.ok() != ModelEraseOne(model, k, v)) {
+            report_.failure = d.str() + " disagrees with the model: " + s.ToString();
+          }
+        } else {
+          d << "EraseAll(" << k << ")";
+          s = index->EraseAll(k);
+          if (s.ok()) model.erase(k);
+        }
+      } else if (r < 50) {
         d << "Insert(" << k << ")";
         s = index->Insert(k, v);
-        if (s.ok()) model[k] = v;
+        if (s.ok()) ModelSet(model, k, v);
       } else if (r < 65) {
         d << "Upsert(" << k << ")";
         s = index->Upsert(k, v);
-        if (s.ok()) model[k] = v;
+        if (s.ok()) ModelSet(model, k, v);
       } else if (r < 75) {
         d << "Update(" << k << ")";
         s = index->Update(k, v);
-        if (s.ok()) model[k] = v;
+        if (s.ok()) ModelSet(model, k, v);
       } else {
         d << "Erase(" << k << ")";
         s = index->Erase(k);
@@ -371,6 +424,7 @@ class Harness {
       }
       in_flight_.reset();
       op_desc_ = d.str();
+      if (!report_.failure.empty()) break;
       if (!s.ok() && !s.IsExists() && !s.IsNotFound()) {
         report_.failure = op_desc_ + " returned " + s.ToString();
         break;
@@ -459,6 +513,8 @@ class Harness {
         const Key k = rng() % (4 * cfg_.key_range);
         if (rng() % 4 == 0) {
           (void)r.value()->Erase(k);
+        } else if constexpr (MultiIndex<CheckIndex>) {
+          (void)r.value()->Insert(k % 64, rng());  // a multi pool: many values per key
         } else {
           (void)r.value()->Upsert(k, rng());
         }
@@ -529,12 +585,14 @@ class Harness {
     if (!r.ok()) return "recovery failed: " + r.status().ToString();
     auto& idx = *r.value();
     Model got;
-    bool dup = false;
-    if (Status s = idx.ForEach([&](Key k, Value v) { dup |= !got.emplace(k, v).second; });
-        !s.ok()) {
+    if (Status s = idx.ForEach([&](Key k, Value v) { ModelAdd(got, k, v); }); !s.ok()) {
       return "ForEach after recovery: " + s.ToString();
     }
-    if (dup) return "duplicate key after recovery";
+    if constexpr (!MultiIndex<CheckIndex>) {
+      for (const auto& [k, vals] : got) {
+        if (vals.size() > 1) return "duplicate key " + std::to_string(k) + " after recovery";
+      }
+    }
     if (after_only && got != after && got == before) {
       return "a completed concurrent read saw the in-flight operation, but recovery undid it "
              "(the read returned a write that was not yet durable)";
@@ -543,15 +601,15 @@ class Harness {
       std::ostringstream m;
       m << "recovered contents match neither side of the in-flight op (got " << got.size()
         << " keys, before " << before.size() << ", after " << after.size() << ")";
-      for (const auto& [k, v] : got) {
-        auto a = after.find(k);
-        auto b = before.find(k);
-        if ((a == after.end() || a->second != v) && (b == before.end() || b->second != v)) {
-          m << "; phantom/wrong key " << k;
-          break;
+      for (const auto& [k, vals] : got) {
+        for (Value v : vals) {
+          if (!ModelHas(after, k, v) && !ModelHas(before, k, v)) {
+            m << "; phantom/wrong pair " << k << " -> " << v;
+            break;
+          }
         }
       }
-      for (const auto& [k, v] : before) {
+      for (const auto& [k, vals] : before) {
         if (!got.count(k) && after.count(k)) {
           m << "; lost key " << k;
           break;
@@ -559,7 +617,7 @@ class Harness {
       }
       return m.str();
     }
-    if (idx.Size() != got.size()) return "Size() != scan";
+    if (idx.Size() != ModelPairs(got)) return "Size() != scan";
     if (Status s = idx.CheckInvariants(); !s.ok()) return s.ToString();
     if constexpr (HasBackgroundWork<CheckIndex>) {
       // What recovery queued (a lazy rebuild) runs now, and changes nothing visible.
@@ -568,7 +626,7 @@ class Harness {
         return "background task after recovery: " + s.ToString();
       }
       Model again;
-      if (Status s = idx.ForEach([&](Key k, Value v) { again.emplace(k, v); }); !s.ok()) {
+      if (Status s = idx.ForEach([&](Key k, Value v) { ModelAdd(again, k, v); }); !s.ok()) {
         return "ForEach after background work: " + s.ToString();
       }
       if (again != got) return "background work after recovery changed the contents";
@@ -744,9 +802,9 @@ class Harness {
     pm::CrashSimulator::State state;
     std::optional<Observation> seen;
   };
+  // (A multi-value index's Find returns one of the key's values.)
   static bool Matches(const Model& m, const Observation& o) {
-    auto it = m.find(o.key);
-    return o.found ? (it != m.end() && it->second == o.value) : it == m.end();
+    return o.found ? ModelHas(m, o.key, o.value) : m.find(o.key) == m.end();
   }
 
   const Config cfg_;

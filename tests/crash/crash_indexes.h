@@ -277,8 +277,31 @@ struct ElimdaTraits {
   }
 };
 
+// Pea Hash with duplicate keys (pea-multi): Pea's geometry. The harness gives a multi-value
+// index four hot keys (tens of values each: bucket compaction, value buffers, chains of 1 KB
+// nodes) beside a wide key range (transitions, splits, expansions). 4-bucket segments leave one
+// buffer type (256 B: a 4 KiB slab holds too few 512 B slots); PeaMultiCrash.BufferGrowth
+// covers growth between types.
+struct PeaMultiTraits {
+  static constexpr std::string_view kName = "pea-multi";
+  static constexpr bool kLockFreeReads = false;
+  template <class P>
+  using Index = pea::PeaMulti<P>;
+  static Options Small(HashMode mode) { return PeaTraits::Small(mode); }
+  static Options Deep(HashMode mode) { return PeaTraits::Deep(mode); }
+  static Options TearSafe(Options o) { return PeaTraits::TearSafe(std::move(o)); }
+  static std::vector<CoverageTarget> Coverage(bool skewed) {
+    if (skewed) return {{"pea.directory.max_stride", 4, "a directory update over a wide stride"}};
+    return {{"splits", 1, "4-way splits"},
+            {"pea.transitions.two_choice", 1, "single -> 2-choice"},
+            {"pea.multi.compactions", 1, "data-aware bucket compaction"},
+            {"pea.multi.chain_nodes", 1, "a value chain node"},
+            {"pea.multi.logged_commits", 1, "a redo-logged commit"}};
+  }
+};
+
 // (New kinds go last: scripts/mutate names the suites by their position here.)
 using AllIndexes = std::tuple<RehTraits, RehKvTraits, PeaTraits, TurboTraits, TurboKvTraits,
-                              SmartHtTraits, ElimdaTraits, PeaKvTraits>;
+                              SmartHtTraits, ElimdaTraits, PeaKvTraits, PeaMultiTraits>;
 
 }  // namespace pmhash::crashtest

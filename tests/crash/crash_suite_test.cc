@@ -288,5 +288,23 @@ TEST(PeaCrash, TearSafeCollidingHash) {
   Expect(Harness<PeaTraits::template Index>(c, o, "PeaTornCollide").Run());
 }
 
+// pea-multi with 8 KB segments (32 buckets): the value heap has two buffer types (256 and
+// 512 B), so hot keys outgrow a buffer (copy into the next type: its one commit is the slot's
+// pointer store, I11) and then the larger one (a chain node in front).
+TEST(PeaMultiCrash, BufferGrowth) {
+  Config c;
+  c.seed = 22;
+  c.ops = 1200;
+  c.budget_seconds = 8;
+  Options o = PeaMultiTraits::Small(HashMode::kStrong);
+  o.pea.segment_buckets = 32;
+  o.pool_size = 1 << 20;
+  const Report r = Harness<PeaMultiTraits::template Index>(c, o, "PeaMultiGrowth").Run();
+  Expect(r);
+  ExpectCoverage(r, {{"pea.multi.max_buffer_type", 1, "two buffer types"},
+                     {"pea.multi.buffer_grows", 1, "a buffer copied into the next type"},
+                     {"pea.multi.chain_nodes", 1, "a chain node in front of a full buffer"}});
+}
+
 }  // namespace
 }  // namespace pmhash::crashtest

@@ -32,8 +32,10 @@
 //
 // Each run writes the image to a file under $TMPDIR (else /dev/shm, else /tmp), opens it through
 // the registry with the Dram policy, and if the open succeeds runs CheckInvariants, ForEach, a few
-// dozen Find/Insert/Upsert/Erase (and the bytes API for turbo-kv), Close; a clean close is
-// reopened and checked once more.
+// dozen Find/Insert/Upsert/Erase (and the bytes API of the kinds with variable-size keys, the
+// multi-value API of pea-multi: FindAll, Count, Insert, Erase of a pair, EraseAll), Close; a clean
+// close is reopened and checked once more. The seed image of a multi-value kind also has four hot
+// keys with dozens of values each (value buffers, chain nodes, compacted buckets, an emptied list).
 //
 // `pool_fuzz --list-kinds` prints the kinds, one a line. Seed corpus:
 // `pool_fuzz --generate-corpus=DIR` writes DIR/<kind>/: for each hash mode, the empty patch list,
@@ -69,6 +71,7 @@ constexpr uint64_t kPoolSize = 256 << 10;
 constexpr uint64_t kHashSeed = 0x243f6a8885a308d3ULL;  // fixed: seed images are reproducible
 constexpr uint64_t kSeedKeys = 300;
 constexpr size_t kPatchBytes = 11;
+constexpr uint64_t kHotValues = 60;  // multi-value kinds: values of each of 4 hot keys
 
 struct Kind {
   std::string_view name;
@@ -175,6 +178,11 @@ Seed BuildSeed(const Kind& kind, HashMode mode) {
       for (uint64_t i = 0; i < 40; i++) (void)kv->Insert(BytesKey(i), std::string(i * 5, 'v'));
       for (uint64_t i = 0; i < 40; i += 5) (void)kv->Erase(BytesKey(i));
     }
+    if (MultiApi* mv = ix.multi()) {  // hot keys: compactions, value buffers, chain nodes
+      for (uint64_t i = 0; i < 4 * kHotValues; i++) (void)mv->Insert(i % 4, i);
+      for (uint64_t i = 0; i < 4 * kHotValues; i += 9) (void)mv->Erase(i % 4, i);
+      (void)mv->EraseAll(3);  // an emptied list head (kept until the next compaction)
+    }
     if (Status s = ix.CheckInvariants(); !s.ok()) Die("seed invariants: " + s.ToString());
     if (Status s = ix.Close(); !s.ok()) Die("seed close: " + s.ToString());
   }
@@ -277,6 +285,19 @@ void Exercise(Index& ix, const uint8_t* data, size_t size) {
     for (uint64_t i = 40; i < 60; i++) (void)kv->Insert(BytesKey(i), std::string(i, 'w'));
     for (uint64_t i = 1; i < 40; i += 4) (void)kv->Erase(BytesKey(i));
     (void)kv->ForEach([&](std::string_view, std::string_view) { n++; });
+  }
+  if (MultiApi* mv = ix.multi()) {  // the value lists: read, append to, erase from, drop
+    std::vector<Value> vals;
+    for (Key k = 0; k < 6; k++) {
+      (void)mv->FindAll(k, &vals);
+      (void)mv->Count(k);
+      (void)mv->ForEachValue(k, [&](Value) { n++; });
+    }
+    for (uint64_t i = 0; i < 40; i++) (void)mv->Insert(i % 3, salt + i);
+    for (uint64_t i = 1; i < 4 * kHotValues; i += 7) (void)mv->Erase(i % 4, i);
+    (void)mv->EraseAll(1);
+    (void)mv->ForEach([&](Key, Value) { n++; });
+    (void)mv->Size();
   }
   (void)ix.ForEach([&](Key, Value) { n++; });
   (void)ix.CheckInvariants();

@@ -1,9 +1,9 @@
-// src/index/pea/pea.h — Pea Hash: a performant extendible adaptive hashing index (unique keys),
-// "pea" with 8 B inline items and "pea-kv" with variable-size keys and values.
+// src/index/pea/pea.h — Pea Hash: a performant extendible adaptive hashing index: "pea" with
+// 8 B inline items, "pea-kv" with variable-size keys and values, "pea-multi" with duplicate keys.
 //
 // Paper: Zhuoxuan Liu, Shimin Chen. "Pea Hash: A Performant Extendible Adaptive Hashing Index",
-// Proc. ACM Manag. Data 1(1), 2023 (../shared/papers/pea-hash.txt), sections 3.1, 3.2 and 3.4.
-// Duplicate keys (section 3.3) are a separate issue: the bucket header encoding leaves room.
+// Proc. ACM Manag. Data 1(1), 2023 (../shared/papers/pea-hash.txt), sections 3.1 to 3.4
+// (duplicate keys, 3.3: pea-multi, below and in pea_multi.h).
 //
 // ============================================================================================
 // Design summary
@@ -144,6 +144,58 @@
 //     Size().
 // The uint64 API of pea-kv stores 8-byte little-endian keys and values as records.
 //
+// pea-multi (paper 3.3, data-aware adaptive buckets; the same engine with kMulti, pea_multi.h):
+// a multimap (MultiIndex in include/pmhash/index.h). Layout:
+//   * bucket bitmap: k > 0 low zero bits then a one = slots 0..k-1 are (key, pointer) slots, the
+//     others (key, value) slots whose live bit stays bit 1 + j (paper Figure 3(a)); a pointer
+//     slot has a fingerprint like any slot and is live while it is in the prefix;
+//   * a pointer names a list of value nodes in a record heap over the segments' chunk allocator
+//     (src/pm/record_heap.h): a value buffer of type t = 2^t x 256 B (the paper's value segment
+//     types: a slab of that class is a type-t value segment), 32 B header then the values:
+//       [ key ][ count:20 | next node / 16 : 44 ][ capacity:32 | type:8 ][ 0 ][ v0 ] .. [ v(cap-1) ]
+//     and, once the largest buffer type is full, chain nodes of one whole chunk (the paper's
+//     type 11, 512 KB) put in front of it: head -> newest chain node -> ... -> the full buffer;
+//   * redo logs (root 3, kMultiLogs x 1088 B): (offset, value) pairs of 8-byte stores.
+// Operations:
+//   * Insert(k, v): a pointer slot of k among the candidate buckets -> append v to its list
+//     (value store, persist; count store, persist: two fences); else a (key, value) slot as in
+//     pea (one fence in line 0). All candidates full -> compaction of each candidate in probe
+//     order: the keys with two or more entries in the bucket (the pending one counts) move into
+//     new buffers, and the bucket is rewritten with their pointer slots in front (paper: "bucket
+//     compaction"; pointer slots of emptied lists are dropped). Only when no candidate frees a
+//     slot is the segment full under its strategy: transition or split as in pea.
+//   * Full buffer of type t: the values are copied into a type t + 1 buffer (up to the largest
+//     type a slab holds: 32 KiB with 512 KB segments), then a chain node goes in front.
+//   * Erase(k, v): a (key, value) slot -> its bit (one store); in a list: the last value of a
+//     node -> its count; else the node is copied without v (copy on write) and relinked; a node
+//     after the head that empties is unlinked. EraseAll(k): every bit of k's (key, value) slots
+//     and every head's state (count 0, no next) of k's lists, in one redo-logged step when that is
+//     more than one 8-byte store. Erase(k) of the uint64 API is EraseAll.
+//   * FindAll: the optimistic read of pea over every candidate, collecting every (key, value)
+//     match and the heads of the pointer slots; the bucket versions are validated before a head
+//     is followed and again after the values are copied (I13).
+//   * Splits copy pointer slots as (key, offset) words, pointer slots first so that each new
+//     bucket gets them as its prefix; lists never move.
+//   * adaptive_buckets = 0 (pool property): the paper's baseline ("Dash with value buffers",
+//     section 4): every key is a (key, pointer) slot from its first value, to a buffer of 4 values
+//     that doubles; no compaction.
+// Invariants:
+//   I10 A compaction's new buffers are durable (flush, one fence) before the redo log that
+//       rewrites the bucket commits; the bucket's new image is one logged step (I12).
+//   I11 A list changes by single 8-byte stores, each after what it publishes is durable: an
+//       appended value before the count that covers it; a grown buffer, chain node or copied
+//       node before the pointer (slot word or previous node's state) that names it; an erased
+//       value's node is retired only after the store that unlinks it is durable.
+//   I12 Redo log: the (offset, value) pairs are durable before the store of their number n (the
+//       commit); they are applied and flushed, then n is cleared and persisted, before the
+//       writer's bucket locks are released. Recovery applies every committed log (offsets
+//       validated to lie in the heap) before it reads a bucket.
+//   I13 Nothing of the value heap is allocated but what a live pointer slot reaches: recovery
+//       marks each list node (validated: in the heap, a known type and capacity, its slab and
+//       slot, the slot's key, count <= capacity; a node reached twice, e.g. a cycle, is
+//       corruption) and counts the pairs for Size(). Readers hold an epoch guard, so a node they
+//       may still read is freed only after they leave.
+//
 // Where the paper is vague or wrong, and what we chose:
 //   * Durable erase is not described: bitmap clear + one flush (I4).
 //   * "Recovery in ms" has no live-key count to rebuild: Size() after a crash is computed lazily
@@ -209,10 +261,11 @@
 
 namespace pmhash::pea {
 
-template <pm::PersistPolicy P, bool kRecords = false>
-class Pea : public index::EngineBase<Pea<P, kRecords>, P, Config> {
-  PMHASH_ENGINE_BASE(P, Config, Pea<P, kRecords>);
-  PMHASH_ENGINE_API(Pea, DescriptorFor<kRecords>);  // Open, Find, Erase, ForEach, Stats, ...
+template <pm::PersistPolicy P, bool kRecords = false, bool kMulti = false>
+class Pea : public index::EngineBase<Pea<P, kRecords, kMulti>, P, Config> {
+  PMHASH_ENGINE_BASE(P, Config, Pea<P, kRecords, kMulti>);
+  using KindDescriptor = DescriptorFor<kRecords, kMulti>;
+  PMHASH_ENGINE_API(Pea, KindDescriptor);  // Open, Find, Erase, ForEach, Stats, ...
 
  public:
   ~Pea() { this->CloseUnlessAbandoned(); }  // src/index/lifecycle.h
@@ -220,6 +273,14 @@ class Pea : public index::EngineBase<Pea<P, kRecords>, P, Config> {
 
   // Variable-size API (BytesIndex, src/index/records.h). NotSupported on "pea" (inline items).
   PMHASH_PROBE_RECORDS_API(kRecords);
+
+  // Multi-value API (MultiIndex, include/pmhash/index.h; pea-multi only): pea_multi.h.
+  bool SupportsMulti() const requires kMulti { return true; }
+  Status FindAll(Key k, std::vector<Value>* values) const requires kMulti;
+  Status ForEachValue(Key k, const std::function<void(Value)>& fn) const requires kMulti;
+  uint64_t Count(Key k) const requires kMulti;
+  Status Erase(Key k, Value v) requires kMulti;
+  Status EraseAll(Key k) requires kMulti;
 
   // For tests and tools.
   uint32_t global_depth() const { return dir_.load(std::memory_order_acquire)->depth; }
@@ -245,6 +306,7 @@ class Pea : public index::EngineBase<Pea<P, kRecords>, P, Config> {
     Key key;
     Value value;
     uint64_t hash;
+    bool ptr = false;  // pea-multi: a (key, pointer) slot
   };
   struct Leaf {
     uint64_t prefix;
@@ -314,8 +376,29 @@ class Pea : public index::EngineBase<Pea<P, kRecords>, P, Config> {
     return d->entries[i].load(std::memory_order_acquire) == e &&
            dir_.load(std::memory_order_acquire) == d;
   }
+  // pea-multi: the number k of (key, pointer) slots at the front of a bucket (paper 3.3: k low
+  // zero bits then a one); 0 in pea and pea-kv, whose bit 0 is always set.
+  static int PtrSlots(uint64_t w0) {
+    if constexpr (!kMulti) {
+      return 0;
+    } else {
+      const uint32_t low = static_cast<uint32_t>(w0) & 0xFFFF;
+      return low ? std::countr_zero(low) : 0;
+    }
+  }
+  // Live (key, value) slots: bit 1 + j of the bitmap, for slots j >= PtrSlots (the marker bit
+  // of k > 0 sits where slot k - 1's bit would be).
+  static uint32_t KvOcc(uint64_t w0) {
+    const uint32_t occ = static_cast<uint32_t>(w0 >> 1) & kOccMask;
+    return kMulti ? occ & ~((1u << PtrSlots(w0)) - 1) : occ;
+  }
   static uint32_t Occupancy(const PmBucket* b) {
-    return static_cast<uint32_t>(b->hdr[0].load(std::memory_order_relaxed) >> 1) & kOccMask;
+    return KvOcc(b->hdr[0].load(std::memory_order_relaxed));
+  }
+  // Slots in use: pointer slots and live (key, value) slots.
+  static int Used(const PmBucket* b) {
+    const uint64_t w0 = b->hdr[0].load(std::memory_order_relaxed);
+    return PtrSlots(w0) + std::popcount(KvOcc(w0));
   }
 
   // A writer's view of a key's segment: its candidate buckets locked and the key located.
@@ -378,6 +461,51 @@ class Pea : public index::EngineBase<Pea<P, kRecords>, P, Config> {
   Status RecoverRecords();
   uint64_t CountLive() const;
 
+  // pea-multi (pea_multi.h).
+  ValueNode* Node(uint64_t off) const { return pool_->template At<ValueNode>(off); }
+  static std::atomic<uint64_t>* NodeValues(ValueNode* n) {
+    return reinterpret_cast<std::atomic<uint64_t>*>(n + 1);
+  }
+  uint64_t NodeBytes(uint64_t geom) const {
+    return NodeType(geom) == kChainType ? seg_bytes_ : sizeof(ValueNode) + 8 * NodeCapacity(geom);
+  }
+  // Capacity of a value buffer of `type` (0..max_buffer_type_).
+  uint32_t BufferCapacity(uint32_t type) const;
+  // A new node of `type` holding vals[0..n) (n <= its capacity), written and flushed, not fenced.
+  Result<uint64_t> NewNode(Key k, uint32_t type, const Value* vals, uint64_t n, uint64_t next);
+  // Appends every value of the list at `head` to *out (push_back; lock-free readers: bounded,
+  // offsets checked).
+  template <class Out>
+  bool ReadList(uint64_t head, Out* out) const;
+  void RetireList(uint64_t head, bool keep_head);
+  Status MultiWrite(const Probe& p, Value v, WriteMode mode);
+  // REQUIRES: the bucket lock of the list's slot held.
+  Status AppendValue(std::atomic<uint64_t>* slot_word, Key k, Value v);
+  // Data-aware compaction of a full bucket (paper 3.3). REQUIRES: its lock held. *freed: a slot
+  // became free; *inserted: (x, v) went into a new buffer with x's other values.
+  Status Compact(PmBucket* b, Key x, Value v, bool* freed, bool* inserted);
+  // The stores land together: one 8-byte store and a persist, or a redo log (MultiLog).
+  void CommitStores(const std::vector<std::pair<std::atomic<uint64_t>*, uint64_t>>& stores);
+  // Calls fn(slot index, is pointer slot) for every live slot of bucket b holding key k.
+  template <class Fn>
+  void ForEachMatch(const PmBucket* b, Key k, Fn&& fn) const;
+  // Every value of k into *out (clear, push_back, empty: a std::vector, or FirstValue for Find).
+  template <class Out>
+  Status SearchAll(Key k, Out* out) const;
+  struct FirstValue {
+    Value value = 0;
+    bool has = false;
+    void clear() { has = false; }
+    void push_back(Value v) {
+      if (!has) value = v;
+      has = true;
+    }
+    bool empty() const { return !has; }
+  };
+  Status CreateMulti();
+  Status RecoverMulti();
+  std::string CheckList(uint64_t head, Key k, uint64_t* pairs) const;
+
   char* heap_ = nullptr;
   uint64_t heap_offset_ = 0;
   uint64_t seg_bytes_ = 0;
@@ -397,6 +525,18 @@ class Pea : public index::EngineBase<Pea<P, kRecords>, P, Config> {
   // allocator (and may be rewritten) only after every operation that could have read it ended.
   std::atomic<uint64_t> limbo_chunks_{0};
   std::unique_ptr<index::Records> records_;  // pea-kv only (src/index/records.h)
+  // pea-multi only: value buffers and chain nodes; the redo logs (root 3) and the free ones.
+  std::unique_ptr<pm::RecordHeap> values_;
+  MultiLog* logs_ = nullptr;
+  uint64_t logs_offset_ = 0;
+  std::atomic<uint64_t> free_logs_{~uint64_t{0}};
+  uint32_t max_buffer_type_ = 0;
+  uint32_t chain_capacity_ = 0;
+  std::atomic<uint64_t> compactions_{0};
+  std::atomic<uint64_t> compactions_empty_{0};  // compactions that freed nothing
+  std::atomic<uint64_t> buffer_grows_{0};
+  std::atomic<uint64_t> chain_nodes_{0};
+  std::atomic<uint64_t> logged_commits_{0};
   // After records_: its destructor runs the frees still pending, into them.
   mutable EpochManager epoch_;
 
@@ -416,8 +556,8 @@ class Pea : public index::EngineBase<Pea<P, kRecords>, P, Config> {
 // Implementation
 // ============================================================================================
 
-template <pm::PersistPolicy P, bool R>
-Pea<P, R>::Pea(std::unique_ptr<pm::Pool> pool, const Config& config)
+template <pm::PersistPolicy P, bool R, bool M>
+Pea<P, R, M>::Pea(std::unique_ptr<pm::Pool> pool, const Config& config)
     : Base(std::move(pool), config) {
   epoch_.set_reclaim_batch(config.reclaim_batch);
   heap_offset_ = pool_->allocator().heap_offset();
@@ -431,10 +571,23 @@ Pea<P, R>::Pea(std::unique_ptr<pm::Pool> pool, const Config& config)
     records_ = std::make_unique<index::Records>(*pool_, epoch_, config.max_record_bytes,
                                                 kKindName);
   }
+  if constexpr (M) {
+    values_ = std::make_unique<pm::RecordHeap>(pool_->base(), &pool_->allocator(), &epoch_);
+    // Buffer types while a buffer fits a slab class (512 KB segments: 256 B .. 32 KiB), then
+    // the chain of whole chunks.
+    max_buffer_type_ = 0;
+    while (max_buffer_type_ < 10 &&
+           sizeof(ValueNode) + 8ull * BufferCapacity(max_buffer_type_ + 1) <=
+               values_->max_slot_bytes()) {
+      max_buffer_type_++;
+    }
+    chain_capacity_ = static_cast<uint32_t>(
+        std::min<uint64_t>((seg_bytes_ - sizeof(ValueNode)) / 8, kMaxNodeValues));
+  }
 }
 
-template <pm::PersistPolicy P, bool R>
-int Pea<P, R>::SearchBucket(const PmBucket* b, const Probe& p) const {
+template <pm::PersistPolicy P, bool R, bool M>
+int Pea<P, R, M>::SearchBucket(const PmBucket* b, const Probe& p) const {
   const uint64_t w0 = b->hdr[0].load(std::memory_order_relaxed);
   const uint64_t w1 = b->hdr[1].load(std::memory_order_relaxed);
   const uint32_t occ = static_cast<uint32_t>(w0 >> 1) & kOccMask;
@@ -459,12 +612,17 @@ inline uint8_t GetFpByte(const uint64_t* w, int j) {
   return static_cast<uint8_t>(w[byte >> 3] >> ((byte & 7) * 8));
 }
 
-template <pm::PersistPolicy P, bool R>
-void Pea<P, R>::InsertIntoBucket(PmBucket* b, Key k, Value v, uint8_t f) {
+template <pm::PersistPolicy P, bool R, bool M>
+void Pea<P, R, M>::InsertIntoBucket(PmBucket* b, Key k, Value v, uint8_t f) {
   uint64_t w[2] = {b->hdr[0].load(std::memory_order_relaxed),
                    b->hdr[1].load(std::memory_order_relaxed)};
-  const uint32_t occ = static_cast<uint32_t>(w[0] >> 1) & kOccMask;
-  const uint32_t free_slots = ~occ & kOccMask;
+  const uint32_t occ = KvOcc(w[0]);
+  // pea-multi: the pointer slots are not free, and a bucket that has some keeps its marker bit
+  // instead of the key/value format bit; entry moving is off there (paper 3.3: line 0 holds
+  // pointers).
+  const int nptr = PtrSlots(w[0]);
+  const uint32_t free_slots = ~occ & kOccMask & ~((1u << nptr) - 1);
+  const uint64_t format = nptr > 0 ? 0 : kKvFormat;
   auto put = [&](int j, Key key, Value val) {
     b->slots[j].value.store(val, std::memory_order_relaxed);
     b->slots[j].key.store(key, std::memory_order_release);
@@ -473,14 +631,14 @@ void Pea<P, R>::InsertIntoBucket(PmBucket* b, Key k, Value v, uint8_t f) {
   int j = -1;
   if (free_slots & kLine0Slots) {
     j = std::countr_zero(free_slots & kLine0Slots);
-  } else if (!params_.entry_moving) {
+  } else if (!params_.entry_moving || nptr > 0) {
     j = std::countr_zero(free_slots);
   }
   if (j >= 0 && SlotLine(j) == 0) {
     put(j, k, v);
     // I2': with torn lines the slot must be durable before the header word names it.
     if (params_.tear_safe) persist_.Persist(&b->slots[j], sizeof(PmSlot));
-    w[0] |= kKvFormat | (uint64_t{1} << (1 + j));
+    w[0] |= format | (uint64_t{1} << (1 + j));
     SetFpByte(w, j, f);
     b->hdr[0].store(w[0], std::memory_order_release);
     persist_.Persist(b, 64);
@@ -528,15 +686,20 @@ void Pea<P, R>::InsertIntoBucket(PmBucket* b, Key k, Value v, uint8_t f) {
   // The new slots' line is durable before the header that makes them live (I2, I3).
   persist_.Persist(&b->slots[j], 16);
   // (Moved entries share the new entry's line: the flush above covered them.)
-  w[0] = (w[0] | kKvFormat | (uint64_t{targets} << 1)) & ~(uint64_t{moved_from} << 1);
+  w[0] = (w[0] | format | (uint64_t{targets} << 1)) & ~(uint64_t{moved_from} << 1);
   b->hdr[1].store(w[1], std::memory_order_relaxed);
   b->hdr[0].store(w[0], std::memory_order_release);
   persist_.Persist(b, 64);
 }
 
-template <pm::PersistPolicy P, bool R>
-Status Pea<P, R>::Find(Key k, Value* out) const {
-  if constexpr (R) {
+template <pm::PersistPolicy P, bool R, bool M>
+Status Pea<P, R, M>::Find(Key k, Value* out) const {
+  if constexpr (M) {
+    FirstValue first;  // one of k's values, without collecting them all
+    PMHASH_RETURN_IF_ERROR(SearchAll(k, &first));
+    *out = first.value;
+    return Status::OK();
+  } else if constexpr (R) {
     return index::FindU64AsBytes(*this, k, out);
   } else {
     EpochManager::Guard guard(epoch_);
@@ -544,8 +707,8 @@ Status Pea<P, R>::Find(Key k, Value* out) const {
   }
 }
 
-template <pm::PersistPolicy P, bool R>
-bool Pea<P, R>::Search(const Probe& p, uint64_t* word) const {
+template <pm::PersistPolicy P, bool R, bool M>
+bool Pea<P, R, M>::Search(const Probe& p, uint64_t* word) const {
   const uint64_t h = p.h;
   const uint32_t b1 = Bucket1(h);
   for (;;) {
@@ -611,8 +774,8 @@ bool Pea<P, R>::Search(const Probe& p, uint64_t* word) const {
   }
 }
 
-template <pm::PersistPolicy P, bool R>
-typename Pea<P, R>::Locked Pea<P, R>::LockAndLocate(const Probe& p) {
+template <pm::PersistPolicy P, bool R, bool M>
+typename Pea<P, R, M>::Locked Pea<P, R, M>::LockAndLocate(const Probe& p) {
   const uint64_t h = p.h;
   const uint32_t b1 = Bucket1(h);
   for (;;) {
@@ -654,8 +817,8 @@ typename Pea<P, R>::Locked Pea<P, R>::LockAndLocate(const Probe& p) {
   }
 }
 
-template <pm::PersistPolicy P, bool R>
-void Pea<P, R>::Unlock(const Locked& w, uint32_t modified) {
+template <pm::PersistPolicy P, bool R, bool M>
+void Pea<P, R, M>::Unlock(const Locked& w, uint32_t modified) {
   for (uint32_t m = w.mask; m; m &= m - 1) {
     const int x = std::countr_zero(m);
     if (modified & (1u << x)) {
@@ -666,9 +829,10 @@ void Pea<P, R>::Unlock(const Locked& w, uint32_t modified) {
   }
 }
 
-template <pm::PersistPolicy P, bool R>
-Status Pea<P, R>::Write(const Probe& p, std::string_view value_bytes, Value value,
+template <pm::PersistPolicy P, bool R, bool M>
+Status Pea<P, R, M>::Write(const Probe& p, std::string_view value_bytes, Value value,
                         WriteMode mode) {
+  if constexpr (M) return MultiWrite(p, value, mode);
   if (life_.closed()) [[unlikely]] return index::Lifecycle::ClosedError(kKindName);
   EpochManager::Guard guard(epoch_);
   // The value word to store: the value, or a new record's offset, durable before the store that
@@ -701,15 +865,15 @@ Status Pea<P, R>::Write(const Probe& p, std::string_view value_bytes, Value valu
     } else {
       // Target: b1 (single); the emptier of b1/b2 (balanced 2-choice); else the emptier stash.
       PmBucket* tgt = nullptr;
-      const int o1 = std::popcount(Occupancy(B1));
+      const int o1 = Used(B1);
       if (st == kSingleHash) {
         if (o1 < kSlots) tgt = B1;
       } else {
-        const int o2 = std::popcount(Occupancy(w.cand[1]));
+        const int o2 = Used(w.cand[1]);
         if (o1 < kSlots || o2 < kSlots) tgt = o2 < o1 ? w.cand[1] : B1;
         if (!tgt && st == kStash) {
-          const int s0 = std::popcount(Occupancy(w.cand[2]));
-          const int s1 = std::popcount(Occupancy(w.cand[3]));
+          const int s0 = Used(w.cand[2]);
+          const int s1 = Used(w.cand[3]);
           if (s0 < kSlots || s1 < kSlots) tgt = s1 < s0 ? w.cand[3] : w.cand[2];
         }
       }
@@ -731,13 +895,14 @@ Status Pea<P, R>::Write(const Probe& p, std::string_view value_bytes, Value valu
   }
 }
 
-template <pm::PersistPolicy P, bool R>
-Status Pea<P, R>::Erase(Key k) {
+template <pm::PersistPolicy P, bool R, bool M>
+Status Pea<P, R, M>::Erase(Key k) {
   return index::ProbeCalls::Erase(*this, k);
 }
 
-template <pm::PersistPolicy P, bool R>
-Status Pea<P, R>::EraseProbe(const Probe& p) {
+template <pm::PersistPolicy P, bool R, bool M>
+Status Pea<P, R, M>::EraseProbe(const Probe& p) {
+  if constexpr (M) return EraseAll(p.k);
   if (life_.closed()) [[unlikely]] return index::Lifecycle::ClosedError(kKindName);
   EpochManager::Guard guard(epoch_);
   const Locked w = LockAndLocate(p);
@@ -760,6 +925,7 @@ Status Pea<P, R>::EraseProbe(const Probe& p) {
 }  // namespace pmhash::pea
 
 #include "index/pea/pea_inspect.h"
+#include "index/pea/pea_multi.h"
 #include "index/pea/pea_recovery.h"
 #include "index/pea/pea_resize.h"
 
@@ -769,8 +935,11 @@ namespace pmhash::pea {
 // instead of compiling the whole index again in every translation unit.
 PMHASH_ENGINE_INSTANTIATIONS(extern, Pea, false);
 PMHASH_ENGINE_INSTANTIATIONS(extern, Pea, true);
+PMHASH_ENGINE_INSTANTIATIONS(extern, Pea, false, true);
 
 template <pm::PersistPolicy P>
 using PeaKv = Pea<P, true>;
+template <pm::PersistPolicy P>
+using PeaMulti = Pea<P, false, true>;
 
 }  // namespace pmhash::pea

@@ -8,8 +8,8 @@
 
 namespace pmhash::pea {
 
-template <pm::PersistPolicy P, bool R>
-uint64_t Pea<P, R>::LockSegmentFor(uint64_t h) const {
+template <pm::PersistPolicy P, bool R, bool M>
+uint64_t Pea<P, R, M>::LockSegmentFor(uint64_t h) const {
   for (;;) {
     const Directory* d = dir_.load(std::memory_order_acquire);
     const uint64_t i = DirIndex(h, d->depth);
@@ -27,11 +27,25 @@ uint64_t Pea<P, R>::LockSegmentFor(uint64_t h) const {
   }
 }
 
-template <pm::PersistPolicy P, bool R>
+template <pm::PersistPolicy P, bool R, bool M>
 template <class Take>
-void Pea<P, R>::ForEachLiveSlot(uint64_t e, Take&& take) const {
+void Pea<P, R, M>::ForEachLiveSlot(uint64_t e, Take&& take) const {
   const uint64_t sid = EntrySid(e);
   auto bucket = [&](const PmBucket* b) {
+    if constexpr (M) {
+      // pea-multi: a pointer slot's pairs, as one slot each (REQUIRES: its bucket's lock).
+      std::vector<Value> vals;
+      for (int j = 0; j < PtrSlots(b->hdr[0].load(std::memory_order_relaxed)); j++) {
+        vals.clear();
+        ReadList(b->slots[j].value.load(std::memory_order_relaxed), &vals);
+        PmSlot pair;
+        pair.key.store(b->slots[j].key.load(std::memory_order_relaxed), std::memory_order_relaxed);
+        for (Value v : vals) {
+          pair.value.store(v, std::memory_order_relaxed);
+          take(std::as_const(pair));
+        }
+      }
+    }
     for (uint32_t m = Occupancy(b); m; m &= m - 1) take(b->slots[std::countr_zero(m)]);
   };
   for (uint32_t b = 0; b < params_.segment_buckets; b++) bucket(BucketAt(sid, b));
@@ -41,9 +55,9 @@ void Pea<P, R>::ForEachLiveSlot(uint64_t e, Take&& take) const {
   }
 }
 
-template <pm::PersistPolicy P, bool R>
+template <pm::PersistPolicy P, bool R, bool M>
 template <class Take, class Done>
-void Pea<P, R>::WalkLiveSlots(Take&& take, Done&& segment_done) const {
+void Pea<P, R, M>::WalkLiveSlots(Take&& take, Done&& segment_done) const {
   // Walk the hash space by segment ranges (as REH): splits only cut ranges, so a key present
   // for the whole walk is visited exactly once.
   for (uint64_t cursor = 0;;) {
@@ -61,14 +75,14 @@ void Pea<P, R>::WalkLiveSlots(Take&& take, Done&& segment_done) const {
   }
 }
 
-template <pm::PersistPolicy P, bool R>
-Status Pea<P, R>::ForEach(const std::function<void(Key, Value)>& fn) const {
+template <pm::PersistPolicy P, bool R, bool M>
+Status Pea<P, R, M>::ForEach(const std::function<void(Key, Value)>& fn) const {
   return index::ProbeCalls::ForEach(*this, fn);  // one segment's pairs at a time
 }
 
-template <pm::PersistPolicy P, bool R>
+template <pm::PersistPolicy P, bool R, bool M>
 template <class Fn>
-void Pea<P, R>::ForEachSegment(const Directory* d, Fn&& fn) const {
+void Pea<P, R, M>::ForEachSegment(const Directory* d, Fn&& fn) const {
   for (uint64_t i = 0; i < d->size();) {
     const uint64_t e = d->entries[i].load(std::memory_order_acquire);
     fn(i, e);
@@ -76,8 +90,8 @@ void Pea<P, R>::ForEachSegment(const Directory* d, Fn&& fn) const {
   }
 }
 
-template <pm::PersistPolicy P, bool R>
-uint64_t Pea<P, R>::CountLive() const {
+template <pm::PersistPolicy P, bool R, bool M>
+uint64_t Pea<P, R, M>::CountLive() const {
   EpochManager::Guard guard(epoch_);
   uint64_t live = 0;
   ForEachSegment(dir_.load(std::memory_order_acquire), [&](uint64_t, uint64_t e) {
@@ -93,8 +107,8 @@ uint64_t Pea<P, R>::CountLive() const {
   return live;
 }
 
-template <pm::PersistPolicy P, bool R>
-uint64_t Pea<P, R>::Size() const {
+template <pm::PersistPolicy P, bool R, bool M>
+uint64_t Pea<P, R, M>::Size() const {
   if (!size_known_.load(std::memory_order_acquire)) {
     // After a crash: one scan of the bucket headers (see "paper is vague" in the header).
     LockGuard<SpinLock> g(size_mu_);
@@ -108,20 +122,20 @@ uint64_t Pea<P, R>::Size() const {
   return s < 0 ? 0 : static_cast<uint64_t>(s);
 }
 
-template <pm::PersistPolicy P, bool R>
-uint32_t Pea<P, R>::StrategyOf(Key k) const {
+template <pm::PersistPolicy P, bool R, bool M>
+uint32_t Pea<P, R, M>::StrategyOf(Key k) const {
   const Directory* d = dir_.load(std::memory_order_acquire);
   return EntryStrategy(d->entries[DirIndex(hash_(k), d->depth)].load());
 }
 
-template <pm::PersistPolicy P, bool R>
-uint32_t Pea<P, R>::LocalDepthOf(Key k) const {
+template <pm::PersistPolicy P, bool R, bool M>
+uint32_t Pea<P, R, M>::LocalDepthOf(Key k) const {
   const Directory* d = dir_.load(std::memory_order_acquire);
   return EntryDepth(d->entries[DirIndex(hash_(k), d->depth)].load());
 }
 
-template <pm::PersistPolicy P, bool R>
-IndexStats Pea<P, R>::Stats() const {
+template <pm::PersistPolicy P, bool R, bool M>
+IndexStats Pea<P, R, M>::Stats() const {
   IndexStats s;
   this->FillCommonStats(&s);
   const Directory* d = dir_.load(std::memory_order_acquire);
@@ -141,8 +155,8 @@ IndexStats Pea<P, R>::Stats() const {
   s.capacity_slots = s.buckets * kSlots;
   s.load_factor = s.capacity_slots ? static_cast<double>(s.size) / s.capacity_slots : 0;
   s.pm_bytes = pool_->allocator().used_chunks() * seg_bytes_ + pm::kHeaderBytes;  // + records
-  s.dram_bytes =
-      locks_.bytes() + pool_->allocator().dram_bytes() + (R ? records_->dram_bytes() : 0);
+  s.dram_bytes = locks_.bytes() + pool_->allocator().dram_bytes() +
+                 (R ? records_->dram_bytes() : 0) + (M ? values_->dram_bytes() : 0);
   s.global_depth = d->depth;
   auto add = [&](const char* name, double v) { s.details.push_back({name, v}); };
   add("pea.segments", static_cast<double>(segments));
@@ -159,16 +173,25 @@ IndexStats Pea<P, R>::Stats() const {
   add("pea.stash.stale_cleared", static_cast<double>(stale_stash_cleared_.load()));
   add("alloc.reused", static_cast<double>(pool_->allocator().reused_allocations()));
   if constexpr (R) records_->AddDetails(&s);
+  if constexpr (M) {
+    add("pea.multi.compactions", static_cast<double>(compactions_.load()));
+    add("pea.multi.compactions_empty", static_cast<double>(compactions_empty_.load()));
+    add("pea.multi.buffer_grows", static_cast<double>(buffer_grows_.load()));
+    add("pea.multi.chain_nodes", static_cast<double>(chain_nodes_.load()));
+    add("pea.multi.logged_commits", static_cast<double>(logged_commits_.load()));
+    add("pea.multi.max_buffer_type", static_cast<double>(max_buffer_type_));
+    add("pea.multi.value_bytes", static_cast<double>(values_->stats().bytes));
+  }
   return s;
 }
 
 // REQUIRES: no concurrent writers.
-template <pm::PersistPolicy P, bool R>
-Status Pea<P, R>::CheckInvariants() const {
+template <pm::PersistPolicy P, bool R, bool M>
+Status Pea<P, R, M>::CheckInvariants() const {
   auto fail = [](const std::string& what) {
     return Status::Corruption(std::string(kKindName) + " invariant: " + what);
   };
-  if constexpr (R) epoch_.Drain();  // pea-kv: retired records are back in the heap
+  if constexpr (R || M) epoch_.Drain();  // retired records / value nodes are back in the heap
   const Directory* d = dir_.load(std::memory_order_acquire);
   const uint32_t g = d->depth;
   const pm::ChunkAllocator& alloc = pool_->allocator();
@@ -180,9 +203,11 @@ Status Pea<P, R>::CheckInvariants() const {
   auto check_bucket = [&](const PmBucket* b, uint64_t prefix, uint32_t ld, uint32_t st,
                           uint32_t bidx, uint64_t sid, bool stash) {
     const uint64_t w[2] = {b->hdr[0].load(), b->hdr[1].load()};
-    if (w[0] != 0 && (w[0] & kKvFormat) == 0)
+    if (w[0] != 0 && (w[0] & (M ? 0xFFFF : kKvFormat)) == 0)
       err = "bucket header without the key/value format bit";
-    for (uint32_t m = static_cast<uint32_t>(w[0] >> 1) & kOccMask; m && err.empty(); m &= m - 1) {
+    // pea-multi: the pointer slots, then the key/value slots, through the same checks.
+    const int nptr = PtrSlots(w[0]);
+    for (uint32_t m = KvOcc(w[0]) | ((1u << nptr) - 1); m && err.empty(); m &= m - 1) {
       const int j = std::countr_zero(m);
       const Key k = b->slots[j].key.load();
       const uint64_t h = SlotHash(k);
@@ -202,6 +227,17 @@ Status Pea<P, R>::CheckInvariants() const {
           err = "key " + std::to_string(k) + " in a bucket its strategy does not probe";
           break;
         }
+      }
+      if constexpr (M) {
+        // Duplicate keys are the point; every value of a pointer slot counts.
+        if (j < nptr) {
+          uint64_t pairs = 0;
+          if (err = CheckList(b->slots[j].value.load(), k, &pairs); !err.empty()) break;
+          live += pairs;
+        } else {
+          live++;
+        }
+        continue;
       }
       std::string key(index::U64Bytes(k).view());
       if constexpr (R) {
@@ -260,6 +296,13 @@ Status Pea<P, R>::CheckInvariants() const {
   }
   if constexpr (R) {
     if (std::string e = records_->Finish(records, live, &expect); !e.empty()) return fail(e);
+  }
+  if constexpr (M) {
+    if (Status hs = values_->Check(); !hs.ok()) return fail(std::string(hs.message()));
+    expect += values_->stats().chunks + ChunksFor(kMultiLogBytes);
+    for (uint32_t x = 0; x < kMultiLogs; x++) {
+      if (logs_[x].n.load() != 0) return fail("a redo log left committed at rest");
+    }
   }
   if (std::string e = this->CheckAccounting(expect, live); !e.empty()) return fail(e);
   return Status::OK();

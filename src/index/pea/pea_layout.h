@@ -112,6 +112,46 @@ static_assert(sizeof(SegLocks) == 64, "one cache line per segment");
 // place, and the array unmaps them without running destructors.
 static_assert(std::is_trivially_destructible_v<SegLocks>, "HugeArray never destroys elements");
 
+// pea-multi (pea_multi.h): a value node, in the record heap (kRecordAlign-aligned), 32 B header
+// then `capacity` 8-byte values:
+//   [ key:64 ][ state = count:20 | next node offset / 16 : 44 ][ capacity:32 | type:8 | 0:24 ]
+//   [ 0:64 ][ v0 ][ v1 ] ... [ v(capacity-1) ]
+// type 0..10: a value buffer of 2^type x 256 B (the paper's value segment types; baseline mode:
+// 4 x 2^type values); kChainType: a node of the chain (paper's type 11), one whole chunk.
+struct ValueNode {
+  std::atomic<uint64_t> key;
+  std::atomic<uint64_t> state;
+  uint64_t geom;
+  uint64_t reserved;
+};
+static_assert(sizeof(ValueNode) == 32, "a value node's header is 32 B");
+inline constexpr uint32_t kChainType = 11;
+inline constexpr uint32_t kCountBits = 20;
+inline constexpr uint64_t kMaxNodeValues = (uint64_t{1} << kCountBits) - 1;
+inline constexpr uint64_t NodeCount(uint64_t state) { return state & kMaxNodeValues; }
+inline constexpr uint64_t NodeNext(uint64_t state) { return (state >> kCountBits) << 4; }
+inline constexpr uint64_t PackState(uint64_t count, uint64_t next) {
+  return count | ((next >> 4) << kCountBits);
+}
+inline constexpr uint32_t NodeCapacity(uint64_t geom) { return static_cast<uint32_t>(geom); }
+inline constexpr uint32_t NodeType(uint64_t geom) { return static_cast<uint32_t>(geom >> 32) & 0xFF; }
+inline constexpr uint64_t PackGeom(uint32_t capacity, uint32_t type) {
+  return capacity | (uint64_t{type} << 32);
+}
+
+// pea-multi: a redo log of up to kLogWords 8-byte stores that must land together (a bucket
+// compaction, an EraseAll over several words). Committed by the store of n (> 0) after the
+// pairs are durable; recovery applies a committed log and clears n.
+inline constexpr uint32_t kLogWords = 64;
+struct MultiLog {
+  std::atomic<uint64_t> n;
+  uint64_t pad[7];
+  uint64_t w[2 * kLogWords];  // (pool offset, value) pairs
+};
+static_assert(sizeof(MultiLog) == 64 + 16 * kLogWords, "a log is a header line and its pairs");
+inline constexpr uint32_t kMultiLogs = 64;  // logs in use at once (threads compacting at once)
+inline constexpr uint64_t kMultiLogBytes = uint64_t{kMultiLogs} * sizeof(MultiLog);
+
 // The pool properties, as stored in the pool header (src/index/descriptor.h).
 struct PersistentParams : index::LayoutWords<sizeof(PmBucket), kSlots> {
   uint32_t segment_buckets = 0;
@@ -120,6 +160,8 @@ struct PersistentParams : index::LayoutWords<sizeof(PmBucket), kSlots> {
   uint32_t strategies = 0;
   uint32_t records = 0;           // 1: pea-kv
   uint32_t max_record_bytes = 0;  // pea-kv only
+  uint32_t multi = 0;             // 1: pea-multi
+  uint32_t adaptive_buckets = 0;  // pea-multi only: 1 = data-aware buckets, 0 = baseline
 };
 
 // What an open index runs with: the pool's properties and this open's options.
@@ -134,25 +176,49 @@ struct Config : PersistentParams {
   }
 };
 
-template <pm::PersistPolicy P, bool kRecords>
+template <pm::PersistPolicy P, bool kRecords, bool kMulti>
 class Pea;
 
-// kRecords = false: "pea" (8 B inline items). kRecords = true: "pea-kv" (records).
-template <bool kRecords>
+// The engine of (kRecords, kMulti) as the template of the policy alone (DescriptorTypes).
+template <bool kRecords, bool kMulti>
+struct PeaEngine {
+  template <class P>  // unconstrained, as index::FlaggedEngine's
+  using Of = Pea<P, kRecords, kMulti>;
+};
+
+// pea-multi's own pool property (adaptive_buckets, default 1) after the others.
+template <bool kMulti, class... Props>
+constexpr auto WithMultiPropertyOf(std::tuple<Props...> props) {
+  if constexpr (kMulti) {
+    return std::tuple_cat(props, std::tuple{index::PoolProperty{
+                                     "pea.adaptive_buckets", &PeaParams::adaptive_buckets,
+                                     &PersistentParams::adaptive_buckets, 1u}});
+  } else {
+    return props;
+  }
+}
+
+// "pea" (8 B inline items), "pea-kv" (kRecords: records), "pea-multi" (kMulti: several values
+// per key, paper 3.3).
+template <bool kRecords, bool kMulti = false>
 struct DescriptorFor
     : index::DescriptorTypes<PeaParams, &Options::pea, PersistentParams,
-                             index::FlaggedEngine<Pea, kRecords>::template Engine> {
-  static constexpr std::string_view kName = kRecords ? "pea-kv" : "pea";
+                             PeaEngine<kRecords, kMulti>::template Of> {
+  static_assert(!(kRecords && kMulti), "pea-multi stores 8 B keys and values inline");
+  static constexpr std::string_view kName = kMulti ? "pea-multi" : kRecords ? "pea-kv" : "pea";
   static constexpr std::string_view kPaper =
-      kRecords ? "Liu, Chen: Pea Hash (SIGMOD 2023), with variable-size records"
-               : "Liu, Chen: Pea Hash: A Performant Extendible Adaptive Hashing Index (SIGMOD 2023)";
+      kMulti     ? "Liu, Chen: Pea Hash (SIGMOD 2023), data-aware adaptive buckets (3.3)"
+      : kRecords ? "Liu, Chen: Pea Hash (SIGMOD 2023), with variable-size records"
+                 : "Liu, Chen: Pea Hash: A Performant Extendible Adaptive Hashing Index (SIGMOD 2023)";
   static constexpr std::string_view kSummary =
-      kRecords
+      kMulti ? "Pea Hash with duplicate keys: (key, value) slots, compaction into (key, pointer) "
+               "slots, value buffers of 2^k x 256 B and chains"
+      : kRecords
           ? "Pea Hash with variable-size keys/values: hash + record offset per slot, record heap"
           : "extendible hashing, 512 KB segments, adaptive single/2-choice/stash strategy, 4-way "
             "split";
-  static constexpr Capabilities kCapabilities{.bytes = kRecords};
-  static constexpr auto kProperties = index::WithRecordProperty<kRecords>(
+  static constexpr Capabilities kCapabilities{.bytes = kRecords, .multi = kMulti};
+  static constexpr auto kProperties = WithMultiPropertyOf<kMulti>(index::WithRecordProperty<kRecords>(
       "pea.max_record_bytes", &PeaParams::max_record_bytes, &PersistentParams::max_record_bytes,
       std::tuple{
           index::PoolProperty{"pea.segment_buckets", &PeaParams::segment_buckets,
@@ -163,12 +229,23 @@ struct DescriptorFor
                               &PersistentParams::max_depth, 32u},
           index::PoolProperty{"pea.strategies", &PeaParams::strategies,
                               &PersistentParams::strategies, PeaStrategies::kAdaptive},
-      });
-  static PersistentParams Base() { return index::WithRecordsWord<PersistentParams>(kRecords); }
+      }));
+  static PersistentParams Base() {
+    PersistentParams s = index::WithRecordsWord<PersistentParams>(kRecords);
+    s.multi = kMulti ? 1 : 0;
+    return s;
+  }
   static std::string Check(const PersistentParams& s) {
     if (std::string e = index::CheckRecordWords(kRecords, s.records, s.max_record_bytes, kName);
         !e.empty()) {
       return e;
+    }
+    if (s.multi != (kMulti ? 1u : 0u)) {
+      return "multi = " + std::to_string(s.multi) + " in a '" + std::string(kName) + "' pool";
+    }
+    if (kMulti ? s.adaptive_buckets > 1 : s.adaptive_buckets != 0) {
+      return kMulti ? "adaptive_buckets must be 0 or 1"
+                    : "adaptive_buckets set in a '" + std::string(kName) + "' pool";
     }
     if (s.segment_buckets < 4 || s.segment_buckets > 65536 ||
         !std::has_single_bit(s.segment_buckets)) {
@@ -187,7 +264,9 @@ struct DescriptorFor
   static index::PoolLayout Layout(const PersistentParams& s) {
     const uint32_t chunk = s.segment_buckets * static_cast<uint32_t>(sizeof(PmBucket));
     const uint64_t dir_bytes = uint64_t{8} << s.initial_depth;
-    return {chunk, (uint64_t{1} << s.initial_depth) + (dir_bytes + chunk - 1) / chunk + 2};
+    const uint64_t log_chunks = s.multi ? (kMultiLogBytes + chunk - 1) / chunk : 0;
+    return {chunk,
+            (uint64_t{1} << s.initial_depth) + (dir_bytes + chunk - 1) / chunk + 2 + log_chunks};
   }
   // 256 B bucket per 15 slots; a 4-way split leaves segments near 0.22 load and uniform keys
   // fill them in waves, so the whole table can dip that low. Plan for 0.2 (the directory,
@@ -201,5 +280,6 @@ struct DescriptorFor
 };
 using Descriptor = DescriptorFor<false>;
 using KvDescriptor = DescriptorFor<true>;
+using MultiDescriptor = DescriptorFor<false, true>;
 
 }  // namespace pmhash::pea

@@ -8,8 +8,8 @@
 
 namespace pmhash::pea {
 
-template <pm::PersistPolicy P, bool R>
-Status Pea<P, R>::Create() {
+template <pm::PersistPolicy P, bool R, bool M>
+Status Pea<P, R, M>::Create() {
   pm::ChunkAllocator& alloc = pool_->allocator();
   const uint32_t g = params_.initial_depth;
   const uint64_t n = uint64_t{1} << g;
@@ -42,6 +42,7 @@ Status Pea<P, R>::Create() {
   persist_.NtCopy(pool_->template At<char>(soff.value()), stash_words.data(), stash_bytes);
   persist_.NtCopy(pool_->template At<char>(doff.value()), entries.data(), n * 8);
   persist_.Fence();
+  if constexpr (M) PMHASH_RETURN_IF_ERROR(CreateMulti());
   pool_->SetRoot(2, soff.value());
   pool_->SetRoot(0, PackDesc(g, doff.value()));
   return pool_->CommitCreate();
@@ -49,8 +50,8 @@ Status Pea<P, R>::Create() {
 
 // Recovery (paper 3.4): pick the directory, mark what is reachable, strided scan that repairs
 // interrupted two-step updates, rebuild the DRAM lock table. Every value read is validated.
-template <pm::PersistPolicy P, bool R>
-Status Pea<P, R>::Recover() {
+template <pm::PersistPolicy P, bool R, bool M>
+Status Pea<P, R, M>::Recover() {
   pm::ChunkAllocator& alloc = pool_->allocator();
 
   // The directory: the valid descriptor with the larger global depth.
@@ -169,13 +170,14 @@ Status Pea<P, R>::Recover() {
   size_base_.store(0);
   size_known_.store(pool_->created());
   if constexpr (R) return RecoverRecords();
+  if constexpr (M) return RecoverMulti();
   return Status::OK();
 }
 
 // pea-kv: the record heap rebuilt from the records the live slots name (I8), after everything
 // else is marked in the chunk allocator. One pass over every bucket, so it also counts Size().
-template <pm::PersistPolicy P, bool R>
-Status Pea<P, R>::RecoverRecords() {
+template <pm::PersistPolicy P, bool R, bool M>
+Status Pea<P, R, M>::RecoverRecords() {
   records_->Reset();
   Status st = Status::OK();
   uint64_t live = 0;

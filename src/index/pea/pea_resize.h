@@ -8,8 +8,8 @@
 
 namespace pmhash::pea {
 
-template <pm::PersistPolicy P, bool R>
-Status Pea<P, R>::SlowPath(uint64_t h, uint64_t e_seen,
+template <pm::PersistPolicy P, bool R, bool M>
+Status Pea<P, R, M>::SlowPath(uint64_t h, uint64_t e_seen,
                            const Directory* d_seen) PMHASH_NO_THREAD_SAFETY_ANALYSIS {
   dir_lock_.lock_shared();
   Directory* d = dir_.load(std::memory_order_acquire);
@@ -59,8 +59,8 @@ Status Pea<P, R>::SlowPath(uint64_t h, uint64_t e_seen,
   return Status::OK();
 }
 
-template <pm::PersistPolicy P, bool R>
-void Pea<P, R>::WriteStride(Directory* d, uint64_t first, uint64_t n,
+template <pm::PersistPolicy P, bool R, bool M>
+void Pea<P, R, M>::WriteStride(Directory* d, uint64_t first, uint64_t n,
                             const std::function<uint64_t(uint64_t)>& entry_of) {
   if (n > max_stride_.load(std::memory_order_relaxed)) {
     max_stride_.store(n, std::memory_order_relaxed);  // statistics only: races are harmless
@@ -76,8 +76,8 @@ void Pea<P, R>::WriteStride(Directory* d, uint64_t first, uint64_t n,
   persist_.Persist(&d->entries[first], 8);
 }
 
-template <pm::PersistPolicy P, bool R>
-Status Pea<P, R>::EnsureStash(uint64_t sid) {
+template <pm::PersistPolicy P, bool R, bool M>
+Status Pea<P, R, M>::EnsureStash(uint64_t sid) {
   std::atomic<uint64_t>& w = StashSidWord(sid);
   if (w.load(std::memory_order_acquire) != 0) return Status::OK();
   LockGuard<SpinLock> g(stash_mu_);
@@ -91,8 +91,8 @@ Status Pea<P, R>::EnsureStash(uint64_t sid) {
   return Status::OK();
 }
 
-template <pm::PersistPolicy P, bool R>
-Status Pea<P, R>::Transition(Directory* d, uint64_t i, uint64_t e, uint32_t to) {
+template <pm::PersistPolicy P, bool R, bool M>
+Status Pea<P, R, M>::Transition(Directory* d, uint64_t i, uint64_t e, uint32_t to) {
   const uint64_t sid = EntrySid(e);
   if (to == kStash) {
     PMHASH_RETURN_IF_ERROR(EnsureStash(sid));
@@ -116,8 +116,8 @@ Status Pea<P, R>::Transition(Directory* d, uint64_t i, uint64_t e, uint32_t to) 
   return Status::OK();
 }
 
-template <pm::PersistPolicy P, bool R>
-bool Pea<P, R>::Place(const std::vector<Item>& items, uint32_t s, BucketImage* img,
+template <pm::PersistPolicy P, bool R, bool M>
+bool Pea<P, R, M>::Place(const std::vector<Item>& items, uint32_t s, BucketImage* img,
                       BucketImage* stash) const {
   // Build order inside a bucket: lines 1..3 first, so that line 0 stays free for the next
   // one-flush inserts; slot 14 (no fingerprint) last.
@@ -132,13 +132,25 @@ bool Pea<P, R>::Place(const std::vector<Item>& items, uint32_t s, BucketImage* i
     stash[x].hdr[1] = 0;
   }
   auto count = [](const BucketImage& b) {
-    return std::popcount(static_cast<uint32_t>(b.hdr[0] >> 1) & kOccMask);
+    return PtrSlots(b.hdr[0]) + std::popcount(KvOcc(b.hdr[0]));
   };
+  // pea-multi: the caller orders the pointer items first, so each bucket receives its pointer
+  // slots before any key/value slot and they form its front (paper 3.3).
   auto put = [](BucketImage& b, const Item& it) {
-    const int j = kOrder[std::popcount(static_cast<uint32_t>(b.hdr[0] >> 1) & kOccMask)];
+    const int nptr = PtrSlots(b.hdr[0]);
+    int j;
+    if (it.ptr) {
+      j = nptr;  // the marker bit moves from bit j to bit j + 1
+      b.hdr[0] = (b.hdr[0] & ~uint64_t{0xFFFF}) | (uint64_t{1} << (j + 1));
+    } else {
+      const uint32_t occ = KvOcc(b.hdr[0]);
+      int x = 0;
+      while (kOrder[x] < nptr || (occ >> kOrder[x] & 1)) x++;
+      j = kOrder[x];
+      b.hdr[0] |= uint64_t{1} << (1 + j);
+    }
     b.kv[2 * j] = it.key;
     b.kv[2 * j + 1] = it.value;
-    b.hdr[0] |= uint64_t{1} << (1 + j);
     if (j < kFpSlots) SetFpByte(b.hdr, j, Fp(it.hash));
   };
   for (const Item& it : items) {
@@ -162,8 +174,8 @@ bool Pea<P, R>::Place(const std::vector<Item>& items, uint32_t s, BucketImage* i
   return true;
 }
 
-template <pm::PersistPolicy P, bool R>
-Status Pea<P, R>::Plan(std::vector<Item>&& items, uint64_t prefix, uint32_t depth,
+template <pm::PersistPolicy P, bool R, bool M>
+Status Pea<P, R, M>::Plan(std::vector<Item>&& items, uint64_t prefix, uint32_t depth,
                        std::vector<Leaf>* leaves) const {
   // Four quarters at depth + 2; a quarter that fits under no allowed strategy splits again.
   if (depth + 2 > params_.max_depth) {
@@ -197,8 +209,8 @@ Status Pea<P, R>::Plan(std::vector<Item>&& items, uint64_t prefix, uint32_t dept
   return Status::OK();
 }
 
-template <pm::PersistPolicy P, bool R>
-Status Pea<P, R>::Split(Directory* d, uint64_t i, uint64_t e, uint32_t* need_depth) {
+template <pm::PersistPolicy P, bool R, bool M>
+Status Pea<P, R, M>::Split(Directory* d, uint64_t i, uint64_t e, uint32_t* need_depth) {
   const auto started = ResizeLog::Now();
   const uint64_t sid = EntrySid(e);
   const uint32_t ld = EntryDepth(e);
@@ -217,7 +229,17 @@ Status Pea<P, R>::Split(Directory* d, uint64_t i, uint64_t e, uint32_t* need_dep
   // Collect the live entries.
   std::vector<Item> items;
   items.reserve(static_cast<size_t>(params_.segment_buckets) * kSlots);
+  std::vector<uint64_t> emptied;  // pea-multi: pointer slots of emptied lists are dropped
   auto collect = [&](const PmBucket* b) {
+    for (int j = 0; j < PtrSlots(b->hdr[0].load(std::memory_order_relaxed)); j++) {
+      const Key k = b->slots[j].key.load(std::memory_order_relaxed);
+      const uint64_t head = b->slots[j].value.load(std::memory_order_relaxed);
+      if (Node(head)->state.load(std::memory_order_relaxed) == 0) {
+        emptied.push_back(head);
+        continue;
+      }
+      items.push_back({k, head, SlotHash(k), true});
+    }
     for (uint32_t m = Occupancy(b); m; m &= m - 1) {
       const int j = std::countr_zero(m);
       const Key k = b->slots[j].key.load(std::memory_order_relaxed);
@@ -228,6 +250,9 @@ Status Pea<P, R>::Split(Directory* d, uint64_t i, uint64_t e, uint32_t* need_dep
   if (st == kStash) {
     collect(StashBucket(sid, 0));
     collect(StashBucket(sid, 1));
+  }
+  if constexpr (M) {
+    std::stable_partition(items.begin(), items.end(), [](const Item& it) { return it.ptr; });
   }
   std::vector<Leaf> leaves;
   const uint64_t prefix = ld == 0 ? 0 : first >> (g - ld);
@@ -278,6 +303,9 @@ Status Pea<P, R>::Split(Directory* d, uint64_t i, uint64_t e, uint32_t* need_dep
   });
   for (const Leaf& l : leaves) locks_[l.sid].seg.Unlock();
   release(true);
+  if constexpr (M) {
+    for (uint64_t head : emptied) values_->Retire(head, NodeBytes(Node(head)->geom));
+  }
   limbo_chunks_.fetch_add(1, std::memory_order_relaxed);
   epoch_.Retire([this, sid] {
     pool_->allocator().Free(OffsetOfSid(sid));
@@ -289,8 +317,8 @@ Status Pea<P, R>::Split(Directory* d, uint64_t i, uint64_t e, uint32_t* need_dep
   return Status::OK();
 }
 
-template <pm::PersistPolicy P, bool R>
-Status Pea<P, R>::Expand(const Directory* seen, uint32_t target) {
+template <pm::PersistPolicy P, bool R, bool M>
+Status Pea<P, R, M>::Expand(const Directory* seen, uint32_t target) {
   const auto started = ResizeLog::Now();
   LockGuard<RwSpinLock> g(dir_lock_);
   Directory* d = dir_.load(std::memory_order_acquire);
