@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "bench/concurrent_reference.h"
+#include "bench/duplicates.h"
 #include "bench/experiments.h"
 #include "bench/keys.h"
 #include "bench/machine.h"
@@ -162,10 +163,25 @@ Status ResolveConfig(BenchConfig* c) {
           "--key-bytes and --value-bytes must be in [8, 65536] (an item starts with its "
           "generator key or value)");
     }
-    if (c->growth || !c->recovery_keys.empty()) {
+    if (c->growth || !c->recovery_keys.empty() || !c->dup_datasets.empty()) {
       return Status::InvalidArgument(
-          "--key-bytes / --value-bytes apply to the throughput table, not to the growth or "
-          "recovery experiments");
+          "--key-bytes / --value-bytes apply to the throughput table, not to the growth, "
+          "recovery or duplicate-key experiments");
+    }
+  }
+  if (!c->dup_datasets.empty()) {
+    const bool any = std::any_of(c->indexes.begin(), c->indexes.end(), [](const std::string& k) {
+      auto caps = KindCapabilities(k);
+      return caps.ok() && caps.value().multi;
+    });
+    if (!any) {
+      const std::string offer = KindsWith(&Capabilities::multi);
+      return Status::NotSupported(
+          "the duplicate-key experiment needs a kind with the multi-value API" +
+          (offer.empty() ? std::string() : " (these have: " + offer + ")"));
+    }
+    for (const std::string& d : c->dup_datasets) {
+      if (d.empty()) return Status::InvalidArgument("an empty dataset name");
     }
   }
   if (!c->count_keys) c->count_keys = c->table ? c->keys : 0;
@@ -467,6 +483,12 @@ Status RunBench(const BenchConfig& config, BenchListener* listener, BenchReport*
   }
   if (!c.recovery_keys.empty()) {
     for (Series& s : RunRecovery(c, main_file.get(), &l)) {
+      l.OnSeries(*report, s);
+      report->series.push_back(std::move(s));
+    }
+  }
+  if (!c.dup_datasets.empty()) {
+    for (Series& s : RunDuplicates(c, main_file.get(), &l)) {
       l.OnSeries(*report, s);
       report->series.push_back(std::move(s));
     }

@@ -68,12 +68,15 @@ Status LoadEdgeList(const std::string& path, std::vector<std::pair<Key, Value>>*
 struct DupFigures {
   double insert_mops = 0, search_skew_meps = 0, search_unique_meps = 0, erase_meps = 0;
   double avg_utility = 0, pm_bytes = 0, compactions = 0;
+  // Counting run only (Options::counters): persistence traffic per pair inserted and per pair
+  // erased.
+  double insert_fences = 0, insert_lines = 0, erase_fences = 0, erase_lines = 0;
 };
 
 Result<DupFigures> RunOnce(const BenchConfig& c, const DupDataset& ds,
                            const std::vector<Key>& skew_keys, const std::vector<Key>& distinct,
                            const std::string& kind, uint32_t adaptive, Durability d,
-                           PoolFile* file) {
+                           bool count, PoolFile* file) {
   PMHASH_RETURN_IF_ERROR(file->Truncate());
   Options o;
   o.path = file->path();
@@ -82,6 +85,7 @@ Result<DupFigures> RunOnce(const BenchConfig& c, const DupDataset& ds,
   // Baseline: a 256 B bucket slot and a buffer (>= 64 B) per key; plus slabs per size class.
   o.pool_size = c.pool_size ? c.pool_size : ds.pairs.size() * 200 + (uint64_t{256} << 20);
   o.pea.adaptive_buckets = adaptive;
+  o.counters = count;
   auto opened = pmhash::Open(kind, o);
   if (!opened.ok()) return opened.status();
   std::unique_ptr<Index> index = std::move(opened).value();
@@ -105,6 +109,8 @@ Result<DupFigures> RunOnce(const BenchConfig& c, const DupDataset& ds,
   f.insert_mops = static_cast<double>(n) / seconds / 1e6;
   f.avg_utility = utility / kSamples;
   const IndexStats st = index->Stats();
+  f.insert_fences = static_cast<double>(st.traffic.fences) / n;
+  f.insert_lines = static_cast<double>(st.traffic.flushed_lines) / n;
   f.pm_bytes = static_cast<double>(st.pm_bytes);
   for (const NamedStat& x : st.details) {
     if (x.name == "pea.multi.compactions") f.compactions = x.value;
@@ -126,12 +132,16 @@ Result<DupFigures> RunOnce(const BenchConfig& c, const DupDataset& ds,
   };
   PMHASH_RETURN_IF_ERROR(search(skew_keys, &f.search_skew_meps));
   PMHASH_RETURN_IF_ERROR(search(distinct, &f.search_unique_meps));
+  index->ResetCounters();
   const auto t0 = Clock::now();
   for (Key k : distinct) {
     if (Status s = mm->EraseAll(k); !s.ok()) return s;
   }
   f.erase_meps = static_cast<double>(n) / Seconds(t0, Clock::now()) / 1e6;
   if (index->Size() != 0) return Status::Corruption(kind + ": pairs left after erasing every key");
+  const TrafficStats erased = index->Stats().traffic;
+  f.erase_fences = static_cast<double>(erased.fences) / n;
+  f.erase_lines = static_cast<double>(erased.flushed_lines) / n;
   PMHASH_RETURN_IF_ERROR(index->Close());
   return f;
 }
@@ -211,14 +221,24 @@ std::vector<Series> RunDuplicates(const BenchConfig& c, PoolFile* file, BenchLis
           for (size_t i = distinct.size(); i > 1; i--) std::swap(distinct[i - 1], distinct[rng.Below(i)]);
         }
         std::vector<DupFigures> rounds[2];  // [0] baseline, [1] paper design
+        DupFigures counted[2];              // an untimed run of each with the traffic counters
         Status err;
+        for (uint32_t adaptive : {0u, 1u}) {
+          if (l) l->OnProgress(kind + " " + spec + ": counting pass");
+          auto f = RunOnce(c, ds, skew_keys, distinct, kind, adaptive, d, true, file);
+          if (!f.ok()) {
+            err = f.status();
+            break;
+          }
+          counted[adaptive] = f.value();
+        }
         for (int r = 0; r < std::max(1, c.repeat) && err.ok(); r++) {
           for (uint32_t adaptive : {0u, 1u}) {
             if (l) {
               l->OnProgress(kind + (adaptive ? "" : " (baseline)") + " " + spec + " round " +
                             std::to_string(r + 1));
             }
-            auto f = RunOnce(c, ds, skew_keys, distinct, kind, adaptive, d, file);
+            auto f = RunOnce(c, ds, skew_keys, distinct, kind, adaptive, d, false, file);
             if (!f.ok()) {
               err = f.status();
               break;
@@ -230,7 +250,8 @@ std::vector<Series> RunDuplicates(const BenchConfig& c, PoolFile* file, BenchLis
           paper.error = base.error = err;
           break;
         }
-        auto point = [&](const std::vector<DupFigures>& fs, bool with_ratios) {
+        auto point = [&](const std::vector<DupFigures>& fs, const DupFigures& cnt,
+                         bool with_ratios) {
           SeriesPoint p;
           auto med = [&](double DupFigures::*m) {
             std::vector<double> v;
@@ -247,6 +268,10 @@ std::vector<Series> RunDuplicates(const BenchConfig& c, PoolFile* file, BenchLis
           p.values.push_back({"avg_utility", med(&DupFigures::avg_utility)});
           p.values.push_back({"pm_bytes", med(&DupFigures::pm_bytes)});
           p.values.push_back({"compactions", med(&DupFigures::compactions)});
+          p.values.push_back({"insert_fences_per_pair", cnt.insert_fences});
+          p.values.push_back({"insert_lines_per_pair", cnt.insert_lines});
+          p.values.push_back({"erase_fences_per_pair", cnt.erase_fences});
+          p.values.push_back({"erase_lines_per_pair", cnt.erase_lines});
           if (with_ratios) {
             // Per-round ratios to the baseline of the same round: median, min, max.
             for (auto [name, m] : {std::pair{"insert", &DupFigures::insert_mops},
@@ -264,8 +289,8 @@ std::vector<Series> RunDuplicates(const BenchConfig& c, PoolFile* file, BenchLis
           }
           return p;
         };
-        base.points.push_back(point(rounds[0], false));
-        paper.points.push_back(point(rounds[1], true));
+        base.points.push_back(point(rounds[0], counted[0], false));
+        paper.points.push_back(point(rounds[1], counted[1], true));
       }
       out.push_back(std::move(base));
       out.push_back(std::move(paper));

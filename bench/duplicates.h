@@ -26,7 +26,9 @@
 //   search-unique   FindAll of every distinct key once, shuffled                   (M entries/s)
 //   erase           EraseAll of every distinct key once, shuffled                  (M entries/s)
 // and the average utility of the insert phase (Pea Hash 2.2.2, Figure 9: the mean over 20 points
-// of 16 B x pairs inserted / PM bytes of the pool's heap).
+// of 16 B x pairs inserted / PM bytes of the pool's heap). Before the rounds, one untimed run of
+// each row with the traffic counters on gives the fences and flushed lines per pair inserted and
+// per pair erased.
 #pragma once
 
 #include <string>

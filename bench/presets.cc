@@ -28,6 +28,18 @@ constexpr std::array kPresets = {
     Preset{"pea-table4", "Pea Hash Table 4",
            "recovery time after SIGKILL and after a clean shutdown; 1/3, 2/3 and 1M keys, adr", "",
            300'000'000},
+    Preset{"pea-fig8", "Pea Hash Fig. 8",
+           "duplicate keys: insert, skew search, unique search, erase of Zipfian pairs (skew 0, "
+           "0.2, 0.4, 0.6, 0.8), adaptive buckets vs the (key, pointer to buffer) baseline; 2M "
+           "pairs; needs index 'pea-multi'",
+           "pea-multi", 190'000'000},
+    Preset{"pea-fig9", "Pea Hash Fig. 9",
+           "average utility and PM bytes of the Fig. 8 inserts (the same run as pea-fig8)",
+           "pea-multi", 190'000'000},
+    Preset{"pea-fig10", "Pea Hash Fig. 10 / Table 2",
+           "duplicate keys on power-law edge lists shaped like wiki-Talk and cit-Patents (or "
+           "--dataset FILE); 2M edges (--paper-size: the graphs' sizes); needs 'pea-multi'",
+           "pea-multi", 16'518'948},
     Preset{"smartht-table1", "SmartHT Table I",
            "recovery time after SIGKILL as the key count grows (250k, 500k, 1M)", "", 200'000'000},
     Preset{"reh-fig7", "REH Fig. 7",
@@ -115,6 +127,13 @@ Status ApplyPreset(std::string_view name, BenchConfig* c, std::vector<std::strin
     c->table = false;
     c->keys = 1'000'000;
     c->recovery_keys = {333'333, 666'667, 1'000'000};  // the paper: 100M, 200M, 300M
+  } else if (name == "pea-fig8" || name == "pea-fig9" || name == "pea-fig10") {
+    c->table = false;
+    c->keys = 2'000'000;
+    c->dup_datasets = name == "pea-fig10"
+                          ? std::vector<std::string>{"wiki-talk", "cit-patents"}
+                          : std::vector<std::string>{"zipf:0", "zipf:0.2", "zipf:0.4", "zipf:0.6",
+                                                     "zipf:0.8"};
   } else if (name == "smartht-table1") {
     c->table = false;
     c->keys = 1'000'000;

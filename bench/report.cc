@@ -638,6 +638,35 @@ void WriteSeries(std::ostream& os, const BenchReport& r, const Series& s) {
          << PadLeft(Fixed(p.Get("clean_first_request_ms"), 3) + " ms", 14)
          << PadLeft(Fixed(p.Get("clean_index_recovery_ms"), 3) + " ms", 12) << "\n";
     }
+  } else if (s.experiment == "duplicates") {
+    // Throughputs are medians of the rounds; ratios (paper-design rows) are medians of per-round
+    // ratios to the baseline row of the same round, with their min-max.
+    os << "  dataset            pairs     keys   insert Mops  search-skew  search-uniq    "
+          "erase  (M entries/s)  utility  PM MiB\n";
+    const bool ratios = !s.points.empty() && s.points[0].Has("insert_ratio");
+    for (const SeriesPoint& p : s.points) {
+      const auto di = static_cast<size_t>(p.Get("dataset"));
+      const std::string name = di < r.config.dup_datasets.size() ? r.config.dup_datasets[di] : "?";
+      os << "  " << PadRight(name, 16) << PadLeft(Fixed(p.Get("pairs"), 0), 9)
+         << PadLeft(Fixed(p.Get("distinct_keys"), 0), 9)
+         << PadLeft(Fixed(p.Get("insert_mops"), 2), 14)
+         << PadLeft(Fixed(p.Get("search_skew_meps"), 2), 13)
+         << PadLeft(Fixed(p.Get("search_unique_meps"), 2), 13)
+         << PadLeft(Fixed(p.Get("erase_meps"), 2), 9) << PadLeft(Fixed(p.Get("avg_utility"), 3), 24)
+         << PadLeft(Fixed(p.Get("pm_bytes") / (1 << 20), 1), 8) << "\n";
+      os << "    per pair: insert " << Fixed(p.Get("insert_fences_per_pair"), 2) << " fences "
+         << Fixed(p.Get("insert_lines_per_pair"), 2) << " lines, erase "
+         << Fixed(p.Get("erase_fences_per_pair"), 2) << " fences "
+         << Fixed(p.Get("erase_lines_per_pair"), 2) << " lines\n";
+      if (!ratios) continue;
+      os << "    vs baseline:";
+      for (const char* m : {"insert", "search_skew", "search_unique", "erase"}) {
+        const std::string k = m;
+        os << " " << k << " " << Fixed(p.Get(k + "_ratio"), 2) << "x ("
+           << Fixed(p.Get(k + "_ratio_min"), 2) << "-" << Fixed(p.Get(k + "_ratio_max"), 2) << ")";
+      }
+      os << "\n";
+    }
   }
   if (!s.summary.empty()) {
     os << "  summary:";
@@ -720,6 +749,10 @@ std::string ToJson(const BenchReport& r) {
   j.Key("recovery_keys");
   j.BeginArray();
   for (const uint64_t n : c.recovery_keys) j.Uint(n);
+  j.EndArray();
+  j.Key("dup_datasets");
+  j.BeginArray();
+  for (const auto& d : c.dup_datasets) j.String(d);
   j.EndArray();
   j.EndObject();
   j.Key("notes");

@@ -86,6 +86,10 @@ struct BenchConfig {
   // Recovery experiment: for each size, build a pool, SIGKILL the builder (fork), time
   // reopen-to-first-request; then the same after a clean Close. Empty: not run.
   std::vector<uint64_t> recovery_keys;
+  // Duplicate-key experiment (bench/duplicates.h: Pea Hash Figures 8-10) on the chosen kinds
+  // with the multi-value API: datasets "zipf:S", "wiki-talk", "cit-patents", "file:PATH" of
+  // about `keys` pairs each. Empty: not run.
+  std::vector<std::string> dup_datasets;
 };
 
 struct BuildInfo {
@@ -242,9 +246,10 @@ struct SeriesPoint {
     }
     return NAN;
   }
+  bool Has(std::string_view name) const { return !std::isnan(Get(name)); }
 };
 struct Series {
-  std::string experiment;  // "growth", "recovery"
+  std::string experiment;  // "growth", "recovery", "duplicates"
   std::string index;       // "reh", "absl::flat_hash_map"
   std::string durability;
   std::vector<NamedValue> summary;

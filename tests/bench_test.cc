@@ -1,7 +1,8 @@
 // bench_test: the benchmark harness's own parts — key distributions (shape checked
 // statistically), mixed operation streams (valid in any order), the latency histogram
 // (percentiles against a sorted array), the JSON report (parsed by python3, schema fields), and
-// end-to-end runs of every registered kind (multimap kinds: the phases that update left out).
+// end-to-end runs of every registered kind (multimap kinds: the phases that update left out), and
+// the duplicate-key experiment.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -240,6 +241,15 @@ TEST(Report, PlotScriptDrawsEveryFigure) {
   c.persist_probe = true;
   BenchReport report;
   ASSERT_TRUE(RunBench(c, nullptr, &report).ok());
+  BenchConfig dup;  // the duplicates figure: its own run (the experiment needs a multi kind)
+  dup.indexes = {"pea-multi"};
+  dup.keys = 2000;
+  dup.table = false;
+  dup.dup_datasets = {"zipf:0", "zipf:0.8"};
+  BenchReport dup_report;
+  ASSERT_TRUE(RunBench(dup, nullptr, &dup_report).ok());
+  for (Series& s : dup_report.series) report.series.push_back(std::move(s));
+  report.config.dup_datasets = dup.dup_datasets;
   char dir[] = "/tmp/pmhash-plot-test-XXXXXX";
   ASSERT_NE(mkdtemp(dir), nullptr);
   const std::string json = std::string(dir) + "/r.json";
@@ -248,7 +258,8 @@ TEST(Report, PlotScriptDrawsEveryFigure) {
       std::string(PMHASH_SOURCE_DIR) + "/scripts/plot " + json + " -o " + dir + " > /dev/null";
   ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
   for (const char* fig :
-       {"throughput", "threads", "latency-cdf", "write-amp", "growth", "utility", "recovery"}) {
+       {"throughput", "threads", "latency-cdf", "write-amp", "growth", "utility", "recovery",
+        "duplicates"}) {
     const std::string png = std::string(dir) + "/r-" + fig + ".png";
     std::ifstream f(png, std::ios::binary);
     char magic[4] = {};
@@ -596,6 +607,83 @@ TEST(Kinds, MultiKindsSkipThePhasesThatUpdate) {
     ASSERT_EQ(row.phases.size(), 1u) << row.Label();
     EXPECT_EQ(row.phases[0].name, "insert");
   }
+}
+
+// The duplicate-key experiment (bench/duplicates.h): both rows of every multi kind on every
+// dataset, their pair and key counts, ratios only in the paper-design row, compactions only there,
+// a SNAP file read by path, and clear errors for what cannot run.
+TEST(Duplicates, ExperimentRunsBothRowsOnEveryDataset) {
+  char path[] = "/tmp/pmhash-edges-XXXXXX";
+  const int fd = mkstemp(path);
+  ASSERT_GE(fd, 0);
+  const std::string edges = "# FromNodeId\tToNodeId\n1\t2\n1\t3\n7 1\n\n1 2\n";
+  ASSERT_EQ(write(fd, edges.data(), edges.size()), static_cast<ssize_t>(edges.size()));
+  close(fd);
+  BenchConfig c;
+  c.indexes = {"pea-multi", "pea"};  // pea: no multi API, left out of the experiment
+  c.durabilities = {Durability::kAdr, Durability::kDram};
+  c.keys = 20000;
+  c.table = false;
+  c.repeat = 2;
+  c.dup_datasets = {"zipf:0.8", "wiki-talk", std::string("file:") + path};
+  BenchReport report;
+  const Status s = RunBench(c, nullptr, &report);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  EXPECT_TRUE(report.ok());
+  ASSERT_EQ(report.series.size(), 4u);  // (baseline, paper) x 2 durabilities
+  for (const Series& se : report.series) {
+    SCOPED_TRACE(se.Label());
+    EXPECT_EQ(se.experiment, "duplicates");
+    EXPECT_TRUE(se.error.ok()) << se.error.ToString();
+    const bool baseline = se.index == "pea-multi (baseline)";
+    EXPECT_TRUE(baseline || se.index == "pea-multi");
+    ASSERT_EQ(se.points.size(), 3u);
+    EXPECT_EQ(se.points[0].Get("pairs"), 20000);
+    EXPECT_LT(se.points[0].Get("distinct_keys"), 20000);  // skewed: many duplicates
+    EXPECT_LE(se.points[1].Get("pairs"), 20000);           // scaled-down wiki-Talk
+    EXPECT_GT(se.points[1].Get("pairs"), 19000);
+    EXPECT_EQ(se.points[2].Get("pairs"), 4);  // the file: comments and blank lines skipped
+    EXPECT_EQ(se.points[2].Get("distinct_keys"), 2);
+    for (const SeriesPoint& p : se.points) {
+      for (const char* m : {"insert_mops", "search_skew_meps", "search_unique_meps",
+                            "erase_meps", "avg_utility"}) {
+        EXPECT_GT(p.Get(m), 0) << m;
+      }
+      EXPECT_LT(p.Get("avg_utility"), 1);
+      EXPECT_EQ(p.Has("insert_ratio"), !baseline);
+      EXPECT_EQ(p.Has("erase_ratio_max"), !baseline);
+    }
+    // Compaction is the adaptive design's: never in the baseline, always under skew 0.8.
+    if (baseline) {
+      EXPECT_EQ(se.points[0].Get("compactions"), 0);
+    } else {
+      EXPECT_GT(se.points[0].Get("compactions"), 0);
+    }
+  }
+  std::ostringstream text;
+  for (const Series& se : report.series) WriteSeries(text, report, se);
+  EXPECT_NE(text.str().find("wiki-talk"), std::string::npos) << text.str();
+  EXPECT_NE(text.str().find("vs baseline: insert"), std::string::npos) << text.str();
+  const std::string json = ToJson(report);
+  const size_t at = json.find("\"dup_datasets\"");
+  ASSERT_NE(at, std::string::npos);
+  EXPECT_LT(at, json.find("\"wiki-talk\"", at));
+  unlink(path);
+
+  // What cannot run says why.
+  BenchConfig bad = c;
+  bad.repeat = 1;
+  bad.dup_datasets = {"zipf:1.5"};
+  ASSERT_TRUE(RunBench(bad, nullptr, &report).ok());
+  ASSERT_FALSE(report.series.empty());
+  EXPECT_NE(report.series[0].error.ToString().find("skew must be in [0, 1)"), std::string::npos);
+  bad.dup_datasets = {std::string("file:") + path};  // removed above
+  ASSERT_TRUE(RunBench(bad, nullptr, &report).ok());
+  EXPECT_TRUE(report.series[0].error.IsNotFound()) << report.series[0].error.ToString();
+  bad.indexes = {"pea"};
+  const Status none = RunBench(bad, nullptr, &report);
+  EXPECT_TRUE(none.IsNotSupported()) << none.ToString();
+  EXPECT_NE(none.ToString().find("multi-value API"), std::string::npos) << none.ToString();
 }
 
 }  // namespace

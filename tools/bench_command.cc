@@ -254,6 +254,16 @@ int BenchMain(const ParsedArgs& args) {
         c.recovery_keys.push_back(n);
       }
     }
+    if (auto v = args.Value("dataset")) {
+      std::vector<std::string> items;
+      PMHASH_RETURN_IF_ERROR(SplitList(*v, "--dataset", &items));
+      c.dup_datasets.clear();
+      for (const auto& item : items) {
+        const bool named = item.rfind("zipf:", 0) == 0 || item.rfind("file:", 0) == 0 ||
+                           item == "wiki-talk" || item == "cit-patents";
+        c.dup_datasets.push_back(named ? item : "file:" + item);  // anything else: a path
+      }
+    }
     if (args.Has("no-table")) c.table = false;
     // A preset's recovery sizes follow --keys when only --keys is given.
     if ((args.Has("keys") || args.Has("paper-size")) && !args.Has("recovery") &&

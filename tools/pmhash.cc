@@ -121,6 +121,10 @@ constexpr FlagSpec kBenchFlags[] = {
     {"growth-steps", "S", "steps of the growth experiment (default 50)"},
     {"sample-ops", "K", "timed operations of each kind per growth step (default 1000)"},
     {"recovery", "N[,N...]", "also run the recovery experiment with these key counts"},
+    {"dataset", "D[,D...]",
+     "also run the duplicate-key experiment (kinds with the multi-value API,\n"
+     "e.g. pea-multi) on these datasets: zipf:S (0 <= S < 1), wiki-talk,\n"
+     "cit-patents (generated), or a SNAP edge-list FILE (\"src dst\" lines)"},
     {"no-table", "", "skip the throughput tables (experiments only)"},
     {"quiet", "", "no progress on stderr"},
     kHelpFlag,

@@ -159,7 +159,8 @@
 // Operations:
 //   * Insert(k, v): a pointer slot of k among the candidate buckets -> append v to its list
 //     (value store, persist; count store, persist: two fences); else a (key, value) slot as in
-//     pea (one fence in line 0). All candidates full -> compaction of each candidate in probe
+//     pea (one fence in line 0), in the candidate that already holds one of k's (key, value)
+//     slots if it has room, else in the emptier one. All candidates full -> compaction of each candidate in probe
 //     order: the keys with two or more entries in the bucket (the pending one counts) move into
 //     new buffers, and the bucket is rewritten with their pointer slots in front (paper: "bucket
 //     compaction"; pointer slots of emptied lists are dropped). Only when no candidate frees a
@@ -173,9 +174,17 @@
 //     more than one 8-byte store. Erase(k) of the uint64 API is EraseAll.
 //   * FindAll: the optimistic read of pea over every candidate, collecting every (key, value)
 //     match and the heads of the pointer slots; the bucket versions are validated before a head
-//     is followed and again after the values are copied (I13).
+//     is followed and again after the values are copied (I13). Find (one value) stops at the
+//     first candidate that has k.
+//   * A key's entries are kept in one bucket where there is room (insert and split above), so
+//     that EraseAll is mostly one header store; it is not an invariant (a full bucket sends the
+//     next entry to another candidate), so EraseAll and FindAll still read every candidate where
+//     pea stops at the first hit: on unique keys pea-multi's erase is about 0.55x of pea's
+//     (docs/results.md). An invariant "one bucket per key" (a full home bucket compacted instead
+//     of spilling, splits refusing to separate a key) would let them stop early: not done yet.
 //   * Splits copy pointer slots as (key, offset) words, pointer slots first so that each new
-//     bucket gets them as its prefix; lists never move.
+//     bucket gets them as its prefix, then each key's (key, value) slots together into one
+//     bucket where it has room; lists never move.
 //   * adaptive_buckets = 0 (pool property): the paper's baseline ("Dash with value buffers",
 //     section 4): every key is a (key, pointer) slot from its first value, to a buffer of 4 values
 //     that doubles; no compaction.
@@ -477,6 +486,16 @@ class Pea : public index::EngineBase<Pea<P, kRecords, kMulti>, P, Config> {
   // offsets checked).
   template <class Out>
   bool ReadList(uint64_t head, Out* out) const;
+  // The number of values in the list at `head`. REQUIRES: the lock of its slot's bucket.
+  uint64_t ListPairs(uint64_t head) const {
+    uint64_t pairs = 0;
+    for (uint64_t off = head; off != 0;) {
+      const uint64_t st = Node(off)->state.load(std::memory_order_relaxed);
+      pairs += NodeCount(st);
+      off = NodeNext(st);
+    }
+    return pairs;
+  }
   void RetireList(uint64_t head, bool keep_head);
   Status MultiWrite(const Probe& p, Value v, WriteMode mode);
   // REQUIRES: the bucket lock of the list's slot held.
@@ -484,11 +503,32 @@ class Pea : public index::EngineBase<Pea<P, kRecords, kMulti>, P, Config> {
   // Data-aware compaction of a full bucket (paper 3.3). REQUIRES: its lock held. *freed: a slot
   // became free; *inserted: (x, v) went into a new buffer with x's other values.
   Status Compact(PmBucket* b, Key x, Value v, bool* freed, bool* inserted);
+  // Word stores that must land together, at most a redo log's worth (kLogWords: enough for
+  // every header and pointer slot of four candidate buckets), kept on the stack.
+  class WordStores {
+   public:
+    struct Store {  // an aggregate: the array below is not zeroed on every call
+      std::atomic<uint64_t>* first;
+      uint64_t second;
+    };
+    void push_back(Store s) { s_[n_++] = s; }  // REQUIRES: size() < kLogWords
+    size_t size() const { return n_; }
+    bool empty() const { return n_ == 0; }
+    const Store& operator[](size_t i) const { return s_[i]; }
+    const Store* begin() const { return s_.data(); }
+    const Store* end() const { return s_.data() + n_; }
+
+   private:
+    std::array<Store, kLogWords> s_;
+    size_t n_ = 0;
+  };
+  static_assert(kLogWords >= 4 * (1 + kSlots), "EraseAll's worst case fits one log");
   // The stores land together: one 8-byte store and a persist, or a redo log (MultiLog).
-  void CommitStores(const std::vector<std::pair<std::atomic<uint64_t>*, uint64_t>>& stores);
-  // Calls fn(slot index, is pointer slot) for every live slot of bucket b holding key k.
+  void CommitStores(const WordStores& stores);
+  Status EraseAllProbe(const Probe& p);
+  // Calls fn(slot index, is pointer slot) for every live slot of bucket b holding key p.k.
   template <class Fn>
-  void ForEachMatch(const PmBucket* b, Key k, Fn&& fn) const;
+  void ForEachMatch(const PmBucket* b, const Probe& p, Fn&& fn) const;
   // Every value of k into *out (clear, push_back, empty: a std::vector, or FirstValue for Find).
   template <class Out>
   Status SearchAll(Key k, Out* out) const;
@@ -902,7 +942,7 @@ Status Pea<P, R, M>::Erase(Key k) {
 
 template <pm::PersistPolicy P, bool R, bool M>
 Status Pea<P, R, M>::EraseProbe(const Probe& p) {
-  if constexpr (M) return EraseAll(p.k);
+  if constexpr (M) return EraseAllProbe(p);
   if (life_.closed()) [[unlikely]] return index::Lifecycle::ClosedError(kKindName);
   EpochManager::Guard guard(epoch_);
   const Locked w = LockAndLocate(p);

@@ -50,10 +50,14 @@ bool Pea<P, R, M>::ReadList(uint64_t head, Out* out) const {
     if (steps > chunk_count_ || !values_->PlausibleRecord(off, sizeof(ValueNode))) return false;
     const ValueNode* n = Node(off);
     const uint64_t st = n->state.load(std::memory_order_acquire);
-    const uint64_t c = std::min<uint64_t>(NodeCount(st), NodeCapacity(n->geom));
+    uint64_t c = std::min<uint64_t>(NodeCount(st), NodeCapacity(n->geom));
     if (!values_->Contains(off, sizeof(ValueNode) + 8 * c)) return false;
+    if constexpr (std::is_same_v<Out, FirstValue>) c = std::min<uint64_t>(c, 1);  // Find
     const std::atomic<uint64_t>* v = NodeValues(const_cast<ValueNode*>(n));
     for (uint64_t i = 0; i < c; i++) out->push_back(v[i].load(std::memory_order_relaxed));
+    if constexpr (std::is_same_v<Out, FirstValue>) {
+      if (!out->empty()) break;
+    }
     off = NodeNext(st);
   }
   return true;
@@ -72,13 +76,14 @@ void Pea<P, R, M>::RetireList(uint64_t head, bool keep_head) {
 
 template <pm::PersistPolicy P, bool R, bool M>
 template <class Fn>
-void Pea<P, R, M>::ForEachMatch(const PmBucket* b, Key k, Fn&& fn) const {
+void Pea<P, R, M>::ForEachMatch(const PmBucket* b, const Probe& p, Fn&& fn) const {
+  const Key k = p.k;
   const uint64_t w0 = b->hdr[0].load(std::memory_order_acquire);
   const uint64_t w1 = b->hdr[1].load(std::memory_order_relaxed);
   const int nptr = PtrSlots(w0);
   const uint32_t live = KvOcc(w0) | ((1u << nptr) - 1);
   const __m128i tags = _mm_set_epi64x(static_cast<long long>(w1), static_cast<long long>(w0));
-  for (uint32_t m = (Match16(tags, Fp(hash_(k))) >> 2) & live; m; m &= m - 1) {
+  for (uint32_t m = (Match16(tags, Fp(p.h)) >> 2) & live; m; m &= m - 1) {
     const int j = std::countr_zero(m);
     if (b->slots[j].key.load(std::memory_order_relaxed) == k) fn(j, j < nptr);
   }
@@ -88,8 +93,7 @@ void Pea<P, R, M>::ForEachMatch(const PmBucket* b, Key k, Fn&& fn) const {
 }
 
 template <pm::PersistPolicy P, bool R, bool M>
-void Pea<P, R, M>::CommitStores(
-    const std::vector<std::pair<std::atomic<uint64_t>*, uint64_t>>& stores) {
+void Pea<P, R, M>::CommitStores(const WordStores& stores) {
   if (stores.empty()) return;
   if (stores.size() == 1) {
     stores[0].first->store(stores[0].second, std::memory_order_release);
@@ -249,7 +253,7 @@ Status Pea<P, R, M>::Compact(PmBucket* b, Key x, Value v, bool* freed, bool* ins
     img[0] |= uint64_t{1} << (1 + j);
     put(en);
   }
-  std::vector<std::pair<std::atomic<uint64_t>*, uint64_t>> stores;
+  WordStores stores;
   auto* words = reinterpret_cast<std::atomic<uint64_t>*>(b);
   for (int w = 0; w < 2 + 2 * kSlots; w++) {
     // Words of slots that end up free need not change.
@@ -276,9 +280,11 @@ Status Pea<P, R, M>::MultiWrite(const Probe& p, Value v, WriteMode mode) {
   for (;;) {
     const Locked w = LockAndLocate(p);
     std::atomic<uint64_t>* list = nullptr;  // a pointer slot of k
+    PmBucket* home = nullptr;               // the first candidate with a (key, value) slot of k
     for (int c = 0; c < w.nc && !list; c++) {
-      ForEachMatch(w.cand[c], k, [&](int j, bool ptr) {
+      ForEachMatch(w.cand[c], p, [&](int j, bool ptr) {
         if (ptr && !list) list = &w.cand[c]->slots[j].value;
+        if (!ptr && !home) home = w.cand[c];
       });
     }
     Status result = Status::OK();
@@ -291,7 +297,11 @@ Status Pea<P, R, M>::MultiWrite(const Probe& p, Value v, WriteMode mode) {
     } else {
       PmBucket* tgt = nullptr;
       const int o1 = Used(w.cand[0]);
-      if (w.st == kSingleHash) {
+      if (home && Used(home) < kSlots) {
+        // Keep a key's entries together where there is room: EraseAll then clears them with
+        // one header store instead of a redo-logged step over two buckets.
+        tgt = home;
+      } else if (w.st == kSingleHash) {
         if (o1 < kSlots) tgt = w.cand[0];
       } else {
         const int o2 = Used(w.cand[1]);
@@ -355,8 +365,10 @@ Status Pea<P, R, M>::MultiWrite(const Probe& p, Value v, WriteMode mode) {
 template <pm::PersistPolicy P, bool R, bool M>
 template <class Out>
 Status Pea<P, R, M>::SearchAll(Key k, Out* out) const {
+  constexpr bool kFirstOnly = std::is_same_v<Out, FirstValue>;
   EpochManager::Guard guard(epoch_);
-  const uint64_t h = hash_(k);
+  const Probe p = MakeProbe(k);
+  const uint64_t h = p.h;
   const uint32_t b1 = Bucket1(h);
   uint64_t heads[4 * kSlots];
   for (;;) {
@@ -367,17 +379,24 @@ Status Pea<P, R, M>::SearchAll(Key k, Out* out) const {
     const uint64_t e = d->entries[i].load(std::memory_order_acquire);
     const uint64_t sid = EntrySid(e);
     const uint32_t st = EntryStrategy(e);
-    SegLocks& L = locks_[sid];
-    uint32_t sv;
-    if (!SnapshotSegment(L, d, i, e, &sv)) continue;
     const PmBucket* cand[4] = {BucketAt(sid, b1), nullptr, nullptr, nullptr};
     int nc = 1;
     uint32_t mask = 1u << (b1 & (kBucketLocks - 1));
+    // Both candidates are read whole (a key's entries may be in either): their misses overlap.
+    PrefetchBucket(cand[0]);
     if (st >= kTwoChoice) {
       const uint32_t b2 = Bucket2(h, b1);
       cand[nc++] = BucketAt(sid, b2);
       mask |= 1u << (b2 & (kBucketLocks - 1));
+      if constexpr (kFirstOnly) {
+        __builtin_prefetch(cand[1]);  // read only if b1 has no entry of k
+      } else {
+        PrefetchBucket(cand[1]);
+      }
     }
+    SegLocks& L = locks_[sid];
+    uint32_t sv;
+    if (!SnapshotSegment(L, d, i, e, &sv)) continue;
     if (st == kStash) {
       cand[nc++] = StashBucket(sid, 0);
       cand[nc++] = StashBucket(sid, 1);
@@ -395,7 +414,10 @@ Status Pea<P, R, M>::SearchAll(Key k, Out* out) const {
       continue;
     }
     for (int c = 0; c < nc; c++) {
-      ForEachMatch(cand[c], k, [&](int j, bool ptr) {
+      if constexpr (kFirstOnly) {
+        if (nh > 0 || !out->empty()) break;  // Find: one value is enough
+      }
+      ForEachMatch(cand[c], p, [&](int j, bool ptr) {
         if (ptr) {
           heads[nh++] = cand[c]->slots[j].value.load(std::memory_order_acquire);
         } else {
@@ -443,12 +465,13 @@ template <pm::PersistPolicy P, bool R, bool M>
 Status Pea<P, R, M>::Erase(Key k, Value v) requires M {
   if (life_.closed()) [[unlikely]] return index::Lifecycle::ClosedError(kKindName);
   EpochManager::Guard guard(epoch_);
-  const Locked w = LockAndLocate(MakeProbe(k));
+  const Probe p = MakeProbe(k);
+  const Locked w = LockAndLocate(p);
   bool found = false;
   uint64_t retire = 0;  // a node replaced or unlinked
   for (int c = 0; c < w.nc && !found; c++) {
     PmBucket* b = w.cand[c];
-    ForEachMatch(b, k, [&](int j, bool ptr) {
+    ForEachMatch(b, p, [&](int j, bool ptr) {
       if (found || ptr || b->slots[j].value.load(std::memory_order_relaxed) != v) return;
       const uint64_t w0 = b->hdr[0].load(std::memory_order_relaxed);
       b->hdr[0].store(w0 & ~(uint64_t{1} << (1 + j)), std::memory_order_release);  // I4
@@ -459,7 +482,7 @@ Status Pea<P, R, M>::Erase(Key k, Value v) requires M {
   Status result = Status::OK();
   for (int c = 0; c < w.nc && !found; c++) {
     PmBucket* b = w.cand[c];
-    ForEachMatch(b, k, [&](int j, bool ptr) {
+    ForEachMatch(b, p, [&](int j, bool ptr) {
       if (found || !ptr) return;
       // The word that names the current node: the slot's, then the previous node's state.
       std::atomic<uint64_t>* link = &b->slots[j].value;
@@ -520,17 +543,23 @@ Status Pea<P, R, M>::Erase(Key k, Value v) requires M {
 
 template <pm::PersistPolicy P, bool R, bool M>
 Status Pea<P, R, M>::EraseAll(Key k) requires M {
+  return EraseAllProbe(MakeProbe(k));
+}
+
+template <pm::PersistPolicy P, bool R, bool M>
+Status Pea<P, R, M>::EraseAllProbe(const Probe& p) {
   if (life_.closed()) [[unlikely]] return index::Lifecycle::ClosedError(kKindName);
   EpochManager::Guard guard(epoch_);
-  const Locked w = LockAndLocate(MakeProbe(k));
-  std::vector<std::pair<std::atomic<uint64_t>*, uint64_t>> stores;
-  std::vector<uint64_t> tails;  // lists after emptied heads: unreachable once committed
+  const Locked w = LockAndLocate(p);
+  WordStores stores;
+  std::array<uint64_t, kLogWords> tails;  // lists after emptied heads: unreachable once committed
+  size_t ntails = 0;
   uint64_t removed = 0;
   for (int c = 0; c < w.nc; c++) {
     PmBucket* b = w.cand[c];
     const uint64_t w0 = b->hdr[0].load(std::memory_order_relaxed);
     uint64_t nw0 = w0;
-    ForEachMatch(b, k, [&](int j, bool ptr) {
+    ForEachMatch(b, p, [&](int j, bool ptr) {
       if (!ptr) {
         nw0 &= ~(uint64_t{1} << (1 + j));
         removed++;
@@ -539,11 +568,9 @@ Status Pea<P, R, M>::EraseAll(Key k) requires M {
       ValueNode* head = Node(b->slots[j].value.load(std::memory_order_relaxed));
       const uint64_t st = head->state.load(std::memory_order_relaxed);
       if (st == 0) return;
-      std::vector<Value> vals;
-      ReadList(b->slots[j].value.load(std::memory_order_relaxed), &vals);
-      removed += vals.size();
+      removed += ListPairs(b->slots[j].value.load(std::memory_order_relaxed));
       stores.push_back({&head->state, 0});  // the head stays, empty (compaction drops it)
-      tails.push_back(NodeNext(st));
+      tails[ntails++] = NodeNext(st);
     });
     if (nw0 != w0) stores.push_back({&b->hdr[0], nw0});
   }
@@ -553,7 +580,7 @@ Status Pea<P, R, M>::EraseAll(Key k) requires M {
   }
   CommitStores(stores);  // one step (I12)
   Unlock(w, w.mask);
-  for (uint64_t t : tails) RetireList(t, false);
+  for (size_t x = 0; x < ntails; x++) RetireList(tails[x], false);
   size_.Add(-static_cast<int64_t>(removed));
   return Status::OK();
 }

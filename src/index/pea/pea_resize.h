@@ -153,11 +153,34 @@ bool Pea<P, R, M>::Place(const std::vector<Item>& items, uint32_t s, BucketImage
     b.kv[2 * j + 1] = it.value;
     if (j < kFpSlots) SetFpByte(b.hdr, j, Fp(it.hash));
   };
+  // pea-multi: does image bucket b hold a (key, value) slot of it.key? (A key's entries are
+  // placed together where there is room, as inserts do.)
+  auto holds = [](const BucketImage& b, const Item& it) {
+    const uint32_t live = KvOcc(b.hdr[0]);
+    const uint32_t fp = Match16(reinterpret_cast<const uint8_t*>(b.hdr), Fp(it.hash)) >> 2;
+    for (uint32_t m = (fp | (1u << kFpSlots)) & live; m; m &= m - 1) {
+      if (b.kv[2 * std::countr_zero(m)] == it.key) return true;
+    }
+    return false;
+  };
   for (const Item& it : items) {
     const uint32_t b1 = Bucket1(it.hash);
     BucketImage* tgt = nullptr;
     const int o1 = count(img[b1]);
-    if (s == kSingleHash) {
+    BucketImage* home = nullptr;
+    if constexpr (M) {
+      if (!it.ptr) {
+        BucketImage* cands[4] = {&img[b1], nullptr, nullptr, nullptr};
+        if (s != kSingleHash) cands[1] = &img[Bucket2(it.hash, b1)];
+        if (s == kStash) cands[2] = &stash[0], cands[3] = &stash[1];
+        for (BucketImage* c : cands) {
+          if (c && !home && count(*c) < kSlots && holds(*c, it)) home = c;
+        }
+      }
+    }
+    if (home) {
+      tgt = home;
+    } else if (s == kSingleHash) {
       if (o1 < kSlots) tgt = &img[b1];
     } else {
       const uint32_t b2 = Bucket2(it.hash, b1);
@@ -252,6 +275,7 @@ Status Pea<P, R, M>::Split(Directory* d, uint64_t i, uint64_t e, uint32_t* need_
     collect(StashBucket(sid, 1));
   }
   if constexpr (M) {
+    // Pointer slots first: each new bucket gets them as its prefix.
     std::stable_partition(items.begin(), items.end(), [](const Item& it) { return it.ptr; });
   }
   std::vector<Leaf> leaves;
