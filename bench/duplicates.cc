@@ -10,18 +10,13 @@
 #include <string>
 #include <unordered_set>
 
+#include "bench/experiments.h"
 #include "bench/keys.h"
 #include "bench/workload.h"
 
 namespace pmhash::bench {
 
 namespace {
-
-using Clock = std::chrono::steady_clock;
-
-double Seconds(Clock::time_point a, Clock::time_point b) {
-  return std::chrono::duration<double>(b - a).count();
-}
 
 struct GraphShape {
   std::string_view name;

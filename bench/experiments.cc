@@ -18,12 +18,6 @@ namespace pmhash::bench {
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
-double Seconds(Clock::time_point a, Clock::time_point b) {
-  return std::chrono::duration<double>(b - a).count();
-}
-
 struct Footprint {
   uint64_t size = 0, capacity = 0, bytes = 0, pm = 0, dram = 0, resizes = 0;
 };

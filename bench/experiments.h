@@ -20,6 +20,7 @@
 // index is covered.
 #pragma once
 
+#include <chrono>
 #include <vector>
 
 #include "bench/driver.h"
@@ -28,6 +29,12 @@
 #include "bench/results.h"
 
 namespace pmhash::bench {
+
+// Wall-clock seconds between two points of the experiments' clock.
+using Clock = std::chrono::steady_clock;
+inline double Seconds(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
 
 std::vector<Series> RunGrowth(const BenchConfig& c, const KeySet& keys, PoolFile* file,
                               BenchListener* l);

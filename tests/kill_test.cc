@@ -143,20 +143,8 @@ TEST_P(KillTest, AcknowledgedOpsSurviveSigkill) {
     // Replay what the child reported.
     std::optional<Rec> inflight;
     uint64_t acks = 0;
-    for (const Rec& r : recs) {
-      ASSERT_NE(r.type, uint64_t{kError})
-          << "child saw op " << r.op << " on key " << r.key << " fail with code " << r.value;
-      if (r.type == kIntent) {
-        ASSERT_FALSE(inflight.has_value()) << "two intents without an ack";
-        inflight = r;
-      } else if (r.type == kAck) {
-        ASSERT_TRUE(inflight.has_value());
-        ASSERT_EQ(inflight->key, r.key);
-        Apply(model, r);
-        inflight.reset();
-        acks++;
-      }
-    }
+    ASSERT_NO_FATAL_FAILURE(
+        ReplayAcks(recs, [&](const Rec& r) { Apply(model, r); }, &inflight, &acks));
     total_acks += acks;
     ASSERT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL)
         << "child ended on its own (status " << status << ") before the kill";

@@ -23,6 +23,7 @@
 #include <cstdint>
 #include <cstring>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -127,6 +128,31 @@ inline void RunChildAndKill(const std::function<void(int fd)>& child, int delay_
   }
   close(fds[0]);
   ASSERT_EQ(waitpid(pid, status, 0), pid);
+}
+
+// Replays what a killed child reported: apply(record) for every acknowledged operation, in
+// order; *inflight: the intent left without an ack (the operation in flight at the kill), if
+// any; *acks: how many were acknowledged. A kError record, an ack without its intent or two
+// intents in a row fail the test. Use with ASSERT_NO_FATAL_FAILURE.
+template <class Apply>
+void ReplayAcks(const std::vector<KillRec>& records, Apply&& apply,
+                std::optional<KillRec>* inflight, uint64_t* acks) {
+  inflight->reset();
+  *acks = 0;
+  for (const KillRec& r : records) {
+    ASSERT_NE(r.type, uint64_t{kError})
+        << "child saw op " << r.op << " on key " << r.key << " fail with code " << r.value;
+    if (r.type == kIntent) {
+      ASSERT_FALSE(inflight->has_value()) << "two intents without an ack";
+      *inflight = r;
+    } else if (r.type == kAck) {
+      ASSERT_TRUE(inflight->has_value());
+      ASSERT_EQ((*inflight)->key, r.key);
+      apply(r);
+      inflight->reset();
+      ++*acks;
+    }
+  }
 }
 
 }  // namespace pmhash::testing

@@ -425,28 +425,6 @@ TEST(MultiFacade, AbandonedPoolRecovers) {
 // Concurrency
 // ============================================================================================
 
-// First error seen by any thread (threads do not use gtest assertions).
-class Errors {
- public:
-  void Add(const std::string& e) {
-    std::lock_guard<std::mutex> g(mu_);
-    if (count_++ == 0) first_ = e;
-  }
-  bool any() const {
-    std::lock_guard<std::mutex> g(mu_);
-    return count_ != 0;
-  }
-  std::string Report() const {
-    std::lock_guard<std::mutex> g(mu_);
-    return std::to_string(count_) + " error(s); first: " + first_;
-  }
-
- private:
-  mutable std::mutex mu_;
-  uint64_t count_ = 0;
-  std::string first_;
-};
-
 // The script of every key (its writer runs it, in order, and nobody else writes the key):
 //   for i in 0 .. n-1:  Insert(k, V(i));  if i % 4 == 3: Erase(k, V(i - 2))
 // then, for odd key ids, EraseAll(k). V(i) = id << 32 | i, so a value of another key shows.
@@ -939,20 +917,8 @@ TYPED_TEST(MultiKill, AcknowledgedPairsSurviveSigkill) {
 
       std::optional<KillRec> inflight;
       uint64_t acks = 0;
-      for (const KillRec& r : recs) {
-        ASSERT_NE(r.type, uint64_t{kError})
-            << "child saw op " << r.op << " on key " << r.key << " fail with code " << r.value;
-        if (r.type == kIntent) {
-          ASSERT_FALSE(inflight.has_value()) << "two intents without an ack";
-          inflight = r;
-        } else if (r.type == kAck) {
-          ASSERT_TRUE(inflight.has_value());
-          ASSERT_EQ(inflight->key, r.key);
-          ApplyMulti(model, r);
-          inflight.reset();
-          acks++;
-        }
-      }
+      ASSERT_NO_FATAL_FAILURE(ReplayAcks(
+          recs, [&](const KillRec& r) { ApplyMulti(model, r); }, &inflight, &acks));
       total_acks += acks;
       ASSERT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL)
           << "child ended on its own (status " << status << ") before the kill";

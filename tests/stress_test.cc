@@ -38,28 +38,6 @@
 namespace pmhash::testing {
 namespace {
 
-// First error seen by any thread (threads do not use gtest assertions).
-class Errors {
- public:
-  void Add(const std::string& e) {
-    std::lock_guard<std::mutex> g(mu_);
-    if (count_++ == 0) first_ = e;
-  }
-  bool any() const {
-    std::lock_guard<std::mutex> g(mu_);
-    return count_ != 0;
-  }
-  std::string Report() const {
-    std::lock_guard<std::mutex> g(mu_);
-    return std::to_string(count_) + " error(s); first: " + first_;
-  }
-
- private:
-  mutable std::mutex mu_;
-  uint64_t count_ = 0;
-  std::string first_;
-};
-
 template <class T>
 class StressTest : public ::testing::Test {
  protected:

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <mutex>
 #include <cstdint>
 #include <cstdlib>
 #include <string>
@@ -238,5 +239,27 @@ void ExpectUpdateEraseOnePersistFailuresNone(Index& ix, Counters& ctr, uint64_t 
   EXPECT_EQ(t.fences, 0u);
   EXPECT_EQ(t.nt_bytes, 0u);
 }
+
+// First error seen by any thread (threads do not use gtest assertions).
+class Errors {
+ public:
+  void Add(const std::string& e) {
+    std::lock_guard<std::mutex> g(mu_);
+    if (count_++ == 0) first_ = e;
+  }
+  bool any() const {
+    std::lock_guard<std::mutex> g(mu_);
+    return count_ != 0;
+  }
+  std::string Report() const {
+    std::lock_guard<std::mutex> g(mu_);
+    return std::to_string(count_) + " error(s); first: " + first_;
+  }
+
+ private:
+  mutable std::mutex mu_;
+  uint64_t count_ = 0;
+  std::string first_;
+};
 
 }  // namespace pmhash::testing
