@@ -246,6 +246,7 @@
 #include <new>
 #include <string>
 #include <type_traits>
+#include <unordered_map>
 #include <unordered_set>
 #include <vector>
 
@@ -324,6 +325,7 @@ class Pea : public index::EngineBase<Pea<P, kRecords, kMulti>, P, Config> {
     uint64_t sid = 0;
     std::unique_ptr<BucketImage[]> img;
     BucketImage stash[2];
+    bool together = false;  // pea-multi: Place kept every key's slots in one bucket
   };
 
   Pea(std::unique_ptr<pm::Pool> pool, const Config& config);
@@ -449,7 +451,7 @@ class Pea : public index::EngineBase<Pea<P, kRecords, kMulti>, P, Config> {
 
   // Split planning: place items into a fresh segment image under strategy s.
   bool Place(const std::vector<Item>& items, uint32_t s, BucketImage* img,
-             BucketImage* stash) const;
+             BucketImage* stash, bool* together) const;
   Status Plan(std::vector<Item>&& items, uint64_t prefix, uint32_t depth,
               std::vector<Leaf>* leaves) const;
 

@@ -252,6 +252,26 @@ Status Pea<P, R, M>::CheckInvariants() const {
       live++;
     }
   };
+  // pea-multi: a segment flagged `together` (SegLocks) has each key's slots in one bucket.
+  auto check_together = [&](uint64_t sid, uint32_t st) {
+    std::unordered_map<Key, const PmBucket*> where;
+    auto visit = [&](const PmBucket* b) {
+      const uint64_t w0 = b->hdr[0].load();
+      for (uint32_t m = KvOcc(w0) | ((1u << PtrSlots(w0)) - 1); m && err.empty(); m &= m - 1) {
+        const Key k = b->slots[std::countr_zero(m)].key.load();
+        const auto [it, fresh] = where.emplace(k, b);
+        if (!fresh && it->second != b) {
+          err = "key " + std::to_string(k) + " has slots in two buckets of segment " +
+                std::to_string(sid) + ", which is flagged as keeping every key in one bucket";
+        }
+      }
+    };
+    for (uint32_t b = 0; b < params_.segment_buckets; b++) visit(BucketAt(sid, b));
+    if (st == kStash) {
+      visit(StashBucket(sid, 0));
+      visit(StashBucket(sid, 1));
+    }
+  };
   uint64_t segments = 0;
   for (uint64_t i = 0; i < d->size() && err.empty();) {
     const uint64_t e = d->entries[i].load();
@@ -282,6 +302,9 @@ Status Pea<P, R, M>::CheckInvariants() const {
       if (StashSidWord(sid).load() == 0) return fail("stash segment missing");
       check_bucket(StashBucket(sid, 0), prefix, ld, st, 0, sid, true);
       check_bucket(StashBucket(sid, 1), prefix, ld, st, 0, sid, true);
+    }
+    if constexpr (M) {
+      if (err.empty() && L.together.load() != 0) check_together(sid, st);
     }
     segments++;
     i += stride;

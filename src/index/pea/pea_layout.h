@@ -106,6 +106,12 @@ inline constexpr uint32_t LastStrategy(PeaStrategies m) {
 struct alignas(64) SegLocks {
   VersionLock seg;
   VersionLock bucket[kBucketLocks];
+  // pea-multi, DRAM only: 1 while every key of the segment has all its slots in one bucket, so
+  // that FindAll and EraseAll may stop at the first candidate holding the key. Set for a new
+  // pool's segments and by the split that writes a segment keeping each key together; cleared,
+  // under the bucket locks and before they are released, by an insert that gives a key a slot
+  // in a second bucket. 0 after a reopen (not known: every candidate is read).
+  std::atomic<uint8_t> together{0};
 };
 static_assert(sizeof(SegLocks) == 64, "one cache line per segment");
 // The lock table lives in a HugeArray (raw mapped storage): Recover() constructs the lines in

@@ -312,6 +312,9 @@ Status Pea<P, R, M>::MultiWrite(const Probe& p, Value v, WriteMode mode) {
         }
       }
       if (tgt && params_.adaptive_buckets) {
+        // k now has slots in two buckets: readers of this segment must read every candidate
+        // (stored before the unlock below publishes the insert).
+        if (home && tgt != home) w.L->together.store(0, std::memory_order_relaxed);
         InsertIntoBucket(tgt, k, v, Fp(p.h));
         modified = w.mask;
         size_.Add(1);
@@ -413,10 +416,11 @@ Status Pea<P, R, M>::SearchAll(Key k, Out* out) const {
       CpuRelax();
       continue;
     }
+    // Find needs one value; FindAll may stop at the first candidate holding k when the segment
+    // keeps every key in one bucket (a writer that changes that bumps a version validated below).
+    const bool first_bucket = kFirstOnly || L.together.load(std::memory_order_relaxed) != 0;
     for (int c = 0; c < nc; c++) {
-      if constexpr (kFirstOnly) {
-        if (nh > 0 || !out->empty()) break;  // Find: one value is enough
-      }
+      if (first_bucket && (nh > 0 || !out->empty())) break;
       ForEachMatch(cand[c], p, [&](int j, bool ptr) {
         if (ptr) {
           heads[nh++] = cand[c]->slots[j].value.load(std::memory_order_acquire);
@@ -555,11 +559,15 @@ Status Pea<P, R, M>::EraseAllProbe(const Probe& p) {
   std::array<uint64_t, kLogWords> tails;  // lists after emptied heads: unreachable once committed
   size_t ntails = 0;
   uint64_t removed = 0;
-  for (int c = 0; c < w.nc; c++) {
+  // With every key of the segment in one bucket, the first candidate holding k has all of it.
+  const bool first_bucket = w.L->together.load(std::memory_order_relaxed) != 0;
+  bool seen = false;
+  for (int c = 0; c < w.nc && !(first_bucket && seen); c++) {
     PmBucket* b = w.cand[c];
     const uint64_t w0 = b->hdr[0].load(std::memory_order_relaxed);
     uint64_t nw0 = w0;
     ForEachMatch(b, p, [&](int j, bool ptr) {
+      seen = true;
       if (!ptr) {
         nw0 &= ~(uint64_t{1} << (1 + j));
         removed++;

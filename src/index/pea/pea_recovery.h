@@ -153,6 +153,15 @@ Status Pea<P, R, M>::Recover() {
   // The mapping is zero-filled, but only a constructor begins an atomic's lifetime (as REH
   // constructs its directory entries in place).
   std::uninitialized_default_construct_n(locks_.data(), locks_.size());
+  if constexpr (M) {
+    // A new pool's segments are empty, so every key is in one bucket. After a reopen that is not
+    // known (the flag is DRAM only): it stays 0 until a split rewrites the segment.
+    if (pool_->created()) {
+      for (uint64_t x = 0; x < locks_.size(); x++) {
+        locks_[x].together.store(1, std::memory_order_relaxed);
+      }
+    }
+  }
   auto dir = std::make_unique<Directory>();
   dir->depth = g;
   dir->root = pick;

@@ -118,7 +118,8 @@ Status Pea<P, R, M>::Transition(Directory* d, uint64_t i, uint64_t e, uint32_t t
 
 template <pm::PersistPolicy P, bool R, bool M>
 bool Pea<P, R, M>::Place(const std::vector<Item>& items, uint32_t s, BucketImage* img,
-                      BucketImage* stash) const {
+                      BucketImage* stash, bool* together) const {
+  *together = true;
   // Build order inside a bucket: lines 1..3 first, so that line 0 stays free for the next
   // one-flush inserts; slot 14 (no fingerprint) last.
   static constexpr int kOrder[kSlots] = {3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 0, 1, 2, 14};
@@ -153,10 +154,10 @@ bool Pea<P, R, M>::Place(const std::vector<Item>& items, uint32_t s, BucketImage
     b.kv[2 * j + 1] = it.value;
     if (j < kFpSlots) SetFpByte(b.hdr, j, Fp(it.hash));
   };
-  // pea-multi: does image bucket b hold a (key, value) slot of it.key? (A key's entries are
-  // placed together where there is room, as inserts do.)
+  // pea-multi: does image bucket b hold a slot of it.key? (A key's slots are placed together
+  // where there is room, as inserts do; *together says whether every key's were.)
   auto holds = [](const BucketImage& b, const Item& it) {
-    const uint32_t live = KvOcc(b.hdr[0]);
+    const uint32_t live = KvOcc(b.hdr[0]) | ((1u << PtrSlots(b.hdr[0])) - 1);
     const uint32_t fp = Match16(reinterpret_cast<const uint8_t*>(b.hdr), Fp(it.hash)) >> 2;
     for (uint32_t m = (fp | (1u << kFpSlots)) & live; m; m &= m - 1) {
       if (b.kv[2 * std::countr_zero(m)] == it.key) return true;
@@ -167,18 +168,16 @@ bool Pea<P, R, M>::Place(const std::vector<Item>& items, uint32_t s, BucketImage
     const uint32_t b1 = Bucket1(it.hash);
     BucketImage* tgt = nullptr;
     const int o1 = count(img[b1]);
-    BucketImage* home = nullptr;
+    BucketImage* home = nullptr;  // pea-multi: a candidate that already holds a slot of the key
     if constexpr (M) {
-      if (!it.ptr) {
-        BucketImage* cands[4] = {&img[b1], nullptr, nullptr, nullptr};
-        if (s != kSingleHash) cands[1] = &img[Bucket2(it.hash, b1)];
-        if (s == kStash) cands[2] = &stash[0], cands[3] = &stash[1];
-        for (BucketImage* c : cands) {
-          if (c && !home && count(*c) < kSlots && holds(*c, it)) home = c;
-        }
+      BucketImage* cands[4] = {&img[b1], nullptr, nullptr, nullptr};
+      if (s != kSingleHash) cands[1] = &img[Bucket2(it.hash, b1)];
+      if (s == kStash) cands[2] = &stash[0], cands[3] = &stash[1];
+      for (BucketImage* c : cands) {
+        if (c && !home && holds(*c, it)) home = c;
       }
     }
-    if (home) {
+    if (home && count(*home) < kSlots) {
       tgt = home;
     } else if (s == kSingleHash) {
       if (o1 < kSlots) tgt = &img[b1];
@@ -192,6 +191,7 @@ bool Pea<P, R, M>::Place(const std::vector<Item>& items, uint32_t s, BucketImage
       }
     }
     if (!tgt) return false;
+    if (home && tgt != home) *together = false;
     put(*tgt, it);
   }
   return true;
@@ -217,7 +217,7 @@ Status Pea<P, R, M>::Plan(std::vector<Item>&& items, uint64_t prefix, uint32_t d
     leaf.img.reset(new BucketImage[params_.segment_buckets]);
     bool placed = false;
     for (uint32_t s = first_strategy_; s <= last_strategy_ && !placed; s++) {
-      if (Place(q[x], s, leaf.img.get(), leaf.stash)) {
+      if (Place(q[x], s, leaf.img.get(), leaf.stash, &leaf.together)) {
         leaf.strategy = s;
         placed = true;
       }
@@ -299,6 +299,7 @@ Status Pea<P, R, M>::Split(Directory* d, uint64_t i, uint64_t e, uint32_t* need_
     if (off.ok()) {
       leaves[x].sid = SidOf(off.value());
       locks_[leaves[x].sid].seg.MarkLocked();  // fresh or dead
+      locks_[leaves[x].sid].together.store(leaves[x].together, std::memory_order_relaxed);
       if (leaves[x].strategy == kStash) s = EnsureStash(leaves[x].sid);
       if (!s.ok()) x++;  // free this one too
     }
