@@ -176,12 +176,15 @@
 //     match and the heads of the pointer slots; the bucket versions are validated before a head
 //     is followed and again after the values are copied (I13). Find (one value) stops at the
 //     first candidate that has k.
-//   * A key's entries are kept in one bucket where there is room (insert and split above), so
-//     that EraseAll is mostly one header store; it is not an invariant (a full bucket sends the
-//     next entry to another candidate), so EraseAll and FindAll still read every candidate where
-//     pea stops at the first hit: on unique keys pea-multi's erase is about 0.55x of pea's
-//     (docs/results.md). An invariant "one bucket per key" (a full home bucket compacted instead
-//     of spilling, splits refusing to separate a key) would let them stop early: not done yet.
+//   * A key's slots are kept in one bucket where there is room (insert and split above), so that
+//     EraseAll is mostly one header store. It is not an invariant (a full bucket sends the next
+//     entry to another candidate), so each segment has a DRAM flag, SegLocks::together: set for
+//     a new pool's segments and by a split that kept every key together, cleared (under the
+//     bucket locks, before the unlock that publishes the insert) by an insert that spills a key
+//     into a second bucket. While it is set, FindAll and EraseAll stop at the first candidate
+//     holding the key, as pea's Find and Erase do; a reader that raced with the clearing insert
+//     fails its version validation and retries. After a reopen the flag is 0 (unknown: every
+//     candidate is read) until a split rewrites the segment. CheckInvariants checks it.
 //   * Splits copy pointer slots as (key, offset) words, pointer slots first so that each new
 //     bucket gets them as its prefix, then each key's (key, value) slots together into one
 //     bucket where it has room; lists never move.
