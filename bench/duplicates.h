@@ -44,7 +44,7 @@ namespace pmhash::bench {
 struct DupDataset {
   std::string name;  // "zipf:0.4", "wiki-talk", "file:edges.txt"
   std::vector<std::pair<Key, Value>> pairs;
-  uint64_t distinct_keys = 0;
+  std::vector<Key> keys;  // every distinct key once, shuffled (unique search, erase)
 };
 
 // The dataset `spec` names (see above), of about `pairs` pairs.

@@ -424,7 +424,7 @@ class Pea : public index::EngineBase<Pea<P, kRecords, kMulti>, P, Config> {
     uint32_t mask;      // bucket-lock bits held
     PmBucket* cand[4];  // candidate buckets in probe order: b1 [, b2 [, stash 0, stash 1]]
     int nc;
-    PmBucket* hit;  // bucket holding the key, or nullptr
+    PmBucket* hit;  // bucket holding the key, or nullptr (always nullptr in pea-multi)
     int j;          // its slot
   };
   // Retries until the key's candidate buckets are locked under an unchanged directory entry and
@@ -854,7 +854,7 @@ typename Pea<P, R, M>::Locked Pea<P, R, M>::LockAndLocate(const Probe& p) {
     }
     int j = -1;
     PmBucket* hit = nullptr;
-    for (int c = 0; c < nc && !hit; c++) {
+    for (int c = 0; c < nc && !hit && !M; c++) {  // pea-multi scans with ForEachMatch instead
       j = SearchBucket(cand[c], p);
       if (j >= 0) hit = cand[c];
     }
