@@ -104,16 +104,19 @@ struct TurboParams {
 struct SmartHtParams {
   // Pool properties.
   // log2 of the head buckets of a new pool. 0 (default): from the pool size, one head per 1 KiB
-  // of pool (the paper uses 2^24 heads), at least 2^6 and at most 2^24. The array doubles as keys
+  // of pool (the paper uses 2^24 heads), at least 2^6 and at most 2^24. The heads grow as keys
   // arrive (grow_keys_per_head), so this only sets the starting point.
   std::optional<uint32_t> head_bits;
   std::optional<uint32_t> max_head_bits;  // 28: the head array never grows past 2^max_head_bits
+  // Heads split at a time by linear-hashing growth (a power of two, 1..1024; default 16): one
+  // fence pair per batch, and a batch is the longest that a writer's growth step holds locks.
+  std::optional<uint32_t> split_batch;
   // Open-time.
   // Bloom filter bits per key of capacity (one 64 B block per key, 8 bits set in it): 24 gives
   // a false-positive rate near 1e-4 (the paper's target).
   uint32_t filter_bits_per_key = 24;
-  // The head array doubles when the table holds more than this many keys per head bucket
-  // (three slots per bucket). 0: never grow.
+  // The table splits heads (linear hashing, split_batch at a time) while it holds more than this
+  // many keys per head bucket in use (three slots per bucket). 0: never grow.
   double grow_keys_per_head = 3.0;
   // Erased keys leave stale bits in the filter; it is rebuilt (in the background) once the keys
   // erased since it was built pass this fraction of the keys it was sized for.

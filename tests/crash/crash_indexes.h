@@ -200,8 +200,9 @@ struct TurboKvTraits {
 };
 
 // SmartHT: 2 heads, growing at 3 keys per head, so the first operations chain buckets (head
-// insertion) and double the head array; erases make the filter stale enough to be rebuilt by a
-// background task, which the harness runs between operations (manual mode).
+// insertion) and split heads (linear hashing, batches of up to 16, new segments); erases make
+// the filter stale enough to be rebuilt by a background task, which the harness runs between
+// operations (manual mode), as it runs the rebuilds that grow the filter.
 struct SmartHtTraits {
   static constexpr std::string_view kName = "smartht";
   static constexpr bool kLockFreeReads = false;  // readers wait for the stripe's writer
@@ -218,8 +219,8 @@ struct SmartHtTraits {
     o.hash_mode = mode;
     return o;
   }
-  // (The skewed run's few hundred live keys fit the small pool, growth's shadow copy included;
-  // a larger pool would only make every image dearer. The other runs cover the filter save.)
+  // (The skewed run's few hundred live keys fit the small pool; a larger pool would only make
+  // every image dearer. The other runs cover the filter save.)
   static Options Deep(HashMode mode) {
     Options o = Small(mode);
     o.smartht.save_filter_min_keys = 1024;  // the default: small tables rebuild at open
@@ -230,7 +231,8 @@ struct SmartHtTraits {
     return o;
   }
   static std::vector<CoverageTarget> Coverage(bool) {
-    return {{"doublings", 1, "head-array doubling"},
+    return {{"doublings", 1, "a level of linear hashing completed (a new segment)"},
+            {"smartht.split_batches", 4, "split batches (build, commit, clean up)"},
             {"smartht.chain.links", 1, "a new chained bucket (head insertion)"},
             {"smartht.filter.rebuilds", 1, "a filter rebuild by the background task"}};
   }

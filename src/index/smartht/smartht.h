@@ -17,7 +17,7 @@
 //     an erase whose key the filter rules out answers kNotFound without reading PM; an insert
 //     whose key the filter rules out skips the duplicate check of the chain.
 //
-// Operations (head bucket H = heads[h >> (64 - L)], h the key's 64-bit hash):
+// Operations (head bucket H = the head of address a(h), h the key's 64-bit hash; see Growth):
 //   * Insert (Algorithm 1): a free slot of H or of H's first chained bucket takes the pair:
 //     key and value stored, then the token, then one flush + fence of that one line. Both full:
 //     a new bucket is built with the pair in slot 0 and next = H.next, persisted, fenced; then
@@ -30,14 +30,15 @@
 //     matches (the token is a 7-bit fingerprint with the top bit set, not the paper's plain 1,
 //     so most non-matching slots are skipped without reading their key).
 //
-// Concurrency (paper III-B): reader-writer spin locks, one per stripe of consecutive head
-// buckets (stripe = the top S hash bits, S <= L; 256 heads per stripe on large tables, as in
-// the paper, one head per stripe on tables of <= 64 heads). Reads take the stripe shared,
-// writes exclusive; the lock is held across the persist, so no reader ever sees a write that a
-// crash can undo. Structure changes (head-array doubling, the swap of a rebuilt filter) take
-// every stripe exclusive, in order, under resize_mu_ (one resize at a time) and stw_mu_; an
-// operation that sees such a stop-the-world phase under way sleeps on stw_mu_ instead of
-// spinning on its stripe.
+// Concurrency (paper III-B): reader-writer spin locks, one per stripe of head buckets (stripe =
+// the low S hash bits, S <= L, fixed for the life of the open: 256 heads per stripe on large
+// tables, as in the paper, one head per stripe on tables of <= 64 heads). Since S <= L, a head
+// and the head it splits into (a + 2^L) share a stripe. Reads take the stripe shared, writes
+// exclusive; the lock is held across the persist, so no reader ever sees a write that a crash
+// can undo. A split batch takes the stripes of its heads exclusive, in ascending order, under
+// resize_mu_ (one batch at a time); the only stop-the-world phase left is the swap of a rebuilt
+// filter (a pointer swap under every stripe, in order, under stw_mu_; an operation that sees it
+// under way sleeps on stw_mu_ instead of spinning on its stripe).
 //
 // Filter: a split-block Bloom filter: a key selects one 64 B block and sets one bit in each of
 // its eight 64-bit words, so a query costs one DRAM cache miss. Sized for
@@ -47,19 +48,36 @@
 // since the last build pass rebuild_erased_ratio of its capacity, and after a crash.
 // While a filter is being filled, writers add their keys to it as well as to the live one.
 //
-// Growth (beyond the paper, which fixes 2^24 heads): when the table holds more than
-// grow_keys_per_head keys per head, the head array doubles. First version: stop-the-world (all
-// stripes exclusive) and crash-atomic by shadowing: the new array and every new chained bucket
-// are written in fresh chunks, persisted, then ONE 8-byte root store switches to them; the old
-// chunks are freed after. The filter is rebuilt for the new capacity in the same pass.
-// Future work: an incremental, linear-hashing-style split of one head at a time.
+// Growth (beyond the paper, which fixes 2^24 heads): linear hashing, one small batch of heads at
+// a time, never stopping the world. The table is at level L with split pointer s (0 <= s < 2^L):
+// 2^L + s heads are in use, and a key's address is a(h) = h mod 2^L, or h mod 2^(L+1) if that is
+// below s. When the table holds more than grow_keys_per_head keys per head in use, the writer
+// that notices splits the next batch of B = min(split_batch, 2^L) heads s..s+B-1 (their stripes
+// locked) into heads 2^L+s..2^L+s+B-1; past s = 2^L the level becomes L+1, s = 0 (the same
+// addresses). Per batch:
+//   1. Build (fresh chunks only): the new heads (their slots in the next segment of the head
+//      array, never read before the commit) holding the "movers" (bit L of h set) of every
+//      source chain, with fresh chained buckets past three; and for each source head that has
+//      chained buckets, a fresh compact chain C of its "stayers" that are not in the head
+//      bucket. NtCopy all; one fence.
+//   2. Commit: root 0 = (L, s + B) or (L + 1, 0): one persisted 8-byte store.
+//   3. Clean up each source head: H.next = C (8-byte store) and the movers' tokens in H cleared
+//      (one-byte stores), all in H's line: one flush each, one fence for the batch; the old
+//      chained buckets are freed. A crash before 3 ends leaves movers in the source chains,
+//      each a copy of a pair its new head holds: recovery clears them (the last batch is known
+//      from root 0 and split_batch), so 3 is redone, never undone.
+// The head array is a list of segments that double (segment 0: the 2^L0 heads of the new pool;
+// segment k >= 1: heads [2^(L0+k-1), 2^(L0+k))), named by a directory block (root 2); segment k
+// is allocated and its directory word persisted when level L0+k-1 starts, before any head in it
+// is written. The filter is keyed by h alone, so splits never touch it; it is rebuilt larger in
+// the background once the keys pass its capacity.
 //
 // Recovery (paper III-D): after a clean shutdown the filter saved in the pool is loaded (its
 // checksum, geometry and key count must match; otherwise it is rebuilt); after a crash the index
 // serves at once with an empty, *incomplete* filter that a background task fills: while it is
 // incomplete, negative searches go to PM, so the filter never gives a false negative. Open
-// itself walks every chain once (reachability for the chunk allocator, every offset validated),
-// which is the part not yet lazy.
+// itself walks every chain once (reachability for the chunk allocator, every offset validated,
+// a split batch cut by the crash cleaned up), which is the part not yet lazy.
 //
 // ============================================================================================
 // Layout
@@ -69,16 +87,20 @@
 //     [ tok0 tok1 tok2 | pad:5 ][ key0 | val0 ][ key1 | val1 ][ key2 | val2 ][ next:8 ]
 //       0    1    2      3..7     8              24             40             56
 //
-//     tok j: 0 = slot j free, 0x80 | (h & 0x7F) = slot j holds a live pair whose key hashes to h.
+//     tok j: 0 = slot j free, 0x80 | (h >> 57) = slot j holds a live pair whose key hashes to h
+//            (the top bits: the address takes the low ones).
 //     next:  pool offset of the next bucket of the chain, 0 = end.
 //
 //   Pool roots:
-//     root 0  [ L:8 | head array offset:56 ]   the table: 2^L contiguous 64 B chunks
+//     root 0  [ L:8 | s:56 ]     the geometry: level L, split pointer s; 2^L + s heads in use
 //     root 1  offset of the saved filter (clean shutdown only; cleared, persisted, at every
 //             open before the first write)
+//     root 2  offset of the directory block (4 chunks, 256 B):
+//             [ L0 | seg 0 | seg 1 | ... | seg 30 ]   seg k: offset of segment k, 0 = none yet
+//             segment 0 = 2^L0 contiguous heads, segment k >= 1 = 2^(L0+k-1) contiguous heads
 //
 //   Saved filter (chunks of 64 B, allocated at Close):
-//     [ magic:8 | L:8 | blocks:8 | keys:8 | stale:8 | checksum:8 | pad:16 ][ blocks x 64 B ]
+//     [ magic:8 | root 0:8 | blocks:8 | keys:8 | stale:8 | checksum:8 | pad:16 ][ blocks x 64 B ]
 //     checksum = XXH3-64 of the blocks, seeded with the other header words.
 //
 //   DRAM: stripes (one 64 B line each: a RwSpinLock), the filter (blocks x 64 B), no per-bucket
@@ -88,7 +110,8 @@
 // Crash-consistency invariants
 // ============================================================================================
 //   I1  A slot holds a live pair iff its token is non-zero; a non-zero token equals
-//       Token(hash(key)) and the key's head is the bucket's chain head (recovery checks both).
+//       Token(hash(key)) and a(hash(key)) is the bucket's chain head (recovery checks both),
+//       except for the movers a crash left in the sources of the last split batch (I8).
 //   I2  Insert into a free slot: key and value are stored before the token, all in one line, and
 //       the line is flushed once: under whole-line write-back an image with the token has the
 //       pair. With tear_safe the slot is persisted before the token is stored (8-byte model).
@@ -96,14 +119,20 @@
 //       linked it (head insertion: NtCopy + fence, then H.next + persist).
 //   I4  Erase clears one token (one byte, failure-atomic) and persists it; update stores one
 //       8-byte value and persists it.
-//   I5  Growth writes only fresh chunks until the root store; if root 0 names the new array,
-//       every bucket reachable from it was persisted before (fence before the root store).
-//   I6  No leak: the allocator's bitmap is rebuilt from root 0 at open; a bucket allocated but
-//       not linked, a half-built table, the chunks of an old table and a saved filter are free.
+//   I5  A split batch writes only fresh chunks and heads beyond those in use until its root
+//       store; if root 0 counts a head in use, its chain was persisted before (fence before the
+//       root store). A segment's directory word is persisted before any of its heads is used.
+//   I6  No leak: the allocator's bitmap is rebuilt from roots 0 and 2 at open; a bucket
+//       allocated but not linked, a batch's chains before its commit, the chained buckets a
+//       batch's cleanup unlinked and a saved filter are free.
 //   I7  The saved filter is used only if the pool was shut down cleanly, root 1 names it, and
 //       its checksum, geometry and key count match; root 1 is cleared (persisted) before the
 //       first write of the open, so a filter can never be trusted for a pool changed after it
 //       was saved.
+//   I8  Only the last split batch (from root 0: level L, heads [s - B, s), or the last batch of
+//       level L - 1 if s = 0) may hold movers in its source chains; each is a copy of a pair
+//       that its new head's chain holds (built and fenced before the commit). Open clears them
+//       (token, persisted) before serving; anywhere else a misplaced pair is kCorruption.
 //
 // Thread safety: every public operation may run concurrently; Close() requires quiescence.
 #pragma once
@@ -158,17 +187,44 @@ static_assert(offsetof(PmBucket, slots) == 8, "slots are 8-byte aligned after th
 static_assert(offsetof(PmBucket, next) == 56, "the next offset closes the line");
 static_assert(std::atomic<uint8_t>::is_always_lock_free);
 
-inline constexpr uint8_t Token(uint64_t h) { return static_cast<uint8_t>(0x80 | (h & 0x7F)); }
-inline constexpr uint64_t PackRoot(uint32_t bits, uint64_t off) {
-  return (uint64_t{bits} << 56) | (off & kOffsetMask);
+inline constexpr uint8_t Token(uint64_t h) { return static_cast<uint8_t>(0x80 | (h >> 57)); }
+
+// Root 0, the geometry: level L and split pointer s (2^L + s heads in use).
+inline constexpr uint64_t PackGeo(uint32_t bits, uint64_t split) {
+  return (uint64_t{bits} << 56) | (split & kOffsetMask);
 }
-inline constexpr uint32_t RootBits(uint64_t r) { return static_cast<uint32_t>(r >> 56); }
-inline constexpr uint64_t RootOffset(uint64_t r) { return r & kOffsetMask; }
+inline constexpr uint32_t GeoBits(uint64_t g) { return static_cast<uint32_t>(g >> 56); }
+inline constexpr uint64_t GeoSplit(uint64_t g) { return g & kOffsetMask; }
+inline constexpr uint64_t HeadsInUse(uint64_t g) { return (uint64_t{1} << GeoBits(g)) + GeoSplit(g); }
+// The head of hash h (linear hashing): h mod 2^L, or h mod 2^(L+1) if that head was split.
+inline constexpr uint64_t AddressOf(uint64_t h, uint64_t g) {
+  const uint64_t a = h & ((uint64_t{1} << GeoBits(g)) - 1);
+  return a < GeoSplit(g) ? h & ((uint64_t{2} << GeoBits(g)) - 1) : a;
+}
+
+// The directory block (root 2): the heads of the new pool (L0) and the segments' offsets.
+inline constexpr int kMaxSegments = 31;
+struct DirBlock {
+  uint64_t base_bits;
+  std::atomic<uint64_t> seg[kMaxSegments];
+};
+static_assert(sizeof(DirBlock) == 256, "the directory is four 64 B chunks");
+inline constexpr uint32_t kDirChunks = sizeof(DirBlock) / 64;
+// Segment k: its first head and its number of heads (k = 0: the 2^L0 heads of the new pool).
+inline constexpr uint64_t SegmentFirst(uint32_t l0, uint32_t k) {
+  return k ? uint64_t{1} << (l0 + k - 1) : 0;
+}
+inline constexpr uint64_t SegmentHeads(uint32_t l0, uint32_t k) {
+  return uint64_t{1} << (k ? l0 + k - 1 : l0);
+}
+inline constexpr uint32_t SegmentOf(uint32_t l0, uint64_t head) {
+  return head >> l0 ? static_cast<uint32_t>(std::bit_width(head)) - l0 : 0;
+}
 
 // The saved filter's header (one chunk), followed by the blocks.
 struct SavedFilterHeader {
   uint64_t magic;
-  uint64_t head_bits;
+  uint64_t geometry;  // root 0 when it was saved
   uint64_t blocks;
   uint64_t keys;
   uint64_t stale;
@@ -176,7 +232,7 @@ struct SavedFilterHeader {
   uint64_t pad[2];
 };
 static_assert(sizeof(SavedFilterHeader) == 64);
-inline constexpr uint64_t kSavedFilterMagic = 0x31544c4946485453ULL;  // "STHFILT1"
+inline constexpr uint64_t kSavedFilterMagic = 0x32544c4946485453ULL;  // "STHFILT2"
 
 // Split-block Bloom filter: one 64 B block per key, one bit in each of its eight words.
 class BloomFilter {
@@ -231,9 +287,11 @@ class BloomFilter {
 };
 
 // The pool properties, as stored in the pool header (src/index/descriptor.h).
-struct PersistentParams : index::LayoutWords<sizeof(PmBucket), kSlots> {
+// Layout version 2: linear hashing over segments (version 1, a doubled array, is refused).
+struct PersistentParams : index::LayoutWords<sizeof(PmBucket), kSlots, 2> {
   uint32_t head_bits = 0;
   uint32_t max_head_bits = 0;
+  uint32_t split_batch = 0;
 };
 
 // What an open index runs with: the pool's properties and this open's options.
@@ -269,6 +327,8 @@ struct Descriptor
       index::PoolProperty{"smartht.head_bits", &Params::head_bits, &Stored::head_bits, 0u},
       index::PoolProperty{"smartht.max_head_bits", &Params::max_head_bits,
                           &Stored::max_head_bits, 28u},
+      index::PoolProperty{"smartht.split_batch", &Params::split_batch, &Stored::split_batch,
+                          16u},
   };
   static std::string Check(const Stored& s) {
     if (s.max_head_bits < kMinHeadBits || s.max_head_bits > kMaxHeadBitsLimit) {
@@ -278,14 +338,17 @@ struct Descriptor
                              s.head_bits > 26)) {
       return "head_bits must be 0 (from the pool size) or in [1, min(max_head_bits, 26)]";
     }
+    if (s.split_batch < 1 || s.split_batch > 1024 || !std::has_single_bit(s.split_batch)) {
+      return "split_batch must be a power of two in [1, 1024]";
+    }
     return "";
   }
   static index::PoolLayout Layout(const Stored& s) {
-    return {sizeof(PmBucket), s.head_bits ? uint64_t{1} << s.head_bits : 64};
+    return {sizeof(PmBucket), kDirChunks + (s.head_bits ? uint64_t{1} << s.head_bits : 64)};
   }
   // Three slots per 64 B bucket; at grow_keys_per_head = 3 the table averages about half full
-  // just after a doubling (heads + chained buckets), and growth shadows the whole table. Plan
-  // for 0.2 plus the filter saved at Close.
+  // (heads + chained buckets), and the next segment is allocated whole when a level starts.
+  // Plan for 0.2 plus the filter saved at Close.
   static uint64_t EstimatePoolBytes(uint64_t keys) {
     return static_cast<uint64_t>(static_cast<double>(keys) * sizeof(PmBucket) / kSlots / 0.2) +
            keys * 4 + (uint64_t{64} << 10);
@@ -303,7 +366,9 @@ class SmartHt : public index::EngineBase<SmartHt<P>, P, Config> {
 
   // For tests, tools and the crash harness.
   pm::BackgroundWork& background() { return background_; }
-  uint32_t head_bits() const { return log_seen_.load(std::memory_order_acquire); }
+  // Level L of the table (2^L + s heads in use) and the heads in use.
+  uint32_t head_bits() const { return GeoBits(geo_.load(std::memory_order_acquire)); }
+  uint64_t heads() const { return HeadsInUse(geo_.load(std::memory_order_acquire)); }
   // True if the filter is complete (every live key in it): negative searches skip PM.
   bool filter_complete() const { return complete_.load(std::memory_order_acquire); }
   // True if the open loaded the filter saved at the last Close.
@@ -323,14 +388,32 @@ class SmartHt : public index::EngineBase<SmartHt<P>, P, Config> {
   SmartHt(std::unique_ptr<pm::Pool> pool, const Config& config);
 
   PmBucket* At(uint64_t off) const { return pool_->template At<PmBucket>(off); }
-  size_t HeadIndex(uint64_t h) const { return log_ ? h >> (64 - log_) : 0; }
-  size_t StripeOf(uint64_t h) const { return stripe_bits_ ? h >> (64 - stripe_bits_) : 0; }
+  // Head i (< HeadsInUse(geometry)). REQUIRES: its stripe locked, or no concurrent split.
+  PmBucket* HeadAt(uint64_t i) const {
+    const uint32_t k = SegmentOf(base_bits_, i);
+    return seg_[k].load(std::memory_order_relaxed) + (i - SegmentFirst(base_bits_, k));
+  }
+  // The head of hash h. REQUIRES: h's stripe locked (the geometry may move on, but not for h).
+  PmBucket* HeadFor(uint64_t h) const {
+    return HeadAt(AddressOf(h, geo_.load(std::memory_order_acquire)));
+  }
+  size_t StripeOf(uint64_t h) const { return h & (stripes_.size() - 1); }
   RwSpinLock& StripeLock(uint64_t h) const { return stripes_[StripeOf(h)].lock; }
-  // Heads [first, last) of stripe s (under the current log_).
-  void StripeHeads(size_t s, size_t* first, size_t* last) const {
-    const uint32_t shift = log_ - stripe_bits_;
-    *first = s << shift;
-    *last = (s + 1) << shift;
+  // Calls fn(i) for every head i of stripe x in use. REQUIRES: stripe x locked.
+  template <class Fn>
+  void ForStripeHeads(size_t x, Fn&& fn) const {
+    const uint64_t n = HeadsInUse(geo_.load(std::memory_order_acquire));
+    for (uint64_t i = x; i < n; i += stripes_.size()) fn(i);
+  }
+  // Calls fn(bucket) for every bucket of head i's chain, head first.
+  template <class Fn>
+  void ForChain(uint64_t i, Fn&& fn) const {
+    for (const PmBucket* b = HeadAt(i);;) {
+      fn(b);
+      const uint64_t next = b->next.load(std::memory_order_relaxed);
+      if (next == 0) return;
+      b = At(next);
+    }
   }
   // Locates k in the chain of head `head` (token t). REQUIRES: its stripe locked.
   bool Search(const PmBucket* head, Key k, uint8_t t, PmBucket** bucket, int* slot) const;
@@ -348,32 +431,38 @@ class SmartHt : public index::EngineBase<SmartHt<P>, P, Config> {
     if (stw_.load(std::memory_order_relaxed)) [[unlikely]] WaitStopTheWorld();
     return StripeLock(h);
   }
-  // Filter capacity (keys) of a table of 2^bits heads holding `keys` keys.
-  uint64_t FilterKeysFor(uint32_t bits, uint64_t keys) const;
+  // Filter capacity (keys) for a table holding `keys` keys.
+  uint64_t FilterKeysFor(uint64_t keys) const;
   void AddToFilters(uint64_t h);
 
   Status Write(Key k, Value v, WriteMode mode);
-  // Doubles the head array if it still has 2^seen heads (no-op if another thread is resizing).
-  Status Grow(uint32_t seen);
-  Status GrowLocked();
   void MaybeGrow();
+  // Splits the next batch of heads (Growth in the design note). REQUIRES: resize_mu_ held.
+  Status SplitBatch() PMHASH_REQUIRES(resize_mu_);
+  // Allocates segment k and persists its directory word. REQUIRES: resize_mu_ held.
+  Status AddSegment(uint32_t k) PMHASH_REQUIRES(resize_mu_);
   void MaybeScheduleRebuild();
+  void ScheduleRebuild();
   Status RebuildFilterTask();
 
   Status Create();
   Status Recover();
+  // Recovery: validates the directory and marks the segments reachable (I6).
+  Status RecoverDirectory(uint64_t geo);
   Status Quiesce();
   // Loads the filter saved at root 1 if it matches this table; false otherwise.
   bool LoadSavedFilter(uint64_t off, uint64_t live);
   Status SaveFilter();
 
-  // Table: written only with every stripe locked (growth); read under any stripe lock.
-  uint32_t log_ = 0;
-  uint64_t heads_off_ = 0;
-  PmBucket* heads_ = nullptr;
-  std::atomic<uint32_t> log_seen_{0};  // log_, for unlocked readers (growth trigger, stats)
-  uint32_t stripe_bits_ = 0;           // fixed for the life of the object, <= log_
-  HugeArray<Stripe> stripes_;
+  // Table. geo_ mirrors root 0; it moves on only under the stripes of the heads it adds (read it
+  // under any stripe lock, or with none for statistics). seg_[k] is set before any head of
+  // segment k is in use and stays until the index closes.
+  std::atomic<uint64_t> geo_{0};
+  uint32_t base_bits_ = 0;  // L0
+  uint64_t dir_off_ = 0;
+  std::atomic<PmBucket*> seg_[kMaxSegments] = {};
+  uint64_t seg_off_[kMaxSegments] = {};  // written at open and under resize_mu_
+  HugeArray<Stripe> stripes_;  // a power of two of them, <= 2^L0, fixed for the life of the open
 
   // Filter: replaced only with every stripe locked; read and added to under any stripe lock.
   std::unique_ptr<BloomFilter> filter_;
@@ -385,12 +474,15 @@ class SmartHt : public index::EngineBase<SmartHt<P>, P, Config> {
   std::atomic<uint64_t> filter_capacity_{0};  // keys the live filter was sized for
   bool filter_loaded_ = false;
 
-  Mutex resize_mu_;  // growth and filter rebuilds, one at a time
+  Mutex resize_mu_;   // split batches, one at a time
+  Mutex rebuild_mu_;  // filter rebuilds, one at a time
   mutable Mutex stw_mu_;                  // held with every stripe (LockAll)
   mutable std::atomic<bool> stw_{false};  // a LockAll is under way
   std::atomic<uint64_t> chained_{0};       // chained buckets (not heads)
   std::atomic<uint64_t> links_{0};         // head insertions since open
   std::atomic<uint64_t> rebuilds_{0};      // filter rebuilds since open
+  std::atomic<uint64_t> batches_{0};       // split batches since open
+  std::atomic<uint64_t> split_cleanups_{0};  // movers of a cut batch cleared at open (I8)
   std::atomic<uint64_t> grow_failures_{0};
   std::atomic<uint64_t> no_grow_below_{0};  // after a failed growth: retry past this size
   mutable StripedCounter false_positives_;  // filter said maybe, PM said no (Find)
@@ -407,11 +499,10 @@ SmartHt<P>::SmartHt(std::unique_ptr<pm::Pool> pool, const Config& config)
     : Base(std::move(pool), config),
       background_(pm::BackgroundOptions{config.background_threads, pool_->sim_hook()}) {}
 
+// Twice the keys: a growing table rebuilds its filter once per doubling of its keys.
 template <pm::PersistPolicy P>
-uint64_t SmartHt<P>::FilterKeysFor(uint32_t bits, uint64_t keys) const {
-  const double per_head = params_.grow_keys_per_head > 0 ? params_.grow_keys_per_head : 3.0;
-  const uint64_t cap = static_cast<uint64_t>(static_cast<double>(uint64_t{1} << bits) * per_head);
-  return std::max<uint64_t>({64, cap, keys + keys / 4});
+uint64_t SmartHt<P>::FilterKeysFor(uint64_t keys) const {
+  return std::max<uint64_t>(64, 2 * keys);
 }
 
 // Stop-the-world: operations that see stw_ wait on stw_mu_ (asleep) instead of spinning on a
@@ -451,7 +542,8 @@ bool SmartHt<P>::FilterMayContain(Key k) const {
   return r;
 }
 
-// The initial table: 2^head_bits empty heads (every byte written: the media may be dirty).
+// The initial table: the directory and segment 0, 2^head_bits empty heads (every byte written:
+// the media may be dirty).
 template <pm::PersistPolicy P>
 Status SmartHt<P>::Create() {
   uint32_t bits = params_.head_bits;
@@ -462,6 +554,8 @@ Status SmartHt<P>::Create() {
         std::min<uint32_t>(24, params_.max_head_bits));
   }
   const uint64_t n = uint64_t{1} << bits;
+  auto dir = pool_->allocator().Allocate(kDirChunks);
+  if (!dir.ok()) return dir.status();
   auto off = pool_->allocator().Allocate(static_cast<uint32_t>(n));
   if (!off.ok()) return off.status();
   alignas(64) PmBucket zero[16];
@@ -470,41 +564,109 @@ Status SmartHt<P>::Create() {
     const uint64_t m = std::min<uint64_t>(16, n - i);
     persist_.NtCopy(At(off.value() + i * sizeof(PmBucket)), zero, m * sizeof(PmBucket));
   }
+  alignas(64) DirBlock d{};
+  d.base_bits = bits;
+  d.seg[0].store(off.value(), std::memory_order_relaxed);
+  persist_.NtCopy(pool_->base() + dir.value(), &d, sizeof(d));
   persist_.Fence();
-  pool_->SetRoot(0, PackRoot(bits, off.value()));
+  pool_->SetRoot(0, PackGeo(bits, 0));
   pool_->SetRoot(1, 0);
+  pool_->SetRoot(2, dir.value());
   return pool_->CommitCreate();
 }
 
-// Walks every chain from root 0: reachability (cycles, shared and stray chunks are rejected by
-// MarkReachable), tokens against keys (I1), live keys counted. Then the filter: the saved one
-// (I7) or an incomplete one and a rebuild task.
+// Root 2: L0, the segments holding heads in use (present, each a whole reachable block), at
+// most the next one allocated ahead, none past it (I5, I6).
+template <pm::PersistPolicy P>
+Status SmartHt<P>::RecoverDirectory(uint64_t geo) {
+  pm::ChunkAllocator& alloc = pool_->allocator();
+  const uint64_t dir = pool_->root(2);
+  if (dir == 0) return Status::Corruption("smartht: pool has no directory (root 2 is empty)");
+  if (Status s = alloc.MarkReachable(dir, kDirChunks); !s.ok()) {
+    return Status::Corruption("smartht: directory: " + std::string(s.message()));
+  }
+  const auto* d = pool_->template At<DirBlock>(dir);
+  const uint32_t bits = GeoBits(geo);
+  if (d->base_bits < kMinHeadBits || d->base_bits > bits) {
+    return Status::Corruption("smartht: directory names 2^" + std::to_string(d->base_bits) +
+                              " first heads, table at level " + std::to_string(bits));
+  }
+  const auto l0 = static_cast<uint32_t>(d->base_bits);
+  const uint32_t in_use = bits - l0 + 1 + (GeoSplit(geo) ? 1 : 0);  // segments with heads in use
+  const uint32_t ahead = bits < params_.max_head_bits ? bits - l0 + 1 : bits - l0;
+  for (uint32_t k = 0; k < static_cast<uint32_t>(kMaxSegments); k++) {
+    const uint64_t off = d->seg[k];
+    const std::string what = "smartht: directory segment " + std::to_string(k);
+    if (off == 0) {
+      if (k < in_use) return Status::Corruption(what + " is missing");
+      continue;
+    }
+    if (k > ahead) return Status::Corruption(what + " is past the next level");
+    if (Status s = alloc.MarkReachable(off, static_cast<uint32_t>(SegmentHeads(l0, k)));
+        !s.ok()) {
+      return Status::Corruption(what + ": " + std::string(s.message()));
+    }
+    seg_off_[k] = off;
+    seg_[k].store(At(off), std::memory_order_relaxed);
+  }
+  base_bits_ = l0;
+  dir_off_ = dir;
+  return Status::OK();
+}
+
+// Walks every chain of the heads in use: reachability (cycles, shared and stray chunks are
+// rejected by MarkReachable), tokens and addresses against keys (I1), the movers of a split batch
+// that the crash cut cleared (I8), live keys counted. Then the filter: the saved one (I7) or an
+// incomplete one and a rebuild task.
 template <pm::PersistPolicy P>
 Status SmartHt<P>::Recover() {
   pm::ChunkAllocator& alloc = pool_->allocator();
-  const uint64_t root = pool_->root(0);
-  const uint32_t bits = RootBits(root);
-  const uint64_t off = RootOffset(root);
-  if (root == 0) return Status::Corruption("smartht: pool has no head array (root 0 is empty)");
+  const uint64_t geo = pool_->root(0);
+  const uint32_t bits = GeoBits(geo);
+  const uint64_t split = GeoSplit(geo);
+  if (geo == 0) return Status::Corruption("smartht: pool has no geometry (root 0 is empty)");
   if (bits < kMinHeadBits || bits > params_.max_head_bits) {
-    return Status::Corruption("smartht: head array of 2^" + std::to_string(bits) +
-                              " buckets (max_head_bits " + std::to_string(params_.max_head_bits) +
-                              ")");
+    return Status::Corruption("smartht: table at level " + std::to_string(bits) +
+                              " (max_head_bits " + std::to_string(params_.max_head_bits) + ")");
   }
-  const uint64_t n = uint64_t{1} << bits;
-  if (Status s = alloc.MarkReachable(off, static_cast<uint32_t>(n)); !s.ok()) {
-    return Status::Corruption("smartht: head array: " + std::string(s.message()));
+  const uint64_t batch = std::min<uint64_t>(params_.split_batch, uint64_t{1} << bits);
+  if (split >= (uint64_t{1} << bits) || split % batch != 0 ||
+      (split != 0 && bits == params_.max_head_bits)) {
+    return Status::Corruption("smartht: split pointer " + std::to_string(split) +
+                              " at level " + std::to_string(bits));
   }
-  uint64_t live = 0, chained = 0;
+  PMHASH_RETURN_IF_ERROR(RecoverDirectory(geo));
+  // I8: the sources of the last batch, [cut, cut + cut_n), split at level cut_level.
+  uint64_t cut = 0, cut_n = 0;
+  uint32_t cut_level = bits;
+  if (split != 0) {
+    cut_n = batch;
+    cut = split - batch;
+  } else if (bits > base_bits_) {
+    cut_level = bits - 1;
+    cut_n = std::min<uint64_t>(params_.split_batch, uint64_t{1} << cut_level);
+    cut = (uint64_t{1} << cut_level) - cut_n;
+  }
+  const uint64_t n = HeadsInUse(geo);
+  uint64_t live = 0, chained = 0, cleaned = 0;
   for (uint64_t i = 0; i < n; i++) {
     uint64_t steps = 0;
-    for (uint64_t b_off = off + i * sizeof(PmBucket); b_off != 0;) {
-      const PmBucket* b = At(b_off);
+    const uint32_t k = SegmentOf(base_bits_, i);
+    for (uint64_t b_off = seg_off_[k] + (i - SegmentFirst(base_bits_, k)) * sizeof(PmBucket);
+         b_off != 0;) {
+      PmBucket* b = At(b_off);
       for (int j = 0; j < kSlots; j++) {
         const uint8_t t = b->tokens[j].load(std::memory_order_relaxed);
         if (t == 0) continue;
         const uint64_t h = hash_(b->slots[j].key.load(std::memory_order_relaxed));
-        if (t != Token(h) || (h >> (64 - bits)) != i) {
+        const uint64_t a = AddressOf(h, geo);
+        if (t == Token(h) && a != i && i - cut < cut_n && a == i + (uint64_t{1} << cut_level)) {
+          b->tokens[j].store(0, std::memory_order_relaxed);  // I8: a copy its new head holds
+          persist_.Persist(&b->tokens[j], 1);
+          cleaned++;
+          continue;
+        }
+        if (t != Token(h) || a != i) {
           return Status::Corruption("smartht: bucket at offset " + std::to_string(b_off) +
                                     " slot " + std::to_string(j) + ": token " +
                                     std::to_string(t) + " does not match a key of head " +
@@ -528,16 +690,15 @@ Status SmartHt<P>::Recover() {
     }
   }
 
-  log_ = bits;
-  heads_off_ = off;
-  heads_ = At(off);
-  log_seen_.store(bits, std::memory_order_release);
+  geo_.store(geo, std::memory_order_release);
   // 256 heads per stripe (the paper) on large tables, at most 2^16 stripes, at least
-  // min(heads, 64) so small tables still run writers in parallel.
-  stripe_bits_ = bits <= 6 ? bits : bits <= 14 ? 6 : std::min<uint32_t>(16, bits - 8);
-  stripes_ = HugeArray<Stripe>(size_t{1} << stripe_bits_);
+  // min(heads, 64) so small tables still run writers in parallel; never more than 2^L, so that
+  // a head and every head split from it (a + 2^L, ...) share a stripe.
+  const uint32_t sb = bits <= 6 ? bits : bits <= 14 ? 6 : std::min<uint32_t>(16, bits - 8);
+  stripes_ = HugeArray<Stripe>(size_t{1} << sb);
   if (!stripes_) return Status::OutOfMemory("smartht: lock stripes");
   chained_.store(chained, std::memory_order_relaxed);
+  split_cleanups_.store(cleaned, std::memory_order_relaxed);
   size_.Reset(static_cast<int64_t>(live));
 
   const uint64_t saved = pool_->root(1);
@@ -545,7 +706,7 @@ Status SmartHt<P>::Recover() {
                    LoadSavedFilter(saved, live);
   if (saved != 0) pool_->SetRoot(1, 0);  // I7: durable before any write of this open
   if (!filter_loaded_) {
-    filter_capacity_.store(FilterKeysFor(bits, live));
+    filter_capacity_.store(FilterKeysFor(live));
     filter_ = std::make_unique<BloomFilter>(
         BloomFilter::BlocksFor(filter_capacity_.load(), params_.filter_bits_per_key));
     if (!*filter_) return Status::OutOfMemory("smartht: Bloom filter");
@@ -567,7 +728,7 @@ bool SmartHt<P>::LoadSavedFilter(uint64_t off, uint64_t live) {
   if (!alloc.ValidChunk(off, 1)) return false;
   const auto* hdr = pool_->template At<SavedFilterHeader>(off);
   const uint64_t blocks = hdr->blocks;
-  if (hdr->magic != kSavedFilterMagic || hdr->head_bits != log_ || hdr->keys != live ||
+  if (hdr->magic != kSavedFilterMagic || hdr->geometry != geo_.load() || hdr->keys != live ||
       blocks == 0 || blocks >= alloc.chunk_count() ||
       !alloc.ValidChunk(off, static_cast<uint32_t>(blocks + 1))) {
     return false;
@@ -602,7 +763,7 @@ Status SmartHt<P>::SaveFilter() {
   char* dst = pool_->base() + off.value();
   SavedFilterHeader h{};
   h.magic = kSavedFilterMagic;
-  h.head_bits = log_;
+  h.geometry = geo_.load();
   h.blocks = blocks;
   h.keys = Size();
   h.stale = static_cast<uint64_t>(std::max<int64_t>(0, stale_.load()));
@@ -660,7 +821,7 @@ Status SmartHt<P>::Find(Key k, Value* v) const {
   }
   PmBucket* b;
   int j;
-  const bool found = Search(&heads_[HeadIndex(h)], k, Token(h), &b, &j);
+  const bool found = Search(HeadFor(h), k, Token(h), &b, &j);
   if (found) *v = b->slots[j].value.load(std::memory_order_relaxed);
   l.unlock_shared();
   if (!found) {
@@ -677,7 +838,7 @@ Status SmartHt<P>::Write(Key k, Value v, WriteMode mode) {
   const uint8_t t = Token(h);
   RwSpinLock& l = StripeLockFor(h);
   l.lock();
-  PmBucket* head = &heads_[HeadIndex(h)];
+  PmBucket* head = HeadFor(h);
   // Every write reads the head bucket (a search, or a free slot) and the filter block: start the
   // bucket's miss before the filter's, so that the two overlap.
   __builtin_prefetch(head, 1);
@@ -755,7 +916,7 @@ Status SmartHt<P>::Write(Key k, Value v, WriteMode mode) {
   size_.Add(1);
   // The growth check sums the size counter: done when a chain grew, and on one insert in 64
   // otherwise (by hash bits), not on every insert.
-  if (j < 0 || ((h >> 8) & 63) == 0) MaybeGrow();
+  if (j < 0 || ((h >> 50) & 63) == 0) MaybeGrow();
   return Status::OK();
 }
 
@@ -771,7 +932,7 @@ Status SmartHt<P>::Erase(Key k) {
   }
   PmBucket* b;
   int j;
-  if (!Search(&heads_[HeadIndex(h)], k, Token(h), &b, &j)) {
+  if (!Search(HeadFor(h), k, Token(h), &b, &j)) {
     l.unlock();
     return Status::NotFound();
   }
@@ -785,48 +946,49 @@ Status SmartHt<P>::Erase(Key k) {
 }
 
 template <pm::PersistPolicy P>
-void SmartHt<P>::MaybeScheduleRebuild() {
-  const int64_t stale = stale_.load(std::memory_order_relaxed);
-  // Against the filter's capacity, not the live keys: a table being emptied rebuilds its
-  // filter a few times, not once per quarter of what is left.
-  const double capacity = static_cast<double>(filter_capacity_.load(std::memory_order_relaxed));
-  if (stale < 4 || static_cast<double>(stale) <= params_.rebuild_erased_ratio * capacity) return;
+void SmartHt<P>::ScheduleRebuild() {
   if (rebuild_pending_.exchange(true)) return;
   if (!background_.Schedule([this] { return RebuildFilterTask(); }).ok()) {
     rebuild_pending_.store(false);
   }
 }
 
+template <pm::PersistPolicy P>
+void SmartHt<P>::MaybeScheduleRebuild() {
+  const int64_t stale = stale_.load(std::memory_order_relaxed);
+  // Against the filter's capacity, not the live keys: a table being emptied rebuilds its
+  // filter a few times, not once per quarter of what is left.
+  const double capacity = static_cast<double>(filter_capacity_.load(std::memory_order_relaxed));
+  if (stale < 4 || static_cast<double>(stale) <= params_.rebuild_erased_ratio * capacity) return;
+  ScheduleRebuild();
+}
+
 // A new filter filled from PM while the live one serves (writers add to both), then swapped in
-// with every stripe locked. Persists nothing.
+// with every stripe locked. Persists nothing. A split moves keys only between heads of one
+// stripe, so a stripe's walk under its lock sees each of its keys once.
 template <pm::PersistPolicy P>
 Status SmartHt<P>::RebuildFilterTask() PMHASH_NO_THREAD_SAFETY_ANALYSIS {
-  LockGuard<Mutex> g(resize_mu_);
-  const uint64_t capacity = FilterKeysFor(log_seen_.load(std::memory_order_acquire), Size());
+  LockGuard<Mutex> g(rebuild_mu_);
+  const uint64_t capacity = FilterKeysFor(Size());
   auto nf = std::make_unique<BloomFilter>(
       BloomFilter::BlocksFor(capacity, params_.filter_bits_per_key));
   if (!*nf) return Status::OutOfMemory("smartht: Bloom filter rebuild");
   filter_keys_.store(0);
   building_.store(nf.get(), std::memory_order_release);
   uint64_t added = 0;
-  for (size_t s = 0; s < stripes_.size(); s++) {
-    stripes_[s].lock.lock_shared();
-    size_t first, last;
-    StripeHeads(s, &first, &last);
-    for (size_t i = first; i < last; i++) {
-      for (const PmBucket* b = &heads_[i];;) {
+  for (size_t x = 0; x < stripes_.size(); x++) {
+    stripes_[x].lock.lock_shared();
+    ForStripeHeads(x, [&](uint64_t i) {
+      ForChain(i, [&](const PmBucket* b) {
         for (int j = 0; j < kSlots; j++) {
           if (b->tokens[j].load(std::memory_order_relaxed) != 0) {
             nf->Add(hash_(b->slots[j].key.load(std::memory_order_relaxed)));
             added++;
           }
         }
-        const uint64_t next = b->next.load(std::memory_order_relaxed);
-        if (next == 0) break;
-        b = At(next);
-      }
-    }
-    stripes_[s].lock.unlock_shared();
+      });
+    });
+    stripes_[x].lock.unlock_shared();
   }
   LockAll();
   filter_ = std::move(nf);
@@ -843,140 +1005,164 @@ Status SmartHt<P>::RebuildFilterTask() PMHASH_NO_THREAD_SAFETY_ANALYSIS {
 
 template <pm::PersistPolicy P>
 void SmartHt<P>::MaybeGrow() {
-  const uint32_t bits = log_seen_.load(std::memory_order_acquire);
   const uint64_t size = Size();
-  const bool can_grow = params_.grow_keys_per_head > 0 && bits < params_.max_head_bits &&
-                        size > no_grow_below_.load(std::memory_order_relaxed);
-  if (can_grow && static_cast<double>(size) >
-                      params_.grow_keys_per_head * static_cast<double>(uint64_t{1} << bits)) {
-    if (Status s = Grow(bits); !s.ok()) {
+  // The filter keeps its false-positive rate: past its capacity it is rebuilt larger.
+  if (size > filter_capacity_.load(std::memory_order_relaxed)) ScheduleRebuild();
+  if (params_.grow_keys_per_head <= 0 || size <= no_grow_below_.load(std::memory_order_relaxed)) {
+    return;
+  }
+  auto over = [&] {
+    const uint64_t g = geo_.load(std::memory_order_acquire);
+    return GeoBits(g) < params_.max_head_bits &&
+           static_cast<double>(size) >
+               params_.grow_keys_per_head * static_cast<double>(HeadsInUse(g));
+  };
+  if (!over() || !resize_mu_.try_lock()) return;  // (another writer is splitting)
+  // A few batches per call: a writer checks once in 64 inserts, or when a chain grew.
+  for (int n = 0; n < 8 && over(); n++) {
+    if (Status s = SplitBatch(); !s.ok()) {
       // Out of space (or memory): the table keeps working with longer chains; retry once it
       // has grown by half again.
       grow_failures_.fetch_add(1, std::memory_order_relaxed);
       no_grow_below_.store(size + size / 2, std::memory_order_relaxed);
-    }
-    return;
-  }
-  // A table that does not grow (growth off, at max_head_bits, or out of space) still keeps its
-  // filter's false-positive rate: past twice its capacity the filter is rebuilt larger.
-  if (size > 2 * filter_capacity_.load(std::memory_order_relaxed) &&
-      !rebuild_pending_.exchange(true)) {
-    if (!background_.Schedule([this] { return RebuildFilterTask(); }).ok()) {
-      rebuild_pending_.store(false);
+      break;
     }
   }
-}
-
-// Stop-the-world, crash-atomic doubling (I5): the new table in fresh chunks, persisted, then
-// root 0 switches with one 8-byte store; the old chunks are freed after.
-template <pm::PersistPolicy P>
-Status SmartHt<P>::Grow(uint32_t seen) PMHASH_NO_THREAD_SAFETY_ANALYSIS {
-  if (!resize_mu_.try_lock()) return Status::OK();  // a rebuild or another growth runs
-  LockAll();
-  const Status s = log_ == seen ? GrowLocked() : Status::OK();
-  UnlockAll();
   resize_mu_.unlock();
-  return s;
 }
 
-// REQUIRES: resize_mu_ and every stripe held.
 template <pm::PersistPolicy P>
-Status SmartHt<P>::GrowLocked() PMHASH_NO_THREAD_SAFETY_ANALYSIS {
+Status SmartHt<P>::AddSegment(uint32_t k) {
+  const uint64_t heads = SegmentHeads(base_bits_, k);
+  if (heads > UINT32_MAX) return Status::OutOfSpace("smartht: head segment of 2^32 buckets");
+  auto off = pool_->allocator().Allocate(static_cast<uint32_t>(heads));
+  if (!off.ok()) return off.status();
+  // Its heads are written when they are split into (every byte); none is read before.
+  auto* d = pool_->template At<DirBlock>(dir_off_);
+  d->seg[k].store(off.value(), std::memory_order_release);
+  persist_.Persist(&d->seg[k], sizeof(uint64_t));  // I5: before any head of it is in use
+  seg_off_[k] = off.value();
+  seg_[k].store(At(off.value()), std::memory_order_release);
+  return Status::OK();
+}
+
+// One batch of linear hashing (Growth in the design note: build, commit, clean up).
+template <pm::PersistPolicy P>
+Status SmartHt<P>::SplitBatch() PMHASH_NO_THREAD_SAFETY_ANALYSIS {
   const auto started = ResizeLog::Now();
   pm::ChunkAllocator& alloc = pool_->allocator();
-  const uint32_t nbits = log_ + 1;
-  const uint64_t n = uint64_t{1} << log_;
-  auto arr = alloc.Allocate(static_cast<uint32_t>(2 * n));
-  if (!arr.ok()) return arr.status();
-  const uint64_t capacity = FilterKeysFor(nbits, Size());
-  auto nf = std::make_unique<BloomFilter>(
-      BloomFilter::BlocksFor(capacity, params_.filter_bits_per_key));
-  if (!*nf) {
-    alloc.Free(arr.value(), static_cast<uint32_t>(2 * n));
-    return Status::OutOfMemory("smartht: Bloom filter for growth");
-  }
-  std::vector<uint64_t> fresh;  // new chained buckets (freed again on failure)
-  std::vector<uint64_t> old;    // old chained buckets (freed on success)
-  uint64_t keys = 0;
+  const uint64_t geo = geo_.load(std::memory_order_relaxed);  // moves only under resize_mu_
+  const uint32_t level = GeoBits(geo);
+  const uint64_t first = GeoSplit(geo);
+  const uint64_t half = uint64_t{1} << level;
+  const uint64_t nb = std::min<uint64_t>(params_.split_batch, half);
+  const uint32_t k = level - base_bits_ + 1;  // the segment of heads [2^L, 2^(L+1))
+  if (level >= params_.max_head_bits) return Status::OK();
+  if (seg_[k].load(std::memory_order_relaxed) == nullptr) PMHASH_RETURN_IF_ERROR(AddSegment(k));
+
+  // The sources' stripes (their new heads share them), ascending like LockAll.
+  std::vector<size_t> locks;
+  locks.reserve(nb);
+  for (uint64_t i = first; i < first + nb; i++) locks.push_back(i & (stripes_.size() - 1));
+  std::sort(locks.begin(), locks.end());
+  locks.erase(std::unique(locks.begin(), locks.end()), locks.end());
+  for (const size_t x : locks) stripes_[x].lock.lock();
+
   struct Pair {
     Key k;
     Value v;
     uint8_t t;
   };
-  std::vector<Pair> half[2];
-  // Writes the chain of new head `idx` holding `pairs`: the head, then chained buckets.
-  auto write_chain = [&](uint64_t idx, const std::vector<Pair>& pairs) -> Status {
-    uint64_t next = 0;
-    const size_t nb = pairs.empty() ? 1 : (pairs.size() + kSlots - 1) / kSlots;
-    // Back to front so that each bucket knows its successor; bucket 0 is the head.
-    for (size_t bi = nb; bi-- > 0;) {
-      alignas(64) PmBucket img;
-      std::memset(static_cast<void*>(&img), 0, sizeof(img));
-      for (int j = 0; j < kSlots && bi * kSlots + j < pairs.size(); j++) {
-        const Pair& p = pairs[bi * kSlots + j];
-        img.tokens[j].store(p.t, std::memory_order_relaxed);
-        img.slots[j].key.store(p.k, std::memory_order_relaxed);
-        img.slots[j].value.store(p.v, std::memory_order_relaxed);
-      }
-      img.next.store(next, std::memory_order_relaxed);
-      uint64_t dst;
-      if (bi == 0) {
-        dst = arr.value() + idx * sizeof(PmBucket);
-      } else {
-        auto c = alloc.Allocate(1);
-        if (!c.ok()) return c.status();
-        fresh.push_back(c.value());
-        dst = c.value();
-      }
-      persist_.NtCopy(At(dst), &img, sizeof(img));
-      next = dst;
+  struct Source {
+    bool chained = false;  // had chained buckets: H.next becomes `next`
+    uint64_t next = 0;     // the compact chain of its stayers (0: none)
+    uint8_t clear = 0;     // head slots whose pair moves
+  };
+  std::vector<PmBucket> img(nb);  // the new heads 2^L+first.., written in one NtCopy
+  std::vector<Source> src(nb);
+  std::vector<uint64_t> fresh;  // new chained buckets (freed again on failure)
+  std::vector<uint64_t> old;    // the sources' chained buckets (freed after the commit)
+  std::vector<Pair> movers, stayers;
+  auto fill = [](PmBucket* b, const Pair* p, size_t n, uint64_t next) {
+    std::memset(static_cast<void*>(b), 0, sizeof(PmBucket));
+    for (size_t j = 0; j < n; j++) {
+      b->tokens[j].store(p[j].t, std::memory_order_relaxed);
+      b->slots[j].key.store(p[j].k, std::memory_order_relaxed);
+      b->slots[j].value.store(p[j].v, std::memory_order_relaxed);
     }
+    b->next.store(next, std::memory_order_relaxed);
+  };
+  // Fresh chained buckets holding pairs[from..], back to front; *link = the first (0: none).
+  auto chain = [&](const std::vector<Pair>& pairs, size_t from, uint64_t* link) -> Status {
+    uint64_t next = 0;
+    for (size_t end = pairs.size(); end > from;) {
+      const size_t beg = end - std::min<size_t>(kSlots, end - from);
+      auto c = alloc.Allocate(1);
+      if (!c.ok()) return c.status();
+      fresh.push_back(c.value());
+      alignas(64) PmBucket b;
+      fill(&b, &pairs[beg], end - beg, next);
+      persist_.NtCopy(At(c.value()), &b, sizeof(b));
+      next = c.value();
+      end = beg;
+    }
+    *link = next;
     return Status::OK();
   };
   Status st;
-  for (uint64_t i = 0; i < n && st.ok(); i++) {
-    half[0].clear();
-    half[1].clear();
-    for (const PmBucket* b = &heads_[i];;) {
+  for (uint64_t n = 0; n < nb && st.ok(); n++) {
+    movers.clear();
+    stayers.clear();
+    const PmBucket* head = HeadAt(first + n);
+    ForChain(first + n, [&](const PmBucket* b) {
+      if (b != head) old.push_back(pool_->OffsetOf(b));
       for (int j = 0; j < kSlots; j++) {
         const uint8_t t = b->tokens[j].load(std::memory_order_relaxed);
         if (t == 0) continue;
-        const Key k = b->slots[j].key.load(std::memory_order_relaxed);
-        const uint64_t h = hash_(k);
-        half[(h >> (63 - log_)) & 1].push_back({k, b->slots[j].value.load(std::memory_order_relaxed), t});
-        nf->Add(h);
-        keys++;
+        const Pair p{b->slots[j].key.load(std::memory_order_relaxed),
+                     b->slots[j].value.load(std::memory_order_relaxed), t};
+        if ((hash_(p.k) >> level) & 1) {
+          movers.push_back(p);
+          if (b == head) src[n].clear |= static_cast<uint8_t>(1u << j);
+        } else if (b != head) {
+          stayers.push_back(p);
+        }
       }
-      const uint64_t next = b->next.load(std::memory_order_relaxed);
-      if (next == 0) break;
-      old.push_back(next);
-      b = At(next);
-    }
-    st = write_chain(2 * i, half[0]);
-    if (st.ok()) st = write_chain(2 * i + 1, half[1]);
+    });
+    src[n].chained = head->next.load(std::memory_order_relaxed) != 0;
+    uint64_t link = 0;
+    st = chain(movers, std::min<size_t>(kSlots, movers.size()), &link);
+    if (!st.ok()) break;
+    fill(&img[n], movers.data(), std::min<size_t>(kSlots, movers.size()), link);
+    if (src[n].chained) st = chain(stayers, 0, &src[n].next);
   }
   if (!st.ok()) {
     for (const uint64_t c : fresh) alloc.Free(c);
-    alloc.Free(arr.value(), static_cast<uint32_t>(2 * n));
+    for (size_t x = locks.size(); x-- > 0;) stripes_[locks[x]].lock.unlock();
     return st;
   }
+  persist_.NtCopy(HeadAt(half + first), img.data(), nb * sizeof(PmBucket));
   persist_.Fence();
-  pool_->SetRoot(0, PackRoot(nbits, arr.value()));  // the commit point (persisted)
-  alloc.Free(heads_off_, static_cast<uint32_t>(n));
+  const uint64_t next_geo = first + nb == half ? PackGeo(level + 1, 0) : PackGeo(level, first + nb);
+  pool_->SetRoot(0, next_geo);  // the commit point (persisted; I5)
+  geo_.store(next_geo, std::memory_order_release);
+  // Clean up (I8): each source's line once, one fence for the batch.
+  for (uint64_t n = 0; n < nb; n++) {
+    if (!src[n].chained && src[n].clear == 0) continue;
+    PmBucket* h = HeadAt(first + n);
+    if (src[n].chained) h->next.store(src[n].next, std::memory_order_release);
+    for (int j = 0; j < kSlots; j++) {
+      if (src[n].clear & (1u << j)) h->tokens[j].store(0, std::memory_order_release);
+    }
+    persist_.Flush(h, sizeof(PmBucket));
+  }
+  persist_.Fence();
   for (const uint64_t c : old) alloc.Free(c);
-  log_ = nbits;
-  heads_off_ = arr.value();
-  heads_ = At(arr.value());
-  log_seen_.store(nbits, std::memory_order_release);
-  chained_.store(fresh.size(), std::memory_order_relaxed);
-  // The new filter holds every live key: complete, whatever the old one was.
-  filter_ = std::move(nf);
-  filter_capacity_.store(capacity, std::memory_order_relaxed);
-  stale_.store(0, std::memory_order_relaxed);
-  filter_keys_.store(keys, std::memory_order_relaxed);
-  complete_.store(true, std::memory_order_release);
-  doublings_.fetch_add(1, std::memory_order_relaxed);
-  splits_.fetch_add(1, std::memory_order_relaxed);
+  for (size_t x = locks.size(); x-- > 0;) stripes_[locks[x]].lock.unlock();
+  chained_.fetch_add(fresh.size() - old.size(), std::memory_order_relaxed);
+  splits_.fetch_add(nb, std::memory_order_relaxed);
+  batches_.fetch_add(1, std::memory_order_relaxed);
+  if (GeoBits(next_geo) != level) doublings_.fetch_add(1, std::memory_order_relaxed);
   resize_log_.Record(started);
   return Status::OK();
 }
@@ -984,34 +1170,26 @@ Status SmartHt<P>::GrowLocked() PMHASH_NO_THREAD_SAFETY_ANALYSIS {
 template <pm::PersistPolicy P>
 Status SmartHt<P>::ForEach(const std::function<void(Key, Value)>& fn) const
     PMHASH_NO_THREAD_SAFETY_ANALYSIS {
-  // Growth is held off for the whole walk (resize_mu_), so a key present throughout is visited
-  // exactly once; pairs are handed out one stripe at a time, outside the stripe's lock (fn may
-  // call the index; a growth it triggers is skipped: Grow only try-locks resize_mu_).
-  auto& mu = const_cast<Mutex&>(resize_mu_);
-  mu.lock();
+  // One stripe at a time: a split moves keys only between heads of one stripe, so a key present
+  // throughout is visited exactly once. Pairs are handed out outside the stripe's lock (fn may
+  // call the index).
   std::vector<std::pair<Key, Value>> pairs;
-  for (size_t s = 0; s < stripes_.size(); s++) {
+  for (size_t x = 0; x < stripes_.size(); x++) {
     pairs.clear();
-    stripes_[s].lock.lock_shared();
-    size_t first, last;
-    StripeHeads(s, &first, &last);
-    for (size_t i = first; i < last; i++) {
-      for (const PmBucket* b = &heads_[i];;) {
+    stripes_[x].lock.lock_shared();
+    ForStripeHeads(x, [&](uint64_t i) {
+      ForChain(i, [&](const PmBucket* b) {
         for (int j = 0; j < kSlots; j++) {
           if (b->tokens[j].load(std::memory_order_relaxed) != 0) {
             pairs.emplace_back(b->slots[j].key.load(std::memory_order_relaxed),
                                b->slots[j].value.load(std::memory_order_relaxed));
           }
         }
-        const uint64_t next = b->next.load(std::memory_order_relaxed);
-        if (next == 0) break;
-        b = At(next);
-      }
-    }
-    stripes_[s].lock.unlock_shared();
+      });
+    });
+    stripes_[x].lock.unlock_shared();
     for (const auto& [k, v] : pairs) fn(k, v);
   }
-  mu.unlock();
   return Status::OK();
 }
 
@@ -1021,36 +1199,34 @@ IndexStats SmartHt<P>::Stats() const PMHASH_NO_THREAD_SAFETY_ANALYSIS {
   this->FillCommonStats(&s);
   // Chain lengths (buckets per head, 1 = the head alone), one stripe at a time.
   uint64_t heads = 0, buckets = 0, max_chain = 0, filter_bytes = 0, filter_blocks = 0;
-  auto& mu = const_cast<Mutex&>(resize_mu_);
-  mu.lock();
-  for (size_t st = 0; st < stripes_.size(); st++) {
-    stripes_[st].lock.lock_shared();
-    size_t first, last;
-    StripeHeads(st, &first, &last);
-    for (size_t i = first; i < last; i++) {
-      uint64_t len = 1;
-      for (uint64_t next = heads_[i].next.load(std::memory_order_relaxed); next != 0; len++) {
-        next = At(next)->next.load(std::memory_order_relaxed);
-      }
+  for (size_t x = 0; x < stripes_.size(); x++) {
+    stripes_[x].lock.lock_shared();
+    ForStripeHeads(x, [&](uint64_t i) {
+      uint64_t len = 0;
+      ForChain(i, [&](const PmBucket*) { len++; });
       heads++;
       buckets += len;
       max_chain = std::max(max_chain, len);
-    }
-    if (st == 0) {
+    });
+    if (x == 0) {
       filter_bytes = filter_->bytes();
       filter_blocks = filter_->blocks();
     }
-    stripes_[st].lock.unlock_shared();
+    stripes_[x].lock.unlock_shared();
   }
-  mu.unlock();
+  const uint64_t geo = geo_.load();
   s.buckets = buckets;
   s.capacity_slots = buckets * kSlots;
   s.load_factor = s.capacity_slots ? static_cast<double>(s.size) / s.capacity_slots : 0;
   s.pm_bytes = buckets * sizeof(PmBucket) + pm::kHeaderBytes;
   s.dram_bytes = filter_bytes + stripes_.bytes() + pool_->allocator().dram_bytes();
-  s.global_depth = log_seen_.load();
+  s.global_depth = GeoBits(geo);
   auto add = [&](const char* name, double value) { s.details.push_back({name, value}); };
   add("smartht.heads", static_cast<double>(heads));
+  add("smartht.level", static_cast<double>(GeoBits(geo)));
+  add("smartht.split_pointer", static_cast<double>(GeoSplit(geo)));
+  add("smartht.split_batches", static_cast<double>(batches_.load()));
+  add("smartht.split_cleanups", static_cast<double>(split_cleanups_.load()));
   add("smartht.chained_buckets", static_cast<double>(buckets - heads));
   add("smartht.chain.mean", heads ? static_cast<double>(buckets) / heads : 0);
   add("smartht.chain.max", static_cast<double>(max_chain));
@@ -1076,18 +1252,35 @@ Status SmartHt<P>::CheckInvariants() const PMHASH_NO_THREAD_SAFETY_ANALYSIS {
   auto fail = [](const std::string& what) {
     return Status::Corruption("smartht invariant: " + what);
   };
-  auto& mu = const_cast<Mutex&>(resize_mu_);
-  LockGuard<Mutex> g(mu);
+  // No split, and no filter swap (a rebuild task may still run: it writes nothing to PM).
+  LockGuard<Mutex> g(const_cast<Mutex&>(resize_mu_));
+  LockGuard<Mutex> r(const_cast<Mutex&>(rebuild_mu_));
   const pm::ChunkAllocator& alloc = pool_->allocator();
-  if (pool_->root(0) != PackRoot(log_, heads_off_)) return fail("root 0 does not name the table");
-  if (stripe_bits_ > log_) return fail("more stripes than heads");
-  const uint64_t n = uint64_t{1} << log_;
+  const uint64_t geo = geo_.load();
+  if (pool_->root(0) != geo) return fail("root 0 is not the table's geometry");
+  if (pool_->root(2) != dir_off_) return fail("root 2 does not name the directory");
+  if (stripes_.size() > (uint64_t{1} << GeoBits(geo))) return fail("more stripes than heads");
+  const auto* d = pool_->template At<DirBlock>(dir_off_);
+  if (d->base_bits != base_bits_) return fail("directory's first heads");
+  uint64_t seg_chunks = 0;
+  for (uint32_t k = 0; k < static_cast<uint32_t>(kMaxSegments); k++) {
+    if (d->seg[k].load() != seg_off_[k] ||
+        seg_[k].load() != (seg_off_[k] ? At(seg_off_[k]) : nullptr)) {
+      return fail("directory segment " + std::to_string(k));
+    }
+    if (seg_off_[k] != 0) seg_chunks += SegmentHeads(base_bits_, k);
+  }
+  const uint64_t n = HeadsInUse(geo);
+  if (SegmentOf(base_bits_, n - 1) >= static_cast<uint32_t>(kMaxSegments) ||
+      seg_off_[SegmentOf(base_bits_, n - 1)] == 0) {
+    return fail("heads in use past the segments");
+  }
   const bool complete = complete_.load();
   std::unordered_set<Key> keys;
   uint64_t chained = 0;
   for (uint64_t i = 0; i < n; i++) {
     uint64_t steps = 0;
-    for (uint64_t off = heads_off_ + i * sizeof(PmBucket); off != 0; steps++) {
+    for (uint64_t off = pool_->OffsetOf(HeadAt(i)); off != 0; steps++) {
       if (steps > alloc.chunk_count()) return fail("chain of head " + std::to_string(i) + " cycles");
       if (!alloc.IsUsed(off)) return fail("bucket not marked allocated: " + std::to_string(off));
       if (steps > 0) chained++;
@@ -1098,7 +1291,7 @@ Status SmartHt<P>::CheckInvariants() const PMHASH_NO_THREAD_SAFETY_ANALYSIS {
         const Key k = b->slots[j].key.load(std::memory_order_relaxed);
         const uint64_t h = hash_(k);
         if (t != Token(h)) return fail("token does not match key " + std::to_string(k));
-        if (HeadIndex(h) != i) return fail("key " + std::to_string(k) + " in the wrong chain");
+        if (AddressOf(h, geo) != i) return fail("key " + std::to_string(k) + " in the wrong chain");
         if (!keys.insert(k).second) return fail("duplicate key " + std::to_string(k));
         if (complete && !filter_->MayContain(h)) {
           return fail("filter false negative for key " + std::to_string(k));
@@ -1112,8 +1305,9 @@ Status SmartHt<P>::CheckInvariants() const PMHASH_NO_THREAD_SAFETY_ANALYSIS {
   if (const uint64_t r1 = pool_->root(1); r1 != 0) {
     saved = 1 + pool_->template At<SavedFilterHeader>(r1)->blocks;
   }
-  // Heads, chained buckets and the saved filter.
-  if (std::string e = this->CheckAccounting(n + chained + saved, keys.size()); !e.empty()) {
+  // The directory, the segments, the chained buckets and the saved filter.
+  if (std::string e = this->CheckAccounting(kDirChunks + seg_chunks + chained + saved, keys.size());
+      !e.empty()) {
     return fail(e);
   }
   return Status::OK();
