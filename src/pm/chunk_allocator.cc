@@ -10,19 +10,34 @@ ChunkAllocator::ChunkAllocator(uint64_t heap_offset, uint32_t chunk_size, uint64
     : heap_offset_(heap_offset),
       chunk_size_(chunk_size),
       chunk_count_(chunk_count),
-      bits_((chunk_count + 63) / 64, 0) {}
+      bits_((chunk_count + 63) / 64, 0),
+      full_((bits_.size() + 63) / 64, 0) {}
 
 void ChunkAllocator::SetLocked(uint64_t i, uint64_t n, bool used) {
-  for (uint64_t j = i; j < i + n; j++) {
-    const uint64_t bit = uint64_t{1} << (j & 63);
-    if (static_cast<bool>(bits_[j >> 6] & bit) == used) continue;  // e.g. a double Free
-    bits_[j >> 6] ^= bit;
-    if (used) {
-      used_++;
-    } else {
-      used_--;
-    }
+  // A word at a time: the bits of [i, i + n) in word w, counted (a double Free changes nothing).
+  for (uint64_t j = i; j < i + n;) {
+    const uint64_t w = j >> 6;
+    const uint64_t k = std::min<uint64_t>(64 - (j & 63), i + n - j);
+    const uint64_t mask = (k == 64 ? ~uint64_t{0} : (uint64_t{1} << k) - 1) << (j & 63);
+    const uint64_t changed = (used ? ~bits_[w] : bits_[w]) & mask;
+    bits_[w] ^= changed;
+    const auto c = static_cast<uint64_t>(std::popcount(changed));
+    used_ = used ? used_ + c : used_ - c;
+    const uint64_t f = uint64_t{1} << (w & 63);
+    full_[w >> 6] = bits_[w] == ~uint64_t{0} ? full_[w >> 6] | f : full_[w >> 6] & ~f;
+    j += k;
   }
+}
+
+uint64_t ChunkAllocator::NextNonFullWord(uint64_t w) const {
+  while (w < bits_.size()) {
+    const uint64_t open = ~full_[w >> 6] & (~uint64_t{0} << (w & 63));
+    if (open != 0) {
+      return std::min<uint64_t>(bits_.size(), (w & ~uint64_t{63}) + std::countr_zero(open));
+    }
+    w = (w | 63) + 1;
+  }
+  return bits_.size();
 }
 
 Result<uint64_t> ChunkAllocator::Allocate(uint32_t n) {
@@ -34,9 +49,9 @@ Result<uint64_t> ChunkAllocator::Allocate(uint32_t n) {
   uint64_t i = hints_[h];
   while (i + n <= chunk_count_) {
     scan_steps_++;
-    // Skip full words quickly.
+    // Skip full words quickly: the summary jumps over 64 of them at a time.
     if ((i & 63) == 0 && bits_[i >> 6] == ~uint64_t{0}) {
-      i += 64;
+      i = NextNonFullWord(i >> 6) << 6;
       continue;
     }
     if (TestLocked(i)) {
@@ -133,6 +148,7 @@ void ChunkAllocator::Free(uint64_t offset, uint32_t n) {
 void ChunkAllocator::Reset() {
   LockGuard<SpinLock> g(mu_);
   std::fill(bits_.begin(), bits_.end(), 0);
+  std::fill(full_.begin(), full_.end(), 0);
   used_ = 0;
   hints_.fill(0);
   aligned_hint_ = 0;

@@ -55,17 +55,23 @@ class ChunkAllocator {
   uint64_t chunk_count() const { return chunk_count_; }
   uint32_t chunk_size() const { return chunk_size_; }
   uint64_t heap_offset() const { return heap_offset_; }
-  uint64_t dram_bytes() const { return (chunk_count_ + 63) / 64 * sizeof(uint64_t); }
+  uint64_t dram_bytes() const {
+    return ((chunk_count_ + 63) / 64 + (chunk_count_ + 4095) / 4096) * sizeof(uint64_t);
+  }
 
  private:
   bool TestLocked(uint64_t i) const PMHASH_REQUIRES(mu_) { return (bits_[i >> 6] >> (i & 63)) & 1; }
   void SetLocked(uint64_t i, uint64_t n, bool used) PMHASH_REQUIRES(mu_);
+  // The first word of bits_ at or after w with a free chunk (bits_.size() if none).
+  uint64_t NextNonFullWord(uint64_t w) const PMHASH_REQUIRES(mu_);
 
   const uint64_t heap_offset_;
   const uint32_t chunk_size_;
   const uint64_t chunk_count_;
   mutable SpinLock mu_;
   std::vector<uint64_t> bits_ PMHASH_GUARDED_BY(mu_);
+  // Bit w: bits_[w] is full (every chunk used). First-fit scans skip 64 full words per step.
+  std::vector<uint64_t> full_ PMHASH_GUARDED_BY(mu_);
   uint64_t used_ PMHASH_GUARDED_BY(mu_) = 0;
   // hints_[HintIndex(k)]: no run of HintLength(...) free chunks starts below this index (for
   // length 1: no free chunk below it). One per run length up to 64, then one per power of two,

@@ -649,8 +649,11 @@ Status SmartHt<P>::Recover() {
   }
   const uint64_t n = HeadsInUse(geo);
   uint64_t live = 0, chained = 0, cleaned = 0;
+  std::unordered_set<Key> seen;  // keys of a cut source's chain (I8: a stayer may be there twice)
   for (uint64_t i = 0; i < n; i++) {
     uint64_t steps = 0;
+    const bool cut_source = i - cut < cut_n;
+    seen.clear();
     const uint32_t k = SegmentOf(base_bits_, i);
     for (uint64_t b_off = seg_off_[k] + (i - SegmentFirst(base_bits_, k)) * sizeof(PmBucket);
          b_off != 0;) {
@@ -658,10 +661,13 @@ Status SmartHt<P>::Recover() {
       for (int j = 0; j < kSlots; j++) {
         const uint8_t t = b->tokens[j].load(std::memory_order_relaxed);
         if (t == 0) continue;
-        const uint64_t h = hash_(b->slots[j].key.load(std::memory_order_relaxed));
+        const Key key = b->slots[j].key.load(std::memory_order_relaxed);
+        const uint64_t h = hash_(key);
         const uint64_t a = AddressOf(h, geo);
-        if (t == Token(h) && a != i && i - cut < cut_n && a == i + (uint64_t{1} << cut_level)) {
-          b->tokens[j].store(0, std::memory_order_relaxed);  // I8: a copy its new head holds
+        if (t == Token(h) && cut_source &&
+            (a == i + (uint64_t{1} << cut_level) || (a == i && !seen.insert(key).second))) {
+          // I8: a mover (its new head holds it) or a stayer's second copy (the head holds it).
+          b->tokens[j].store(0, std::memory_order_relaxed);
           persist_.Persist(&b->tokens[j], 1);
           cleaned++;
           continue;
@@ -1075,8 +1081,10 @@ Status SmartHt<P>::SplitBatch() PMHASH_NO_THREAD_SAFETY_ANALYSIS {
   };
   struct Source {
     bool chained = false;  // had chained buckets: H.next becomes `next`
-    uint64_t next = 0;     // the compact chain of its stayers (0: none)
+    uint64_t next = 0;     // the compact chain of the stayers that H cannot take (0: none)
     uint8_t clear = 0;     // head slots whose pair moves
+    uint8_t fill = 0;      // head slots that take a stayer of the chained buckets
+    Pair put[kSlots] = {};
   };
   std::vector<PmBucket> img(nb);  // the new heads 2^L+first.., written in one NtCopy
   std::vector<Source> src(nb);
@@ -1114,11 +1122,15 @@ Status SmartHt<P>::SplitBatch() PMHASH_NO_THREAD_SAFETY_ANALYSIS {
     movers.clear();
     stayers.clear();
     const PmBucket* head = HeadAt(first + n);
+    uint8_t open = 0;  // head slots free once the movers are gone
     ForChain(first + n, [&](const PmBucket* b) {
       if (b != head) old.push_back(pool_->OffsetOf(b));
       for (int j = 0; j < kSlots; j++) {
         const uint8_t t = b->tokens[j].load(std::memory_order_relaxed);
-        if (t == 0) continue;
+        if (t == 0) {
+          if (b == head) open |= static_cast<uint8_t>(1u << j);
+          continue;
+        }
         const Pair p{b->slots[j].key.load(std::memory_order_relaxed),
                      b->slots[j].value.load(std::memory_order_relaxed), t};
         if ((hash_(p.k) >> level) & 1) {
@@ -1134,7 +1146,17 @@ Status SmartHt<P>::SplitBatch() PMHASH_NO_THREAD_SAFETY_ANALYSIS {
     st = chain(movers, std::min<size_t>(kSlots, movers.size()), &link);
     if (!st.ok()) break;
     fill(&img[n], movers.data(), std::min<size_t>(kSlots, movers.size()), link);
-    if (src[n].chained) st = chain(stayers, 0, &src[n].next);
+    if (!src[n].chained) continue;
+    // The chained buckets' stayers fill H's open slots first, the rest go to a compact chain.
+    open |= src[n].clear;
+    size_t used = 0;
+    for (int j = 0; j < kSlots && used < stayers.size(); j++) {
+      if (open & (1u << j)) {
+        src[n].fill |= static_cast<uint8_t>(1u << j);
+        src[n].put[j] = stayers[used++];
+      }
+    }
+    st = chain(stayers, used, &src[n].next);
   }
   if (!st.ok()) {
     for (const uint64_t c : fresh) alloc.Free(c);
@@ -1146,17 +1168,35 @@ Status SmartHt<P>::SplitBatch() PMHASH_NO_THREAD_SAFETY_ANALYSIS {
   const uint64_t next_geo = first + nb == half ? PackGeo(level + 1, 0) : PackGeo(level, first + nb);
   pool_->SetRoot(0, next_geo);  // the commit point (persisted; I5)
   geo_.store(next_geo, std::memory_order_release);
-  // Clean up (I8): each source's line once, one fence for the batch.
-  for (uint64_t n = 0; n < nb; n++) {
-    if (!src[n].chained && src[n].clear == 0) continue;
+  // Clean up (I8), in each source's line in this order: the movers' tokens cleared, the stayers
+  // that H takes written, then their tokens, then H.next. A line is written back whole, so an
+  // image holds a prefix of these stores: at worst a stayer twice in the chain (in H and in
+  // the old chained bucket), which recovery drops. With tear_safe (8-byte atomicity) each step
+  // is fenced before the next. One fence per batch otherwise.
+  auto step = [&](uint64_t n, int phase) {
+    const Source& c = src[n];
     PmBucket* h = HeadAt(first + n);
-    if (src[n].chained) h->next.store(src[n].next, std::memory_order_release);
-    for (int j = 0; j < kSlots; j++) {
-      if (src[n].clear & (1u << j)) h->tokens[j].store(0, std::memory_order_release);
+    for (int j = 0; j < kSlots && phase < 3; j++) {
+      if (phase == 0 && (c.clear & (1u << j))) h->tokens[j].store(0, std::memory_order_release);
+      if (!(c.fill & (1u << j))) continue;
+      if (phase == 1) {
+        h->slots[j].key.store(c.put[j].k, std::memory_order_relaxed);
+        h->slots[j].value.store(c.put[j].v, std::memory_order_relaxed);
+      } else if (phase == 2) {
+        h->tokens[j].store(c.put[j].t, std::memory_order_release);
+      }
     }
-    persist_.Flush(h, sizeof(PmBucket));
+    if (phase == 3 && c.chained) h->next.store(c.next, std::memory_order_release);
+  };
+  const int phases = params_.tear_safe ? 4 : 1;
+  for (int p = 0; p < phases; p++) {
+    for (uint64_t n = 0; n < nb; n++) {
+      if (!src[n].chained && src[n].clear == 0) continue;
+      for (int q = p; q < (phases == 1 ? 4 : p + 1); q++) step(n, q);
+      persist_.Flush(HeadAt(first + n), sizeof(PmBucket));
+    }
+    persist_.Fence();
   }
-  persist_.Fence();
   for (const uint64_t c : old) alloc.Free(c);
   for (size_t x = locks.size(); x-- > 0;) stripes_[locks[x]].lock.unlock();
   chained_.fetch_add(fresh.size() - old.size(), std::memory_order_relaxed);
