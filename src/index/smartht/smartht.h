@@ -399,11 +399,23 @@ class SmartHt : public index::EngineBase<SmartHt<P>, P, Config> {
   }
   size_t StripeOf(uint64_t h) const { return h & (stripes_.size() - 1); }
   RwSpinLock& StripeLock(uint64_t h) const { return stripes_[StripeOf(h)].lock; }
-  // Calls fn(i) for every head i of stripe x in use. REQUIRES: stripe x locked.
-  template <class Fn>
-  void ForStripeHeads(size_t x, Fn&& fn) const {
-    const uint64_t n = HeadsInUse(geo_.load(std::memory_order_acquire));
-    for (uint64_t i = x; i < n; i += stripes_.size()) fn(i);
+  // Calls fn(i) for every head i in use, in address order (the segments are read front to
+  // back), each under its stripe's lock shared; heads added meanwhile are visited too. A split
+  // moves keys only to a higher head, so a key present throughout is seen at least once;
+  // exactly once if no split runs (hold resize_mu_). then() runs after each head, unlocked.
+  template <class Fn, class Then = void (*)()>
+  void WalkHeads(Fn&& fn, Then&& then = [] {}) const {
+    for (uint64_t i = 0;; i++) {
+      RwSpinLock& l = stripes_[i & (stripes_.size() - 1)].lock;
+      l.lock_shared();
+      if (i >= HeadsInUse(geo_.load(std::memory_order_acquire))) {
+        l.unlock_shared();
+        return;
+      }
+      fn(i);
+      l.unlock_shared();
+      then();
+    }
   }
   // Calls fn(bucket) for every bucket of head i's chain, head first.
   template <class Fn>
@@ -970,8 +982,8 @@ void SmartHt<P>::MaybeScheduleRebuild() {
 }
 
 // A new filter filled from PM while the live one serves (writers add to both), then swapped in
-// with every stripe locked. Persists nothing. A split moves keys only between heads of one
-// stripe, so a stripe's walk under its lock sees each of its keys once.
+// with every stripe locked. Persists nothing. The walk runs in address order (WalkHeads: every
+// key present throughout is seen; a key seen twice sets its bits twice).
 template <pm::PersistPolicy P>
 Status SmartHt<P>::RebuildFilterTask() PMHASH_NO_THREAD_SAFETY_ANALYSIS {
   LockGuard<Mutex> g(rebuild_mu_);
@@ -982,20 +994,16 @@ Status SmartHt<P>::RebuildFilterTask() PMHASH_NO_THREAD_SAFETY_ANALYSIS {
   filter_keys_.store(0);
   building_.store(nf.get(), std::memory_order_release);
   uint64_t added = 0;
-  for (size_t x = 0; x < stripes_.size(); x++) {
-    stripes_[x].lock.lock_shared();
-    ForStripeHeads(x, [&](uint64_t i) {
-      ForChain(i, [&](const PmBucket* b) {
-        for (int j = 0; j < kSlots; j++) {
-          if (b->tokens[j].load(std::memory_order_relaxed) != 0) {
-            nf->Add(hash_(b->slots[j].key.load(std::memory_order_relaxed)));
-            added++;
-          }
+  WalkHeads([&](uint64_t i) {
+    ForChain(i, [&](const PmBucket* b) {
+      for (int j = 0; j < kSlots; j++) {
+        if (b->tokens[j].load(std::memory_order_relaxed) != 0) {
+          nf->Add(hash_(b->slots[j].key.load(std::memory_order_relaxed)));
+          added++;
         }
-      });
+      }
     });
-    stripes_[x].lock.unlock_shared();
-  }
+  });
   LockAll();
   filter_ = std::move(nf);
   filter_capacity_.store(capacity, std::memory_order_relaxed);
@@ -1210,26 +1218,26 @@ Status SmartHt<P>::SplitBatch() PMHASH_NO_THREAD_SAFETY_ANALYSIS {
 template <pm::PersistPolicy P>
 Status SmartHt<P>::ForEach(const std::function<void(Key, Value)>& fn) const
     PMHASH_NO_THREAD_SAFETY_ANALYSIS {
-  // One stripe at a time: a split moves keys only between heads of one stripe, so a key present
-  // throughout is visited exactly once. Pairs are handed out outside the stripe's lock (fn may
-  // call the index).
+  // Splits are held off for the whole walk (resize_mu_), so a key present throughout is visited
+  // exactly once; a growth that fn triggers is skipped (MaybeGrow only try-locks resize_mu_).
+  // Pairs are handed out a head at a time, outside its stripe's lock (fn may call the index).
+  LockGuard<Mutex> g(const_cast<Mutex&>(resize_mu_));
   std::vector<std::pair<Key, Value>> pairs;
-  for (size_t x = 0; x < stripes_.size(); x++) {
-    pairs.clear();
-    stripes_[x].lock.lock_shared();
-    ForStripeHeads(x, [&](uint64_t i) {
-      ForChain(i, [&](const PmBucket* b) {
-        for (int j = 0; j < kSlots; j++) {
-          if (b->tokens[j].load(std::memory_order_relaxed) != 0) {
-            pairs.emplace_back(b->slots[j].key.load(std::memory_order_relaxed),
-                               b->slots[j].value.load(std::memory_order_relaxed));
+  WalkHeads(
+      [&](uint64_t i) {
+        ForChain(i, [&](const PmBucket* b) {
+          for (int j = 0; j < kSlots; j++) {
+            if (b->tokens[j].load(std::memory_order_relaxed) != 0) {
+              pairs.emplace_back(b->slots[j].key.load(std::memory_order_relaxed),
+                                 b->slots[j].value.load(std::memory_order_relaxed));
+            }
           }
-        }
+        });
+      },
+      [&] {
+        for (const auto& [k, v] : pairs) fn(k, v);
+        pairs.clear();
       });
-    });
-    stripes_[x].lock.unlock_shared();
-    for (const auto& [k, v] : pairs) fn(k, v);
-  }
   return Status::OK();
 }
 
@@ -1239,21 +1247,17 @@ IndexStats SmartHt<P>::Stats() const PMHASH_NO_THREAD_SAFETY_ANALYSIS {
   this->FillCommonStats(&s);
   // Chain lengths (buckets per head, 1 = the head alone), one stripe at a time.
   uint64_t heads = 0, buckets = 0, max_chain = 0, filter_bytes = 0, filter_blocks = 0;
-  for (size_t x = 0; x < stripes_.size(); x++) {
-    stripes_[x].lock.lock_shared();
-    ForStripeHeads(x, [&](uint64_t i) {
-      uint64_t len = 0;
-      ForChain(i, [&](const PmBucket*) { len++; });
-      heads++;
-      buckets += len;
-      max_chain = std::max(max_chain, len);
-    });
-    if (x == 0) {
+  WalkHeads([&](uint64_t i) {
+    uint64_t len = 0;
+    ForChain(i, [&](const PmBucket*) { len++; });
+    heads++;
+    buckets += len;
+    max_chain = std::max(max_chain, len);
+    if (i == 0) {  // (a filter swap takes every stripe: this one is held)
       filter_bytes = filter_->bytes();
       filter_blocks = filter_->blocks();
     }
-    stripes_[x].lock.unlock_shared();
-  }
+  });
   const uint64_t geo = geo_.load();
   s.buckets = buckets;
   s.capacity_slots = buckets * kSlots;
