@@ -1296,7 +1296,26 @@ TEST(ChunkAllocator, MarkReachableAndReset) {
     EXPECT_NE(off, 4096u + 3 * 256);
     EXPECT_NE(off, 4096u + 4 * 256);
   }
-  EXPECT_EQ(a.dram_bytes(), sizeof(uint64_t));
+  EXPECT_EQ(a.dram_bytes(), 2 * sizeof(uint64_t));  // the bitmap and its summary of full words
+}
+
+// Regression: frees scattered over a full heap (SmartHT's split batches free old chains
+// anywhere) must not make each following allocation walk the used words between them: the
+// summary of full words skips 4096 chunks per step (a walk word by word takes ~16k steps here).
+TEST(ChunkAllocator, ScatteredFreesDoNotRescanTheHeap) {
+  constexpr uint64_t kChunks = uint64_t{1} << 20;
+  pm::ChunkAllocator a(4096, 64, kChunks);
+  ASSERT_TRUE(a.Allocate(static_cast<uint32_t>(kChunks)).ok());
+  constexpr uint64_t kHoles = 100;
+  for (uint64_t k = 0; k < kHoles; k++) a.Free(4096 + k * 10007 * 64);
+  const uint64_t before = a.scan_steps();
+  for (uint64_t k = 0; k < kHoles; k++) {
+    auto r = a.Allocate();
+    ASSERT_TRUE(r.ok());
+    EXPECT_EQ(r.value(), 4096 + k * 10007 * 64);  // first fit: the holes in order
+  }
+  EXPECT_FALSE(a.Allocate().ok());
+  EXPECT_LT(a.scan_steps() - before, 4 * kHoles + kChunks / 4096 + 64);
 }
 
 // Regression: after recovery (Reset + MarkReachable of a dense prefix, as every reopen does), the
