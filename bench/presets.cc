@@ -57,6 +57,14 @@ constexpr std::array kPresets = {
            "", 200'000'000},
     Preset{"smartht-fig6", "SmartHT Fig. 6",
            "scalability, skewed finds (zipfian 0.99): as smartht-fig5", "", 200'000'000},
+    Preset{"smartht-fig8", "SmartHT Fig. 8",
+           "tail latency (p50 to p99.99, every op timed) of insert, find+, find-, erase, uniform "
+           "keys, all CPUs; 2M keys",
+           "", 200'000'000},
+    Preset{"smartht-fig9", "SmartHT Fig. 9",
+           "load factor while inserting (its maximum: the summary's max_load_factor); the growth "
+           "experiment, 2M keys, 40 steps",
+           "", 200'000'000},
     Preset{"ycsb", "YCSB A, B, C, D, F",
            "load 2M keys, then 2M operations of each YCSB core workload (E is unsupported: "
            "scans); 1 and 2 threads",
@@ -112,11 +120,11 @@ Status ApplyPreset(std::string_view name, BenchConfig* c, std::vector<std::strin
     c->indexes = {std::string(it->requires_index)};
   }
   if (name == "default") return Status::OK();
-  if (name == "pea-fig4" || name == "pea-fig7") {
+  if (name == "pea-fig4" || name == "pea-fig7" || name == "smartht-fig9") {
     c->table = false;
     c->growth = true;
-    c->keys = 4'000'000;
-    c->growth_steps = 80;
+    c->keys = name == "smartht-fig9" ? 2'000'000 : 4'000'000;
+    c->growth_steps = name == "smartht-fig9" ? 40 : 80;
     c->sample_ops = 1000;
   } else if (name == "pea-table3") {
     c->phases = {"insert"};
@@ -152,6 +160,12 @@ Status ApplyPreset(std::string_view name, BenchConfig* c, std::vector<std::strin
   } else if (name == "elimda-fig4") {
     c->keys = 2'000'000;
     c->phases = {"insert"};
+    c->persist_probe = false;
+  } else if (name == "smartht-fig8") {
+    c->keys = 2'000'000;
+    c->threads = {ThreadSweep().back()};
+    c->latency_every = 1;
+    c->count_keys = 0;
     c->persist_probe = false;
   } else if (name == "smartht-fig5" || name == "smartht-fig6") {
     c->keys = 2'000'000;

@@ -21,6 +21,7 @@
 #include "bench/driver.h"
 #include "bench/histogram.h"
 #include "bench/keys.h"
+#include "bench/presets.h"
 #include "bench/reference.h"
 #include "bench/report.h"
 #include "bench/runner.h"
@@ -684,6 +685,36 @@ TEST(Duplicates, ExperimentRunsBothRowsOnEveryDataset) {
   const Status none = RunBench(bad, nullptr, &report);
   EXPECT_TRUE(none.IsNotSupported()) << none.ToString();
   EXPECT_NE(none.ToString().find("multi-value API"), std::string::npos) << none.ToString();
+}
+
+// Every listed experiment applies (a preset named in the list but missing from ApplyPreset's
+// branches would run as the default table under another name) and is found by its name.
+TEST(Presets, EveryPresetApplies) {
+  for (const Preset& p : Presets()) {
+    SCOPED_TRACE(std::string(p.name));
+    BenchConfig c;
+    std::vector<std::string> notes;
+    bool skip = false;
+    ASSERT_TRUE(ApplyPreset(p.name, &c, &notes, &skip).ok());
+    EXPECT_EQ(FindPreset(p.name), &p);
+    EXPECT_EQ(c.experiment, p.name);
+    if (p.name != "default" && !skip) {
+      BenchConfig plain;
+      EXPECT_TRUE(c.keys != plain.keys || c.threads != plain.threads || c.growth ||
+                  !c.recovery_keys.empty() || !c.dup_datasets.empty() || !c.phases.empty())
+          << "the preset changes nothing";
+    }
+  }
+  BenchConfig c;
+  std::vector<std::string> notes;
+  bool skip = false;
+  EXPECT_TRUE(ApplyPreset("no-such-figure", &c, &notes, &skip).IsInvalidArgument());
+  BenchConfig fig8;
+  ASSERT_TRUE(ApplyPreset("smartht-fig8", &fig8, &notes, &skip).ok());
+  EXPECT_EQ(fig8.latency_every, 1u);
+  BenchConfig fig9;
+  ASSERT_TRUE(ApplyPreset("smartht-fig9", &fig9, &notes, &skip).ok());
+  EXPECT_TRUE(fig9.growth);
 }
 
 }  // namespace

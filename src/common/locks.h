@@ -8,11 +8,12 @@
 //                 snapshot, read without writing anything, and validate that the word is unchanged.
 //
 // None of them allocate or touch persistent memory: locks live in DRAM, so a crash can never
-// leave one held.
+// leave one held. Their waits spin with Backoff (a pause per step, a yield every 128 steps).
 #pragma once
 
 #include <atomic>
 #include <cstdint>
+#include <thread>
 
 #include "common/thread_annotations.h"
 
@@ -20,11 +21,29 @@ namespace pmhash {
 
 inline void CpuRelax() { __builtin_ia32_pause(); }
 
+// One step of a spin-wait: a pause, and every 128th step a yield of the CPU, so that a waiter
+// does not burn the time slice of a holder that was preempted (more runnable threads than CPUs:
+// a 2-vCPU machine running two workers and a background task).
+class Backoff {
+ public:
+  void Pause() {
+    if ((++n_ & 127) == 0) {
+      std::this_thread::yield();
+    } else {
+      CpuRelax();
+    }
+  }
+
+ private:
+  uint32_t n_ = 0;
+};
+
 class PMHASH_CAPABILITY("mutex") SpinLock {
  public:
   void lock() PMHASH_ACQUIRE() {
+    Backoff b;
     while (flag_.exchange(true, std::memory_order_acquire)) {
-      while (flag_.load(std::memory_order_relaxed)) CpuRelax();
+      while (flag_.load(std::memory_order_relaxed)) b.Pause();
     }
   }
   bool try_lock() PMHASH_TRY_ACQUIRE(true) {
@@ -41,25 +60,27 @@ class PMHASH_CAPABILITY("shared mutex") RwSpinLock {
  public:
   void lock() PMHASH_ACQUIRE() {
     // Announce the writer first so new readers back off, then wait for readers to drain.
+    Backoff b;
     uint32_t s = state_.load(std::memory_order_relaxed);
     for (;;) {
       if ((s & kWriter) == 0 &&
           state_.compare_exchange_weak(s, s | kWriter, std::memory_order_acquire)) {
         break;
       }
-      CpuRelax();
+      b.Pause();
       s = state_.load(std::memory_order_relaxed);
     }
-    while ((state_.load(std::memory_order_acquire) & ~kWriter) != 0) CpuRelax();
+    while ((state_.load(std::memory_order_acquire) & ~kWriter) != 0) b.Pause();
   }
   void unlock() PMHASH_RELEASE() { state_.fetch_and(~kWriter, std::memory_order_release); }
   void lock_shared() PMHASH_ACQUIRE_SHARED() {
+    Backoff b;
     for (;;) {
       uint32_t s = state_.load(std::memory_order_relaxed);
       if ((s & kWriter) == 0 && state_.compare_exchange_weak(s, s + 1, std::memory_order_acquire)) {
         return;
       }
-      CpuRelax();
+      b.Pause();
     }
   }
   void unlock_shared() PMHASH_RELEASE_SHARED() { state_.fetch_sub(1, std::memory_order_release); }
@@ -74,6 +95,7 @@ class VersionLock {
   static constexpr uint32_t kLocked = 1;
 
   void Lock() {
+    Backoff b;
     for (;;) {
       uint32_t v = word_.load(std::memory_order_relaxed);
       if ((v & kLocked) == 0 &&
@@ -83,7 +105,7 @@ class VersionLock {
         std::atomic_thread_fence(std::memory_order_release);
         return;
       }
-      CpuRelax();
+      b.Pause();
     }
   }
   bool TryLock() {
@@ -119,10 +141,11 @@ class VersionLock {
 
   // Optimistic read: spin until unlocked, return the version to validate against.
   uint32_t BeginRead() const {
+    Backoff b;
     for (;;) {
       uint32_t v = word_.load(std::memory_order_acquire);
       if ((v & kLocked) == 0) return v;
-      CpuRelax();
+      b.Pause();
     }
   }
   // True if no writer locked the word since BeginRead returned `v`. The acquire fence orders the

@@ -31,11 +31,13 @@
 //     so most non-matching slots are skipped without reading their key).
 //
 // Concurrency (paper III-B): reader-writer spin locks, one per stripe of head buckets (stripe =
-// the low S hash bits, S <= L, fixed for the life of the open: 256 heads per stripe on large
-// tables, as in the paper, one head per stripe on tables of <= 64 heads). Since S <= L, a head
-// and the head it splits into (a + 2^L) share a stripe. Reads take the stripe shared, writes
-// exclusive; the lock is held across the persist, so no reader ever sees a write that a crash
-// can undo. A split batch takes the stripes of its heads exclusive, in ascending order, under
+// hash bits [g, g + S), g + S <= L, both fixed for the life of the open: 256 heads per stripe on
+// large tables, as in the paper, one head per stripe on tables of <= 64 heads; g =
+// log2(split_batch) where L allows, so a split batch's heads share one stripe). Since bit L is
+// not a stripe bit, a head and the head it splits into (a + 2^L) share a stripe. Reads take the
+// stripe shared, writes exclusive; the lock is held across the persist, so no reader ever sees
+// a write that a crash can undo. A split batch takes the stripes of its heads exclusive (one, or
+// a few on small tables), in ascending order, under
 // resize_mu_ (one batch at a time); the only stop-the-world phase left is the swap of a rebuilt
 // filter (a pointer swap under every stripe, in order, under stw_mu_; an operation that sees it
 // under way sleeps on stw_mu_ instead of spinning on its stripe).
@@ -51,10 +53,11 @@
 // Growth (beyond the paper, which fixes 2^24 heads): linear hashing, one small batch of heads at
 // a time, never stopping the world. The table is at level L with split pointer s (0 <= s < 2^L):
 // 2^L + s heads are in use, and a key's address is a(h) = h mod 2^L, or h mod 2^(L+1) if that is
-// below s. When the table holds more than grow_keys_per_head keys per head in use, the writer
-// that notices splits the next batch of B = min(split_batch, 2^L) heads s..s+B-1 (their stripes
-// locked) into heads 2^L+s..2^L+s+B-1; past s = 2^L the level becomes L+1, s = 0 (the same
-// addresses). Per batch:
+// below s. When the table holds more than grow_keys_per_head keys per head in use, a background
+// task (pm::BackgroundWork; the writer that notices only schedules it, and splits itself only in
+// manual mode or once the task is a quarter behind) splits batch after batch of
+// B = min(split_batch, 2^L) heads s..s+B-1 (their stripes locked) into heads 2^L+s..2^L+s+B-1;
+// past s = 2^L the level becomes L+1, s = 0 (the same addresses). Per batch:
 //   1. Build (fresh chunks only): the new heads (their slots in the next segment of the head
 //      array, never read before the commit) holding the "movers" (bit L of h set) of every
 //      source chain, with fresh chained buckets past three; and for each source head that has
@@ -152,6 +155,7 @@
 #include <unordered_set>
 #include <vector>
 
+#include "common/attributes.h"
 #include "common/hash.h"
 #include "common/huge_array.h"
 #include "common/locks.h"
@@ -397,7 +401,10 @@ class SmartHt : public index::EngineBase<SmartHt<P>, P, Config> {
   PmBucket* HeadFor(uint64_t h) const {
     return HeadAt(AddressOf(h, geo_.load(std::memory_order_acquire)));
   }
-  size_t StripeOf(uint64_t h) const { return h & (stripes_.size() - 1); }
+  // The stripe of a hash or of a head index: address bits [g, g + S), g = stripe_shift_. Bit L
+  // is never among them, so a head and the heads split from it share a stripe; and 2^g
+  // consecutive heads (a split batch) share one.
+  size_t StripeOf(uint64_t h) const { return (h >> stripe_shift_) & (stripes_.size() - 1); }
   RwSpinLock& StripeLock(uint64_t h) const { return stripes_[StripeOf(h)].lock; }
   // Calls fn(i) for every head i in use, in address order (the segments are read front to
   // back), each under its stripe's lock shared; heads added meanwhile are visited too. A split
@@ -406,7 +413,7 @@ class SmartHt : public index::EngineBase<SmartHt<P>, P, Config> {
   template <class Fn, class Then = void (*)()>
   void WalkHeads(Fn&& fn, Then&& then = [] {}) const {
     for (uint64_t i = 0;; i++) {
-      RwSpinLock& l = stripes_[i & (stripes_.size() - 1)].lock;
+      RwSpinLock& l = stripes_[StripeOf(i)].lock;
       l.lock_shared();
       if (i >= HeadsInUse(geo_.load(std::memory_order_acquire))) {
         l.unlock_shared();
@@ -449,6 +456,13 @@ class SmartHt : public index::EngineBase<SmartHt<P>, P, Config> {
 
   Status Write(Key k, Value v, WriteMode mode);
   void MaybeGrow();
+  // True if `size` keys are more than factor x grow_keys_per_head per head in use (and the table
+  // may still grow).
+  bool Over(uint64_t size, double factor) const;
+  // Splits up to `batches` batches while the table is over its threshold; true if it still is
+  // after them. REQUIRES: resize_mu_ held.
+  bool SplitWhileOver(int batches) PMHASH_REQUIRES(resize_mu_);
+  Status GrowTask();
   // Splits the next batch of heads (Growth in the design note). REQUIRES: resize_mu_ held.
   Status SplitBatch() PMHASH_REQUIRES(resize_mu_);
   // Allocates segment k and persists its directory word. REQUIRES: resize_mu_ held.
@@ -474,13 +488,15 @@ class SmartHt : public index::EngineBase<SmartHt<P>, P, Config> {
   uint64_t dir_off_ = 0;
   std::atomic<PmBucket*> seg_[kMaxSegments] = {};
   uint64_t seg_off_[kMaxSegments] = {};  // written at open and under resize_mu_
-  HugeArray<Stripe> stripes_;  // a power of two of them, <= 2^L0, fixed for the life of the open
+  HugeArray<Stripe> stripes_;  // a power of two of them, fixed for the life of the open
+  uint32_t stripe_shift_ = 0;  // StripeOf; S + stripe_shift_ <= L at open (L only grows)
 
   // Filter: replaced only with every stripe locked; read and added to under any stripe lock.
   std::unique_ptr<BloomFilter> filter_;
   std::atomic<BloomFilter*> building_{nullptr};  // being filled by a rebuild, or null
   std::atomic<bool> complete_{false};
   std::atomic<bool> rebuild_pending_{false};
+  std::atomic<bool> grow_pending_{false};
   std::atomic<int64_t> stale_{0};         // keys erased since the filter was built
   std::atomic<uint64_t> filter_keys_{0};  // keys added since the filter was built
   std::atomic<uint64_t> filter_capacity_{0};  // keys the live filter was sized for
@@ -710,10 +726,14 @@ Status SmartHt<P>::Recover() {
 
   geo_.store(geo, std::memory_order_release);
   // 256 heads per stripe (the paper) on large tables, at most 2^16 stripes, at least
-  // min(heads, 64) so small tables still run writers in parallel; never more than 2^L, so that
-  // a head and every head split from it (a + 2^L, ...) share a stripe.
+  // min(heads, 64) so small tables still run writers in parallel. A stripe takes address bits
+  // [g, g + S) with g + S <= L, so that a head and every head split from it (a + 2^L, ...)
+  // share a stripe, and g = log2(split_batch) where the level allows, so that a split batch
+  // locks one stripe (writers collide with it 1 in 2^S, not split_batch in 2^S).
   const uint32_t sb = bits <= 6 ? bits : bits <= 14 ? 6 : std::min<uint32_t>(16, bits - 8);
   stripes_ = HugeArray<Stripe>(size_t{1} << sb);
+  stripe_shift_ = std::min<uint32_t>(static_cast<uint32_t>(std::countr_zero(params_.split_batch)),
+                                     bits - sb);
   if (!stripes_) return Status::OutOfMemory("smartht: lock stripes");
   chained_.store(chained, std::memory_order_relaxed);
   split_cleanups_.store(cleaned, std::memory_order_relaxed);
@@ -1018,31 +1038,65 @@ Status SmartHt<P>::RebuildFilterTask() PMHASH_NO_THREAD_SAFETY_ANALYSIS {
 }
 
 template <pm::PersistPolicy P>
-void SmartHt<P>::MaybeGrow() {
+bool SmartHt<P>::Over(uint64_t size, double factor) const {
+  const uint64_t g = geo_.load(std::memory_order_acquire);
+  return GeoBits(g) < params_.max_head_bits &&
+         static_cast<double>(size) >
+             factor * params_.grow_keys_per_head * static_cast<double>(HeadsInUse(g));
+}
+
+// Growth runs on the background executor (the writer that notices only schedules it), so no
+// writer pays for a split batch; a writer splits itself only in manual mode (tests, the crash
+// suite) or when the task has fallen a quarter behind.
+template <pm::PersistPolicy P>
+void SmartHt<P>::MaybeGrow() PMHASH_NO_THREAD_SAFETY_ANALYSIS {
   const uint64_t size = Size();
   // The filter keeps its false-positive rate: past its capacity it is rebuilt larger.
   if (size > filter_capacity_.load(std::memory_order_relaxed)) ScheduleRebuild();
-  if (params_.grow_keys_per_head <= 0 || size <= no_grow_below_.load(std::memory_order_relaxed)) {
+  if (params_.grow_keys_per_head <= 0 || size <= no_grow_below_.load(std::memory_order_relaxed) ||
+      !Over(size, 1.0)) {
     return;
   }
-  auto over = [&] {
-    const uint64_t g = geo_.load(std::memory_order_acquire);
-    return GeoBits(g) < params_.max_head_bits &&
-           static_cast<double>(size) >
-               params_.grow_keys_per_head * static_cast<double>(HeadsInUse(g));
-  };
-  if (!over() || !resize_mu_.try_lock()) return;  // (another writer is splitting)
-  // A few batches per call: a writer checks once in 64 inserts, or when a chain grew.
-  for (int n = 0; n < 8 && over(); n++) {
+  if (!background_.manual() && !Over(size, 1.25)) {
+    if (!grow_pending_.exchange(true) &&
+        !background_.Schedule([this] { return GrowTask(); }).ok()) {
+      grow_pending_.store(false);
+    }
+    return;
+  }
+  if (!resize_mu_.try_lock()) return;  // (another thread is splitting)
+  // A few batches: a writer checks once in 64 inserts, or when a chain grew.
+  SplitWhileOver(8);
+  resize_mu_.unlock();
+}
+
+template <pm::PersistPolicy P>
+bool SmartHt<P>::SplitWhileOver(int batches) PMHASH_NO_THREAD_SAFETY_ANALYSIS {
+  for (int n = 0; n < batches; n++) {
+    const uint64_t size = Size();
+    if (size <= no_grow_below_.load(std::memory_order_relaxed) || !Over(size, 1.0)) return false;
     if (Status s = SplitBatch(); !s.ok()) {
       // Out of space (or memory): the table keeps working with longer chains; retry once it
       // has grown by half again.
       grow_failures_.fetch_add(1, std::memory_order_relaxed);
       no_grow_below_.store(size + size / 2, std::memory_order_relaxed);
-      break;
+      return false;
     }
   }
-  resize_mu_.unlock();
+  return true;
+}
+
+// The background growth task: split until the table is under its threshold, releasing
+// resize_mu_ every 64 batches.
+template <pm::PersistPolicy P>
+Status SmartHt<P>::GrowTask() PMHASH_NO_THREAD_SAFETY_ANALYSIS {
+  for (bool more = true; more;) {
+    resize_mu_.lock();
+    more = SplitWhileOver(64);
+    resize_mu_.unlock();
+  }
+  grow_pending_.store(false);
+  return Status::OK();
 }
 
 template <pm::PersistPolicy P>
@@ -1074,10 +1128,17 @@ Status SmartHt<P>::SplitBatch() PMHASH_NO_THREAD_SAFETY_ANALYSIS {
   if (level >= params_.max_head_bits) return Status::OK();
   if (seg_[k].load(std::memory_order_relaxed) == nullptr) PMHASH_RETURN_IF_ERROR(AddSegment(k));
 
+  // The sources' chains, fetched before their stripes are locked (racy reads of the next words:
+  // only prefetches follow them), so that writers wait for the batch's stores, not its misses.
+  for (uint64_t i = first; i < first + nb; i++) PrefetchLine(HeadAt(i));
+  for (uint64_t i = first; i < first + nb; i++) {
+    const uint64_t next = HeadAt(i)->next.load(std::memory_order_relaxed);
+    if (next != 0 && alloc.ValidChunk(next)) PrefetchLine(At(next));
+  }
   // The sources' stripes (their new heads share them), ascending like LockAll.
   std::vector<size_t> locks;
   locks.reserve(nb);
-  for (uint64_t i = first; i < first + nb; i++) locks.push_back(i & (stripes_.size() - 1));
+  for (uint64_t i = first; i < first + nb; i++) locks.push_back(StripeOf(i));
   std::sort(locks.begin(), locks.end());
   locks.erase(std::unique(locks.begin(), locks.end()), locks.end());
   for (const size_t x : locks) stripes_[x].lock.lock();
