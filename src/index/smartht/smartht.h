@@ -55,9 +55,9 @@
 // 2^L + s heads are in use, and a key's address is a(h) = h mod 2^L, or h mod 2^(L+1) if that is
 // below s. When the table holds more than grow_keys_per_head keys per head in use, a background
 // task (pm::BackgroundWork; the writer that notices only schedules it, and splits itself only in
-// manual mode or once the task is a quarter behind) splits batch after batch of
-// B = min(split_batch, 2^L) heads s..s+B-1 (their stripes locked) into heads 2^L+s..2^L+s+B-1;
-// past s = 2^L the level becomes L+1, s = 0 (the same addresses). Per batch:
+// manual mode, during a filter rebuild or once the task is a quarter behind) splits batch after
+// batch of B = min(split_batch, 2^L) heads s..s+B-1 (their stripe locked) into heads
+// 2^L+s..2^L+s+B-1; past s = 2^L the level becomes L+1, s = 0 (the same addresses). Per batch:
 //   1. Build (fresh chunks only): the new heads (their slots in the next segment of the head
 //      array, never read before the commit) holding the "movers" (bit L of h set) of every
 //      source chain, with fresh chained buckets past three; and for each source head that has
@@ -1047,7 +1047,7 @@ bool SmartHt<P>::Over(uint64_t size, double factor) const {
 
 // Growth runs on the background executor (the writer that notices only schedules it), so no
 // writer pays for a split batch; a writer splits itself only in manual mode (tests, the crash
-// suite) or when the task has fallen a quarter behind.
+// suite), while a filter rebuild is pending, or when the task has fallen a quarter behind.
 template <pm::PersistPolicy P>
 void SmartHt<P>::MaybeGrow() PMHASH_NO_THREAD_SAFETY_ANALYSIS {
   const uint64_t size = Size();
@@ -1057,7 +1057,10 @@ void SmartHt<P>::MaybeGrow() PMHASH_NO_THREAD_SAFETY_ANALYSIS {
       !Over(size, 1.0)) {
     return;
   }
-  if (!background_.manual() && !Over(size, 1.25)) {
+  // (A filter rebuild ahead of it in the executor's queue would hold growth back for a whole walk
+  // of the table: writers split themselves meanwhile.)
+  if (!background_.manual() && !rebuild_pending_.load(std::memory_order_relaxed) &&
+      !Over(size, 1.25)) {
     if (!grow_pending_.exchange(true) &&
         !background_.Schedule([this] { return GrowTask(); }).ok()) {
       grow_pending_.store(false);
