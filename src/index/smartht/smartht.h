@@ -37,10 +37,10 @@
 // not a stripe bit, a head and the head it splits into (a + 2^L) share a stripe. Reads take the
 // stripe shared, writes exclusive; the lock is held across the persist, so no reader ever sees
 // a write that a crash can undo. A split batch takes the stripes of its heads exclusive (one, or
-// a few on small tables), in ascending order, under
-// resize_mu_ (one batch at a time); the only stop-the-world phase left is the swap of a rebuilt
-// filter (a pointer swap under every stripe, in order, under stw_mu_; an operation that sees it
-// under way sleeps on stw_mu_ instead of spinning on its stripe).
+// a few on small tables), in ascending order, under resize_mu_ (one batch at a time); the only
+// stop-the-world phase left is the swap of a rebuilt filter (a pointer swap under every stripe,
+// in order, under stw_mu_; an operation that sees it under way sleeps on stw_mu_ instead of
+// spinning on its stripe).
 //
 // Filter: a split-block Bloom filter: a key selects one 64 B block and sets one bit in each of
 // its eight 64-bit words, so a query costs one DRAM cache miss. Sized for
@@ -60,15 +60,18 @@
 // 2^L+s..2^L+s+B-1; past s = 2^L the level becomes L+1, s = 0 (the same addresses). Per batch:
 //   1. Build (fresh chunks only): the new heads (their slots in the next segment of the head
 //      array, never read before the commit) holding the "movers" (bit L of h set) of every
-//      source chain, with fresh chained buckets past three; and for each source head that has
-//      chained buckets, a fresh compact chain C of its "stayers" that are not in the head
-//      bucket. NtCopy all; one fence.
+//      source chain, with fresh chained buckets past three; and for each source head H that has
+//      chained buckets, the "stayers" of those buckets: the first ones go to H's open slots
+//      (free, or a mover's) in step 3, the rest to a fresh compact chain C. NtCopy all; one
+//      fence.
 //   2. Commit: root 0 = (L, s + B) or (L + 1, 0): one persisted 8-byte store.
-//   3. Clean up each source head: H.next = C (8-byte store) and the movers' tokens in H cleared
-//      (one-byte stores), all in H's line: one flush each, one fence for the batch; the old
-//      chained buckets are freed. A crash before 3 ends leaves movers in the source chains,
-//      each a copy of a pair its new head holds: recovery clears them (the last batch is known
-//      from root 0 and split_batch), so 3 is redone, never undone.
+//   3. Clean up each source head, all in H's line, in this order: the movers' tokens cleared,
+//      the stayers H takes written, then their tokens, then H.next = C (with tear_safe, each
+//      step flushed and fenced before the next); one flush per line and one fence for the batch
+//      otherwise. The old chained buckets are freed. A crash before 3 ends leaves, in a source
+//      chain, movers (copies of pairs their new head holds) and stayers twice (in H and in the
+//      old chained bucket): recovery clears the movers and the second copies (the last batch is
+//      known from root 0 and split_batch), so 3 is redone, never undone.
 // The head array is a list of segments that double (segment 0: the 2^L0 heads of the new pool;
 // segment k >= 1: heads [2^(L0+k-1), 2^(L0+k))), named by a directory block (root 2); segment k
 // is allocated and its directory word persisted when level L0+k-1 starts, before any head in it
@@ -133,9 +136,11 @@
 //       first write of the open, so a filter can never be trusted for a pool changed after it
 //       was saved.
 //   I8  Only the last split batch (from root 0: level L, heads [s - B, s), or the last batch of
-//       level L - 1 if s = 0) may hold movers in its source chains; each is a copy of a pair
-//       that its new head's chain holds (built and fenced before the commit). Open clears them
-//       (token, persisted) before serving; anywhere else a misplaced pair is kCorruption.
+//       level L - 1 if s = 0) may hold movers in its source chains, each a copy of a pair that
+//       its new head's chain holds (built and fenced before the commit), and stayers twice, the
+//       first copy in the head bucket (its pair written before its token). Open clears the
+//       movers and the second copies (token, persisted) before serving; anywhere else a
+//       misplaced or repeated pair is kCorruption (repeats: CheckInvariants).
 //
 // Thread safety: every public operation may run concurrently; Close() requires quiescence.
 #pragma once
@@ -199,7 +204,9 @@ inline constexpr uint64_t PackGeo(uint32_t bits, uint64_t split) {
 }
 inline constexpr uint32_t GeoBits(uint64_t g) { return static_cast<uint32_t>(g >> 56); }
 inline constexpr uint64_t GeoSplit(uint64_t g) { return g & kOffsetMask; }
-inline constexpr uint64_t HeadsInUse(uint64_t g) { return (uint64_t{1} << GeoBits(g)) + GeoSplit(g); }
+inline constexpr uint64_t HeadsInUse(uint64_t g) {
+  return (uint64_t{1} << GeoBits(g)) + GeoSplit(g);
+}
 // The head of hash h (linear hashing): h mod 2^L, or h mod 2^(L+1) if that head was split.
 inline constexpr uint64_t AddressOf(uint64_t h, uint64_t g) {
   const uint64_t a = h & ((uint64_t{1} << GeoBits(g)) - 1);
