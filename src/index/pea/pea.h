@@ -668,8 +668,10 @@ void Pea<P, R, M>::InsertIntoBucket(PmBucket* b, Key k, Value v, uint8_t f) {
   const int nptr = PtrSlots(w[0]);
   const uint32_t free_slots = ~occ & kOccMask & ~((1u << nptr) - 1);
   const uint64_t format = nptr > 0 ? 0 : kKvFormat;
+  // Release on both words (a plain store on x86): a lock-free reader may load the old key and
+  // then this value, and must then see the record the value names (pea-kv).
   auto put = [&](int j, Key key, Value val) {
-    b->slots[j].value.store(val, std::memory_order_relaxed);
+    b->slots[j].value.store(val, std::memory_order_release);
     b->slots[j].key.store(key, std::memory_order_release);
   };
   // Fast case: a free slot in line 0, persisted together with the header (I2).

@@ -678,7 +678,9 @@ Status Reh<P, R>::Write(const Probe& p, std::string_view value_bytes, Value valu
       }
       const int j = std::countr_one(bitmap);
       PmSlot& s = b->slots[j];
-      s.value.store(w, std::memory_order_relaxed);  // I4: value, then key, one line
+      // I4: value, then key, one line. Release on both (a plain store on x86): a lock-free
+      // reader may load the old key and then this value, and must see the record it names.
+      s.value.store(w, std::memory_order_release);
       if (params_.tear_safe) persist_.Persist(&s.value, sizeof(Value));  // I4': 8-byte model
       s.key.store(Keys::KeyWord(p), std::memory_order_release);
       persist_.Persist(&s, sizeof(PmSlot));
