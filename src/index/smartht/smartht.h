@@ -198,6 +198,24 @@ static_assert(std::atomic<uint8_t>::is_always_lock_free);
 
 inline constexpr uint8_t Token(uint64_t h) { return static_cast<uint8_t>(0x80 | (h >> 57)); }
 
+// A live pair and its token, as a bucket image takes it.
+struct Pair {
+  Key k;
+  Value v;
+  uint8_t t;
+};
+// *b := a bucket image holding pairs p[0..n) (n <= kSlots) in its first slots, then `next`:
+// every byte written (the image is NtCopy'd whole).
+inline void FillBucket(PmBucket* b, const Pair* p, size_t n, uint64_t next) {
+  std::memset(static_cast<void*>(b), 0, sizeof(PmBucket));
+  for (size_t j = 0; j < n; j++) {
+    b->tokens[j].store(p[j].t, std::memory_order_relaxed);
+    b->slots[j].key.store(p[j].k, std::memory_order_relaxed);
+    b->slots[j].value.store(p[j].v, std::memory_order_relaxed);
+  }
+  b->next.store(next, std::memory_order_relaxed);
+}
+
 // Root 0, the geometry: level L and split pointer s (2^L + s heads in use).
 inline constexpr uint64_t PackGeo(uint32_t bits, uint64_t split) {
   return (uint64_t{bits} << 56) | (split & kOffsetMask);
@@ -688,7 +706,7 @@ Status SmartHt<P>::Recover() {
   for (uint64_t i = 0; i < n; i++) {
     uint64_t steps = 0;
     const bool cut_source = i - cut < cut_n;
-    seen.clear();
+    if (cut_source) seen.clear();  // (only cut sources use it; clear() costs its buckets)
     const uint32_t k = SegmentOf(base_bits_, i);
     for (uint64_t b_off = seg_off_[k] + (i - SegmentFirst(base_bits_, k)) * sizeof(PmBucket);
          b_off != 0;) {
@@ -944,11 +962,8 @@ Status SmartHt<P>::Write(Key k, Value v, WriteMode mode) {
     // Head insertion of a new bucket (Algorithm 1, lines 16-29; I3).
     const uint64_t off = fresh->value();
     alignas(64) PmBucket img;
-    std::memset(static_cast<void*>(&img), 0, sizeof(img));
-    img.tokens[0].store(t, std::memory_order_relaxed);
-    img.slots[0].key.store(k, std::memory_order_relaxed);
-    img.slots[0].value.store(v, std::memory_order_relaxed);
-    img.next.store(head->next.load(std::memory_order_relaxed), std::memory_order_relaxed);
+    const Pair pair{k, v, t};
+    FillBucket(&img, &pair, 1, head->next.load(std::memory_order_relaxed));
     persist_.NtCopy(At(off), &img, sizeof(img));
     persist_.Fence();
     head->next.store(off, std::memory_order_release);  // the commit point
@@ -992,7 +1007,8 @@ Status SmartHt<P>::Erase(Key k) {
 
 template <pm::PersistPolicy P>
 void SmartHt<P>::ScheduleRebuild() {
-  if (rebuild_pending_.exchange(true)) return;
+  // (A load first: writers call this on every growth check while a rebuild is pending.)
+  if (rebuild_pending_.load(std::memory_order_relaxed) || rebuild_pending_.exchange(true)) return;
   if (!background_.Schedule([this] { return RebuildFilterTask(); }).ok()) {
     rebuild_pending_.store(false);
   }
@@ -1068,7 +1084,7 @@ void SmartHt<P>::MaybeGrow() PMHASH_NO_THREAD_SAFETY_ANALYSIS {
   // of the table: writers split themselves meanwhile.)
   if (!background_.manual() && !rebuild_pending_.load(std::memory_order_relaxed) &&
       !Over(size, 1.25)) {
-    if (!grow_pending_.exchange(true) &&
+    if (!grow_pending_.load(std::memory_order_relaxed) && !grow_pending_.exchange(true) &&
         !background_.Schedule([this] { return GrowTask(); }).ok()) {
       grow_pending_.store(false);
     }
@@ -1153,11 +1169,6 @@ Status SmartHt<P>::SplitBatch() PMHASH_NO_THREAD_SAFETY_ANALYSIS {
   locks.erase(std::unique(locks.begin(), locks.end()), locks.end());
   for (const size_t x : locks) stripes_[x].lock.lock();
 
-  struct Pair {
-    Key k;
-    Value v;
-    uint8_t t;
-  };
   struct Source {
     bool chained = false;  // had chained buckets: H.next becomes `next`
     uint64_t next = 0;     // the compact chain of the stayers that H cannot take (0: none)
@@ -1170,15 +1181,6 @@ Status SmartHt<P>::SplitBatch() PMHASH_NO_THREAD_SAFETY_ANALYSIS {
   std::vector<uint64_t> fresh;  // new chained buckets (freed again on failure)
   std::vector<uint64_t> old;    // the sources' chained buckets (freed after the commit)
   std::vector<Pair> movers, stayers;
-  auto fill = [](PmBucket* b, const Pair* p, size_t n, uint64_t next) {
-    std::memset(static_cast<void*>(b), 0, sizeof(PmBucket));
-    for (size_t j = 0; j < n; j++) {
-      b->tokens[j].store(p[j].t, std::memory_order_relaxed);
-      b->slots[j].key.store(p[j].k, std::memory_order_relaxed);
-      b->slots[j].value.store(p[j].v, std::memory_order_relaxed);
-    }
-    b->next.store(next, std::memory_order_relaxed);
-  };
   // Fresh chained buckets holding pairs[from..], back to front; *link = the first (0: none).
   auto chain = [&](const std::vector<Pair>& pairs, size_t from, uint64_t* link) -> Status {
     uint64_t next = 0;
@@ -1188,7 +1190,7 @@ Status SmartHt<P>::SplitBatch() PMHASH_NO_THREAD_SAFETY_ANALYSIS {
       if (!c.ok()) return c.status();
       fresh.push_back(c.value());
       alignas(64) PmBucket b;
-      fill(&b, &pairs[beg], end - beg, next);
+      FillBucket(&b, &pairs[beg], end - beg, next);
       persist_.NtCopy(At(c.value()), &b, sizeof(b));
       next = c.value();
       end = beg;
@@ -1224,7 +1226,7 @@ Status SmartHt<P>::SplitBatch() PMHASH_NO_THREAD_SAFETY_ANALYSIS {
     uint64_t link = 0;
     st = chain(movers, std::min<size_t>(kSlots, movers.size()), &link);
     if (!st.ok()) break;
-    fill(&img[n], movers.data(), std::min<size_t>(kSlots, movers.size()), link);
+    FillBucket(&img[n], movers.data(), std::min<size_t>(kSlots, movers.size()), link);
     if (!src[n].chained) continue;
     // The chained buckets' stayers fill H's open slots first, the rest go to a compact chain.
     open |= src[n].clear;
