@@ -115,8 +115,8 @@ struct IndexTraits<turbo::Turbo<P, R>> : DefaultTraits<turbo::Turbo<P, R>> {
 
 // SmartHT: 4 heads growing at 3 keys per head: chained buckets and head-array doublings within
 // the first few dozen keys; filter rebuilds after a quarter of the keys are erased.
-template <class P>
-struct IndexTraits<smartht::SmartHt<P>> : DefaultTraits<smartht::SmartHt<P>> {
+template <class P, bool R>
+struct IndexTraits<smartht::SmartHt<P, R>> : DefaultTraits<smartht::SmartHt<P, R>> {
   static void SmallGeometry(Options* o) {
     o->smartht.head_bits = 2;
     o->smartht.max_head_bits = 24;

@@ -24,6 +24,7 @@
 #include "common/hash.h"
 #include "index/pea/pea.h"
 #include "index/reh/reh.h"
+#include "index/smartht/smartht.h"
 #include "index/turbo/turbo.h"
 #include "pm/chunk_allocator.h"
 #include "pm/counters.h"
@@ -2338,6 +2339,49 @@ TEST(PeaKvHostile, BadRecords) {
                      WriteU64(p, bucket, ReadU64(p, bucket) | (uint64_t{1} << (1 + other)));
                    }});
   ExpectRecordCasesRefused<T>("peakv_hostile_rec", make, std::move(cases));
+}
+
+// smartht-kv: the same, on a live slot of head 0's bucket (records share the buckets' chunk
+// allocator).
+TEST(SmartHtKvHostile, BadRecords) {
+  using T = smartht::SmartHt<pm::Adr, true>;
+  auto make = [](const std::string& path, uint64_t* slot_value) -> uint64_t {
+    Options o;
+    o.path = path;
+    o.pool_size = 4 << 20;
+    o.durability = Durability::kAdr;
+    o.smartht.head_bits = 4;
+    o.smartht.grow_keys_per_head = 0;  // no split: head 0 is never the source of a cut batch (I8)
+    auto r = T::Open(o);
+    EXPECT_TRUE(r.ok()) << r.status().ToString();
+    if (!r.ok()) return 0;
+    for (uint64_t i = 0; i < 300; i++) EXPECT_TRUE((*r)->Insert(SplitMix64(i), i).ok());
+    const pm::Pool& pool = (*r)->pool();
+    const uint64_t head0 = pool.template At<smartht::DirBlock>(pool.root(2))->seg[0];
+    const auto* b = pool.template At<smartht::PmBucket>(head0);
+    uint64_t rec = 0;
+    for (int j = 0; j < smartht::kSlots && rec == 0; j++) {
+      if (b->tokens[j].load(std::memory_order_relaxed) == 0) continue;
+      *slot_value = head0 + 8 + 16 * j + 8;
+      rec = b->slots[j].value.load(std::memory_order_relaxed);
+    }
+    EXPECT_TRUE((*r)->Close().ok());
+    return rec;
+  };
+  std::vector<RecordCase> cases(std::begin(kRecordCases), std::end(kRecordCases));
+  cases.push_back({"record shared by two slots", [](const std::string& p, uint64_t sv, uint64_t) {
+                     // Another slot of the head (made live) holds the same pair and token.
+                     const uint64_t bucket = sv & ~uint64_t{63};
+                     const int j = static_cast<int>((sv - bucket - 16) / 16);
+                     const int other = j == 0 ? 1 : 0;
+                     WriteU64(p, bucket + 8 + 16 * other, ReadU64(p, sv - 8));
+                     WriteU64(p, bucket + 8 + 16 * other + 8, ReadU64(p, sv));
+                     uint64_t tokens = ReadU64(p, bucket);
+                     const uint64_t t = (tokens >> (8 * j)) & 0xff;
+                     tokens &= ~(uint64_t{0xff} << (8 * other));
+                     WriteU64(p, bucket, tokens | (t << (8 * other)));
+                   }});
+  ExpectRecordCasesRefused<T>("smarthtkv_hostile_rec", make, std::move(cases));
 }
 
 // pea-multi: a pointer slot's value list (pea_multi.h, I13) and the redo logs (I12), corrupted,

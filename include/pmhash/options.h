@@ -111,6 +111,7 @@ struct SmartHtParams {
   // Heads split at a time by linear-hashing growth (a power of two, 1..1024; default 16): one
   // fence pair per batch, and a batch is the longest that a writer's growth step holds locks.
   std::optional<uint32_t> split_batch;
+  std::optional<uint32_t> max_record_bytes;  // 2^24, smartht-kv only: key + value + 8 B header
   // Open-time.
   // Bloom filter bits per key of capacity (one 64 B block per key, 8 bits set in it): 24 gives
   // a false-positive rate near 1e-4 (the paper's target).

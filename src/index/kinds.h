@@ -32,8 +32,8 @@ struct KindList {
 
 using IndexKinds =
     KindList<reh::Descriptor, reh::KvDescriptor, pea::Descriptor, pea::KvDescriptor,
-             turbo::Descriptor, turbo::KvDescriptor, smartht::Descriptor, elimda::Descriptor,
-             pea::MultiDescriptor>;
+             turbo::Descriptor, turbo::KvDescriptor, smartht::Descriptor, smartht::KvDescriptor,
+             elimda::Descriptor, pea::MultiDescriptor>;
 
 // The engine of descriptor D under policy P.
 template <class D, class P>

@@ -238,6 +238,32 @@ struct SmartHtTraits {
   }
 };
 
+// SmartHT with records (smartht-kv): the same geometry, with a record per insert and update in
+// the record heap (src/index/records.h), which shares the buckets' chunk allocator; freed records
+// are reused at once.
+struct SmartHtKvTraits {
+  static constexpr std::string_view kName = "smartht-kv";
+  static constexpr bool kLockFreeReads = false;
+  template <class P>
+  using Index = smartht::SmartHt<P, true>;
+  static Options Small(HashMode mode) {
+    Options o = SmartHtTraits::Small(mode);
+    o.reclaim_batch = 1;
+    return o;
+  }
+  static Options Deep(HashMode mode) {
+    Options o = SmartHtTraits::Deep(mode);
+    o.reclaim_batch = 1;
+    return o;
+  }
+  static Options TearSafe(Options o) { return SmartHtTraits::TearSafe(std::move(o)); }
+  static std::vector<CoverageTarget> Coverage(bool skewed) {
+    std::vector<CoverageTarget> t = SmartHtTraits::Coverage(skewed);
+    if (!skewed) t.push_back({"records.reused_slots", 1, "a freed record slot reused"});
+    return t;
+  }
+};
+
 // ElimDA: 2 collecting logs of 15 items, D-buckets of 16, 2 P-buckets of 32 per segment: log
 // swaps from the 16th insert, relocations and segment splits within the first few hundred ops.
 struct ElimdaTraits {
@@ -304,6 +330,7 @@ struct PeaMultiTraits {
 
 // (New kinds go last: scripts/mutate names the suites by their position here.)
 using AllIndexes = std::tuple<RehTraits, RehKvTraits, PeaTraits, TurboTraits, TurboKvTraits,
-                              SmartHtTraits, ElimdaTraits, PeaKvTraits, PeaMultiTraits>;
+                              SmartHtTraits, ElimdaTraits, PeaKvTraits, PeaMultiTraits,
+                              SmartHtKvTraits>;
 
 }  // namespace pmhash::crashtest

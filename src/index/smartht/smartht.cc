@@ -2,6 +2,7 @@
 #include "index/smartht/smartht.h"
 
 namespace pmhash::smartht {
-PMHASH_ENGINE_INSTANTIATIONS(, SmartHt);
-static_assert(HashIndex<SmartHt<pm::Adr>>);
+PMHASH_ENGINE_INSTANTIATIONS(, SmartHt, false);
+PMHASH_ENGINE_INSTANTIATIONS(, SmartHt, true);
+static_assert(HashIndex<SmartHt<pm::Adr>> && BytesIndex<SmartHt<pm::Adr, true>>);
 }  // namespace pmhash::smartht

@@ -78,6 +78,17 @@
 // is written. The filter is keyed by h alone, so splits never touch it; it is rebuilt larger in
 // the background once the keys pass its capacity.
 //
+// smartht-kv (variable-size keys and values; not in the paper, the issue asks for it): the same
+// engine with kRecords. A slot holds [hash(key) | record offset], the record [klen | vlen | key |
+// value] lives in the pool's record heap (src/index/records.h). The token, the filter and the
+// addresses use the same 64-bit hash, so a negative search still reads no PM and a split moves
+// slots, never records. An insert's record is flushed and fenced before the slot's line is
+// written (I2 then holds for the line as for smartht); an update publishes a new record with
+// its 8-byte value store and retires the old one through the epoch (FindBytes copies a value
+// after leaving the stripe's lock, under an epoch guard); an erase retires the record after its
+// token is persisted. Open rebuilds the record heap from the live slots (Records::Recover:
+// offset, lengths, slab, sharing and key hash validated before use).
+//
 // Recovery (paper III-D): after a clean shutdown the filter saved in the pool is loaded (its
 // checksum, geometry and key count must match; otherwise it is rebuilt); after a crash the index
 // serves at once with an empty, *incomplete* filter that a background task fills: while it is
@@ -95,6 +106,7 @@
 //
 //     tok j: 0 = slot j free, 0x80 | (h >> 57) = slot j holds a live pair whose key hashes to h
 //            (the top bits: the address takes the low ones).
+//     key j / val j: the pair (smartht-kv: h and the record's offset).
 //     next:  pool offset of the next bucket of the chain, 0 = end.
 //
 //   Pool roots:
@@ -130,7 +142,10 @@
 //       root store). A segment's directory word is persisted before any of its heads is used.
 //   I6  No leak: the allocator's bitmap is rebuilt from roots 0 and 2 at open; a bucket
 //       allocated but not linked, a batch's chains before its commit, the chained buckets a
-//       batch's cleanup unlinked and a saved filter are free.
+//       batch's cleanup unlinked and a saved filter are free. smartht-kv: a record is reachable
+//       only from a live slot (one slot per record; I8's second copies of a stayer name the
+//       same record and are cleared before the heap is counted), so a record written but not
+//       published, or replaced or erased before a crash, is free after it.
 //   I7  The saved filter is used only if the pool was shut down cleanly, root 1 names it, and
 //       its checksum, geometry and key count match; root 1 is cleared (persisted) before the
 //       first write of the open, so a filter can never be trusted for a pool changed after it
@@ -170,6 +185,7 @@
 #include "index/descriptor.h"
 #include "index/engine_base.h"
 #include "index/lifecycle.h"
+#include "index/records.h"
 #include "pm/background.h"
 #include "pm/persist.h"
 #include "pm/pool.h"
@@ -321,6 +337,8 @@ struct PersistentParams : index::LayoutWords<sizeof(PmBucket), kSlots, 2> {
   uint32_t head_bits = 0;
   uint32_t max_head_bits = 0;
   uint32_t split_batch = 0;
+  uint32_t records = 0;           // 1: smartht-kv
+  uint32_t max_record_bytes = 0;  // smartht-kv only
 };
 
 // What an open index runs with: the pool's properties and this open's options.
@@ -331,6 +349,7 @@ struct Config : PersistentParams {
   bool tear_safe = false;
   uint64_t save_filter_min_keys = 1024;
   uint32_t background_threads = 1;
+  uint32_t reclaim_batch = 0;  // Options::reclaim_batch (smartht-kv's retired records)
   void SetOpenOptions(const Options& o) {
     filter_bits_per_key = std::clamp<uint32_t>(o.smartht.filter_bits_per_key, 1, 256);
     grow_keys_per_head = o.smartht.grow_keys_per_head;
@@ -338,28 +357,46 @@ struct Config : PersistentParams {
     tear_safe = o.smartht.tear_safe;
     save_filter_min_keys = o.smartht.save_filter_min_keys;
     background_threads = o.background_threads;
+    reclaim_batch = o.reclaim_batch;
   }
 };
 
-template <pm::PersistPolicy P>
+template <pm::PersistPolicy P, bool kRecords>
 class SmartHt;
 
-struct Descriptor
-    : index::DescriptorTypes<SmartHtParams, &Options::smartht, PersistentParams, SmartHt> {
-  static constexpr std::string_view kName = "smartht";
+// kRecords = false: "smartht" (8 B inline keys and values). kRecords = true: "smartht-kv"
+// (variable-size records: the slot holds [hash | record offset], src/index/records.h).
+template <bool kRecords>
+struct DescriptorFor
+    : index::DescriptorTypes<SmartHtParams, &Options::smartht, PersistentParams,
+                             index::FlaggedEngine<SmartHt, kRecords>::template Engine> {
+  static constexpr std::string_view kName = kRecords ? "smartht-kv" : "smartht";
   static constexpr std::string_view kPaper =
-      "Xiao, Jiang, Feng et al.: Accelerating Persistent Hash Indexes via Reducing Negative "
-      "Searches (SmartHT)";
+      kRecords ? "Xiao, Jiang, Feng et al.: SmartHT, with variable-size records"
+               : "Xiao, Jiang, Feng et al.: Accelerating Persistent Hash Indexes via Reducing "
+                 "Negative Searches (SmartHT)";
   static constexpr std::string_view kSummary =
-      "chained 64 B PM buckets, DRAM Bloom filter for negative searches, growing head array";
-  static constexpr auto kProperties = std::tuple{
-      index::PoolProperty{"smartht.head_bits", &Params::head_bits, &Stored::head_bits, 0u},
-      index::PoolProperty{"smartht.max_head_bits", &Params::max_head_bits,
-                          &Stored::max_head_bits, 28u},
-      index::PoolProperty{"smartht.split_batch", &Params::split_batch, &Stored::split_batch,
-                          16u},
-  };
-  static std::string Check(const Stored& s) {
+      kRecords ? "SmartHT with variable-size keys/values: hash + record offset per slot, record heap"
+               : "chained 64 B PM buckets, DRAM Bloom filter for negative searches, growing head "
+                 "array";
+  static constexpr Capabilities kCapabilities{.bytes = kRecords};
+  static constexpr auto kProperties = index::WithRecordProperty<kRecords>(
+      "smartht.max_record_bytes", &SmartHtParams::max_record_bytes,
+      &PersistentParams::max_record_bytes,
+      std::tuple{
+          index::PoolProperty{"smartht.head_bits", &SmartHtParams::head_bits,
+                              &PersistentParams::head_bits, 0u},
+          index::PoolProperty{"smartht.max_head_bits", &SmartHtParams::max_head_bits,
+                              &PersistentParams::max_head_bits, 28u},
+          index::PoolProperty{"smartht.split_batch", &SmartHtParams::split_batch,
+                              &PersistentParams::split_batch, 16u},
+      });
+  static PersistentParams Base() { return index::WithRecordsWord<PersistentParams>(kRecords); }
+  static std::string Check(const PersistentParams& s) {
+    if (std::string e = index::CheckRecordWords(kRecords, s.records, s.max_record_bytes, kName);
+        !e.empty()) {
+      return e;
+    }
     if (s.max_head_bits < kMinHeadBits || s.max_head_bits > kMaxHeadBitsLimit) {
       return "max_head_bits must be in [1, 31]";
     }
@@ -372,26 +409,33 @@ struct Descriptor
     }
     return "";
   }
-  static index::PoolLayout Layout(const Stored& s) {
+  static index::PoolLayout Layout(const PersistentParams& s) {
     return {sizeof(PmBucket), kDirChunks + (s.head_bits ? uint64_t{1} << s.head_bits : 64)};
   }
   // Three slots per 64 B bucket; at grow_keys_per_head = 3 the table averages about half full
   // (heads + chained buckets), and the next segment is allocated whole when a level starts.
-  // Plan for 0.2 plus the filter saved at Close.
+  // Plan for 0.2 plus the filter saved at Close. smartht-kv adds a record per key.
   static uint64_t EstimatePoolBytes(uint64_t keys) {
-    return static_cast<uint64_t>(static_cast<double>(keys) * sizeof(PmBucket) / kSlots / 0.2) +
+    const double records = kRecords ? index::kRecordBytesPerKey : 0.0;
+    return static_cast<uint64_t>(static_cast<double>(keys) *
+                                 (sizeof(PmBucket) / static_cast<double>(kSlots) / 0.2 + records)) +
            keys * 4 + (uint64_t{64} << 10);
   }
 };
+using Descriptor = DescriptorFor<false>;
+using KvDescriptor = DescriptorFor<true>;
 
-template <pm::PersistPolicy P>
-class SmartHt : public index::EngineBase<SmartHt<P>, P, Config> {
-  PMHASH_ENGINE_BASE(P, Config, SmartHt<P>);
-  PMHASH_ENGINE_API(SmartHt, Descriptor);  // Open, Find, Erase, ForEach, Stats, CheckInvariants
+template <pm::PersistPolicy P, bool kRecords = false>
+class SmartHt : public index::EngineBase<SmartHt<P, kRecords>, P, Config> {
+  PMHASH_ENGINE_BASE(P, Config, SmartHt<P, kRecords>);
+  PMHASH_ENGINE_API(SmartHt, DescriptorFor<kRecords>);  // Open, Find, Erase, ForEach, Stats, ...
 
  public:
   ~SmartHt() { this->CloseUnlessAbandoned(); }  // src/index/lifecycle.h
   using Base::Size;
+
+  // Variable-size API (BytesIndex, src/index/records.h). NotSupported on "smartht".
+  PMHASH_PROBE_RECORDS_API(kRecords);
 
   // For tests, tools and the crash harness.
   pm::BackgroundWork& background() { return background_; }
@@ -459,8 +503,26 @@ class SmartHt : public index::EngineBase<SmartHt<P>, P, Config> {
       b = At(next);
     }
   }
-  // Locates k in the chain of head `head` (token t). REQUIRES: its stripe locked.
-  bool Search(const PmBucket* head, Key k, uint8_t t, PmBucket** bucket, int* slot) const;
+  // A key as the search compares it: the inline key, or hash + bytes (smartht-kv).
+  using Probe = index::KeyProbe;
+  using Keys = index::ProbeKeys<kRecords>;  // src/index/records.h
+  Probe MakeProbe(Key k) const { return Keys::Make(hash_, k); }
+  Probe MakeProbe(std::string_view s) const { return Keys::Make(hash_, s); }
+  // The hash a slot's key word stands for (smartht-kv: the word is the hash).
+  PMHASH_ALWAYS_INLINE uint64_t SlotHash(uint64_t key_word) const {
+    return Keys::SlotHash(hash_, key_word);
+  }
+  // Locates p in the chain of head `head`. REQUIRES: its stripe locked.
+  PMHASH_ALWAYS_INLINE bool Locate(const PmBucket* head, const Probe& p, PmBucket** bucket,
+                                   int* slot) const;
+  // p's value word (smartht-kv: its record's offset), under its stripe's lock shared; false if
+  // absent. REQUIRES (smartht-kv): an epoch guard while the caller reads the record.
+  PMHASH_ALWAYS_INLINE bool Search(const Probe& p, uint64_t* word) const;
+  // Calls take(slot) for every live slot, one head's chain at a time under its stripe's lock,
+  // and done() after each head, unlocked (ForEach, ForEachBytes).
+  template <class Take, class Done>
+  void WalkLiveSlots(Take&& take, Done&& done) const;
+  EpochManager& RecordEpoch() const { return *epoch_; }  // smartht-kv
   static int FreeSlot(const PmBucket* b) {
     for (int j = 0; j < kSlots; j++) {
       if (b->tokens[j].load(std::memory_order_relaxed) == 0) return j;
@@ -479,7 +541,9 @@ class SmartHt : public index::EngineBase<SmartHt<P>, P, Config> {
   uint64_t FilterKeysFor(uint64_t keys) const;
   void AddToFilters(uint64_t h);
 
-  Status Write(Key k, Value v, WriteMode mode);
+  // The value stored is `value` (smartht) or a new record of p.s and value_bytes (smartht-kv).
+  Status Write(const Probe& p, std::string_view value_bytes, Value value, WriteMode mode);
+  Status EraseProbe(const Probe& p);
   void MaybeGrow();
   // True if `size` keys are more than factor x grow_keys_per_head per head in use (and the table
   // may still grow).
@@ -540,6 +604,10 @@ class SmartHt : public index::EngineBase<SmartHt<P>, P, Config> {
   std::atomic<uint64_t> no_grow_below_{0};  // after a failed growth: retry past this size
   mutable StripedCounter false_positives_;  // filter said maybe, PM said no (Find)
 
+  std::unique_ptr<index::Records> records_;  // smartht-kv only (src/index/records.h)
+  // smartht-kv only, after pool_ and records_: its destructor frees into them.
+  std::unique_ptr<EpochManager> epoch_;
+
   pm::BackgroundWork background_;  // last: destroyed (joined) first
 };
 
@@ -547,47 +615,54 @@ class SmartHt : public index::EngineBase<SmartHt<P>, P, Config> {
 // Implementation
 // ============================================================================================
 
-template <pm::PersistPolicy P>
-SmartHt<P>::SmartHt(std::unique_ptr<pm::Pool> pool, const Config& config)
+template <pm::PersistPolicy P, bool R>
+SmartHt<P, R>::SmartHt(std::unique_ptr<pm::Pool> pool, const Config& config)
     : Base(std::move(pool), config),
-      background_(pm::BackgroundOptions{config.background_threads, pool_->sim_hook()}) {}
+      background_(pm::BackgroundOptions{config.background_threads, pool_->sim_hook()}) {
+  if constexpr (R) {
+    epoch_ = std::make_unique<EpochManager>();
+    epoch_->set_reclaim_batch(config.reclaim_batch);
+    records_ = std::make_unique<index::Records>(*pool_, *epoch_, config.max_record_bytes,
+                                                kKindName);
+  }
+}
 
 // Twice the keys: a growing table rebuilds its filter once per doubling of its keys.
-template <pm::PersistPolicy P>
-uint64_t SmartHt<P>::FilterKeysFor(uint64_t keys) const {
+template <pm::PersistPolicy P, bool R>
+uint64_t SmartHt<P, R>::FilterKeysFor(uint64_t keys) const {
   return std::max<uint64_t>(64, 2 * keys);
 }
 
 // Stop-the-world: operations that see stw_ wait on stw_mu_ (asleep) instead of spinning on a
 // stripe lock the whole time a doubling runs.
-template <pm::PersistPolicy P>
-void SmartHt<P>::LockAll() const {
+template <pm::PersistPolicy P, bool R>
+void SmartHt<P, R>::LockAll() const {
   stw_mu_.lock();
   stw_.store(true, std::memory_order_relaxed);
   for (size_t s = 0; s < stripes_.size(); s++) stripes_[s].lock.lock();
 }
-template <pm::PersistPolicy P>
-void SmartHt<P>::UnlockAll() const {
+template <pm::PersistPolicy P, bool R>
+void SmartHt<P, R>::UnlockAll() const {
   for (size_t s = stripes_.size(); s-- > 0;) stripes_[s].lock.unlock();
   stw_.store(false, std::memory_order_relaxed);
   stw_mu_.unlock();
 }
-template <pm::PersistPolicy P>
-void SmartHt<P>::WaitStopTheWorld() const {
+template <pm::PersistPolicy P, bool R>
+void SmartHt<P, R>::WaitStopTheWorld() const {
   stw_mu_.lock();
   stw_mu_.unlock();
 }
 
-template <pm::PersistPolicy P>
-void SmartHt<P>::AddToFilters(uint64_t h) {
+template <pm::PersistPolicy P, bool R>
+void SmartHt<P, R>::AddToFilters(uint64_t h) {
   filter_->Add(h);
   if (BloomFilter* b = building_.load(std::memory_order_acquire)) b->Add(h);
   filter_keys_.fetch_add(1, std::memory_order_relaxed);
 }
 
-template <pm::PersistPolicy P>
-bool SmartHt<P>::FilterMayContain(Key k) const {
-  const uint64_t h = hash_(k);
+template <pm::PersistPolicy P, bool R>
+bool SmartHt<P, R>::FilterMayContain(Key k) const {
+  const uint64_t h = R ? hash_(index::U64Bytes(k).view()) : hash_(k);
   RwSpinLock& l = StripeLock(h);
   l.lock_shared();
   const bool r = filter_->MayContain(h);
@@ -597,8 +672,8 @@ bool SmartHt<P>::FilterMayContain(Key k) const {
 
 // The initial table: the directory and segment 0, 2^head_bits empty heads (every byte written:
 // the media may be dirty).
-template <pm::PersistPolicy P>
-Status SmartHt<P>::Create() {
+template <pm::PersistPolicy P, bool R>
+Status SmartHt<P, R>::Create() {
   uint32_t bits = params_.head_bits;
   if (bits == 0) {
     const uint64_t heads = pool_->allocator().chunk_count() / 16;
@@ -630,8 +705,8 @@ Status SmartHt<P>::Create() {
 
 // Root 2: L0, the segments holding heads in use (present, each a whole reachable block), at
 // most the next one allocated ahead, none past it (I5, I6).
-template <pm::PersistPolicy P>
-Status SmartHt<P>::RecoverDirectory(uint64_t geo) {
+template <pm::PersistPolicy P, bool R>
+Status SmartHt<P, R>::RecoverDirectory(uint64_t geo) {
   pm::ChunkAllocator& alloc = pool_->allocator();
   const uint64_t dir = pool_->root(2);
   if (dir == 0) return Status::Corruption("smartht: pool has no directory (root 2 is empty)");
@@ -671,8 +746,8 @@ Status SmartHt<P>::RecoverDirectory(uint64_t geo) {
 // rejected by MarkReachable), tokens and addresses against keys (I1), the movers of a split batch
 // that the crash cut cleared (I8), live keys counted. Then the filter: the saved one (I7) or an
 // incomplete one and a rebuild task.
-template <pm::PersistPolicy P>
-Status SmartHt<P>::Recover() {
+template <pm::PersistPolicy P, bool R>
+Status SmartHt<P, R>::Recover() {
   pm::ChunkAllocator& alloc = pool_->allocator();
   const uint64_t geo = pool_->root(0);
   const uint32_t bits = GeoBits(geo);
@@ -689,6 +764,7 @@ Status SmartHt<P>::Recover() {
                               " at level " + std::to_string(bits));
   }
   PMHASH_RETURN_IF_ERROR(RecoverDirectory(geo));
+  if constexpr (R) records_->Reset();
   // I8: the sources of the last batch, [cut, cut + cut_n), split at level cut_level.
   uint64_t cut = 0, cut_n = 0;
   uint32_t cut_level = bits;
@@ -702,7 +778,9 @@ Status SmartHt<P>::Recover() {
   }
   const uint64_t n = HeadsInUse(geo);
   uint64_t live = 0, chained = 0, cleaned = 0;
-  std::unordered_set<Key> seen;  // keys of a cut source's chain (I8: a stayer may be there twice)
+  // The pairs of a cut source's chain (I8: a stayer may be there twice), by key word (smartht)
+  // or record offset (smartht-kv: a stayer's copies name one record).
+  std::unordered_set<uint64_t> seen;
   for (uint64_t i = 0; i < n; i++) {
     uint64_t steps = 0;
     const bool cut_source = i - cut < cut_n;
@@ -714,11 +792,13 @@ Status SmartHt<P>::Recover() {
       for (int j = 0; j < kSlots; j++) {
         const uint8_t t = b->tokens[j].load(std::memory_order_relaxed);
         if (t == 0) continue;
-        const Key key = b->slots[j].key.load(std::memory_order_relaxed);
-        const uint64_t h = hash_(key);
+        const uint64_t kw = b->slots[j].key.load(std::memory_order_relaxed);
+        const uint64_t vw = b->slots[j].value.load(std::memory_order_relaxed);
+        const uint64_t h = SlotHash(kw);
         const uint64_t a = AddressOf(h, geo);
         if (t == Token(h) && cut_source &&
-            (a == i + (uint64_t{1} << cut_level) || (a == i && !seen.insert(key).second))) {
+            (a == i + (uint64_t{1} << cut_level) ||
+             (a == i && !seen.insert(R ? vw : kw).second))) {
           // I8: a mover (its new head holds it) or a stayer's second copy (the head holds it).
           b->tokens[j].store(0, std::memory_order_relaxed);
           persist_.Persist(&b->tokens[j], 1);
@@ -731,6 +811,7 @@ Status SmartHt<P>::Recover() {
                                     std::to_string(t) + " does not match a key of head " +
                                     std::to_string(i));
         }
+        if constexpr (R) PMHASH_RETURN_IF_ERROR(records_->Recover(vw, kw, hash_));
         live++;
       }
       const uint64_t next = b->next.load(std::memory_order_relaxed);
@@ -785,8 +866,8 @@ Status SmartHt<P>::Recover() {
   return background_.Start();
 }
 
-template <pm::PersistPolicy P>
-bool SmartHt<P>::LoadSavedFilter(uint64_t off, uint64_t live) {
+template <pm::PersistPolicy P, bool R>
+bool SmartHt<P, R>::LoadSavedFilter(uint64_t off, uint64_t live) {
   const pm::ChunkAllocator& alloc = pool_->allocator();
   if (!alloc.ValidChunk(off, 1)) return false;
   const auto* hdr = pool_->template At<SavedFilterHeader>(off);
@@ -814,8 +895,8 @@ bool SmartHt<P>::LoadSavedFilter(uint64_t off, uint64_t live) {
 
 // Close: the filter (complete: the background work has been drained) into fresh chunks, then
 // root 1 names it; the clean mark follows (Lifecycle). Out of space only skips the save.
-template <pm::PersistPolicy P>
-Status SmartHt<P>::SaveFilter() {
+template <pm::PersistPolicy P, bool R>
+Status SmartHt<P, R>::SaveFilter() {
   if (!P::kPersistent || !filter_ || !complete_.load() || Size() < params_.save_filter_min_keys) {
     return Status::OK();
   }
@@ -849,19 +930,21 @@ Status SmartHt<P>::SaveFilter() {
   return Status::OK();
 }
 
-template <pm::PersistPolicy P>
-Status SmartHt<P>::Quiesce() {
+template <pm::PersistPolicy P, bool R>
+Status SmartHt<P, R>::Quiesce() {
   PMHASH_RETURN_IF_ERROR(background_.Shutdown());
+  if constexpr (R) epoch_->Drain();  // retired records are freed
   return SaveFilter();
 }
 
-template <pm::PersistPolicy P>
-bool SmartHt<P>::Search(const PmBucket* head, Key k, uint8_t t, PmBucket** bucket,
-                        int* slot) const {
+template <pm::PersistPolicy P, bool R>
+bool SmartHt<P, R>::Locate(const PmBucket* head, const Probe& p, PmBucket** bucket,
+                           int* slot) const {
+  const uint8_t t = Token(p.h);
   for (const PmBucket* b = head;;) {
     for (int j = 0; j < kSlots; j++) {
       if (b->tokens[j].load(std::memory_order_acquire) == t &&
-          b->slots[j].key.load(std::memory_order_relaxed) == k) {
+          Keys::Matches(records_.get(), b->slots[j], p)) {
         *bucket = const_cast<PmBucket*>(b);
         *slot = j;
         return true;
@@ -873,31 +956,37 @@ bool SmartHt<P>::Search(const PmBucket* head, Key k, uint8_t t, PmBucket** bucke
   }
 }
 
-template <pm::PersistPolicy P>
-Status SmartHt<P>::Find(Key k, Value* v) const {
-  const uint64_t h = hash_(k);
-  RwSpinLock& l = StripeLockFor(h);
+template <pm::PersistPolicy P, bool R>
+bool SmartHt<P, R>::Search(const Probe& p, uint64_t* word) const {
+  RwSpinLock& l = StripeLockFor(p.h);
   l.lock_shared();
-  if (complete_.load(std::memory_order_acquire) && !filter_->MayContain(h)) {
+  if (complete_.load(std::memory_order_acquire) && !filter_->MayContain(p.h)) {
     l.unlock_shared();
-    return Status::NotFound();  // the paper's point: no PM access
+    return false;  // the paper's point: no PM access
   }
   PmBucket* b;
   int j;
-  const bool found = Search(HeadFor(h), k, Token(h), &b, &j);
-  if (found) *v = b->slots[j].value.load(std::memory_order_relaxed);
+  const bool found = Locate(HeadFor(p.h), p, &b, &j);
+  if (found) *word = b->slots[j].value.load(std::memory_order_relaxed);
   l.unlock_shared();
-  if (!found) {
-    false_positives_.Add(1);
-    return Status::NotFound();
-  }
-  return Status::OK();
+  if (!found) false_positives_.Add(1);
+  return found;
 }
 
-template <pm::PersistPolicy P>
-Status SmartHt<P>::Write(Key k, Value v, WriteMode mode) {
+template <pm::PersistPolicy P, bool R>
+Status SmartHt<P, R>::Find(Key k, Value* v) const {
+  if constexpr (R) {
+    return index::FindU64AsBytes(*this, k, v);
+  } else {
+    return Search(MakeProbe(k), v) ? Status::OK() : Status::NotFound();
+  }
+}
+
+template <pm::PersistPolicy P, bool R>
+Status SmartHt<P, R>::Write(const Probe& p, std::string_view value_bytes, Value value,
+                            WriteMode mode) {
   if (life_.closed()) [[unlikely]] return index::Lifecycle::ClosedError(kKindName);
-  const uint64_t h = hash_(k);
+  const uint64_t h = p.h;
   const uint8_t t = Token(h);
   RwSpinLock& l = StripeLockFor(h);
   l.lock();
@@ -907,20 +996,33 @@ Status SmartHt<P>::Write(Key k, Value v, WriteMode mode) {
   __builtin_prefetch(head, 1);
   PmBucket* b = nullptr;
   int j = -1;
+  // The value word to store: the value, or a new record's offset, flushed and fenced before the
+  // store that publishes it.
+  uint64_t w = 0;
+  auto value_word = [&] {
+    return index::ValueWord<R>(records_.get(), p.s, value_bytes, value, persist_, &w);
+  };
   const bool maybe = !complete_.load(std::memory_order_acquire) || filter_->MayContain(h);
-  if (maybe && Search(head, k, t, &b, &j)) {
-    if (mode == WriteMode::kInsert) {
+  if (maybe && Locate(head, p, &b, &j)) {
+    Status st = mode == WriteMode::kInsert ? Status::Exists() : value_word();
+    if (!st.ok()) {
       l.unlock();
-      return Status::Exists();
+      return st;
     }
-    b->slots[j].value.store(v, std::memory_order_release);  // I4
+    const uint64_t old = b->slots[j].value.load(std::memory_order_relaxed);
+    b->slots[j].value.store(w, std::memory_order_release);  // I4
     persist_.Persist(&b->slots[j].value, sizeof(Value));
     l.unlock();
+    if constexpr (R) records_->Retire(old);
     return Status::OK();
   }
   if (mode == WriteMode::kUpdate) {
     l.unlock();
     return Status::NotFound();
+  }
+  if (Status st = value_word(); !st.ok()) {
+    l.unlock();
+    return st;
   }
   // A free slot of the head or of its first chained bucket (Algorithm 1, line 7).
   b = head;
@@ -947,14 +1049,16 @@ Status SmartHt<P>::Write(Key k, Value v, WriteMode mode) {
       }
       if (j < 0) {
         l.unlock();
+        if constexpr (R) records_->Retire(w);  // never published
         return fresh->status();
       }
     }
   }
   if (j >= 0) {
     PmSlot& s = b->slots[j];
-    s.key.store(k, std::memory_order_relaxed);  // I2: the pair, then its token, one line
-    s.value.store(v, std::memory_order_relaxed);
+    // I2: the pair, then its token, one line. (smartht-kv: the record was fenced before.)
+    s.key.store(Keys::KeyWord(p), std::memory_order_relaxed);
+    s.value.store(w, std::memory_order_relaxed);
     if (params_.tear_safe) persist_.Persist(&s, sizeof(PmSlot));
     b->tokens[j].store(t, std::memory_order_release);
     persist_.Persist(b, sizeof(PmBucket));
@@ -962,7 +1066,7 @@ Status SmartHt<P>::Write(Key k, Value v, WriteMode mode) {
     // Head insertion of a new bucket (Algorithm 1, lines 16-29; I3).
     const uint64_t off = fresh->value();
     alignas(64) PmBucket img;
-    const Pair pair{k, v, t};
+    const Pair pair{Keys::KeyWord(p), w, t};
     FillBucket(&img, &pair, 1, head->next.load(std::memory_order_relaxed));
     persist_.NtCopy(At(off), &img, sizeof(img));
     persist_.Fence();
@@ -980,33 +1084,39 @@ Status SmartHt<P>::Write(Key k, Value v, WriteMode mode) {
   return Status::OK();
 }
 
-template <pm::PersistPolicy P>
-Status SmartHt<P>::Erase(Key k) {
+template <pm::PersistPolicy P, bool R>
+Status SmartHt<P, R>::Erase(Key k) {
+  return index::ProbeCalls::Erase(*this, k);
+}
+
+template <pm::PersistPolicy P, bool R>
+Status SmartHt<P, R>::EraseProbe(const Probe& p) {
   if (life_.closed()) [[unlikely]] return index::Lifecycle::ClosedError(kKindName);
-  const uint64_t h = hash_(k);
-  RwSpinLock& l = StripeLockFor(h);
+  RwSpinLock& l = StripeLockFor(p.h);
   l.lock();
-  if (complete_.load(std::memory_order_acquire) && !filter_->MayContain(h)) {
+  if (complete_.load(std::memory_order_acquire) && !filter_->MayContain(p.h)) {
     l.unlock();
     return Status::NotFound();
   }
   PmBucket* b;
   int j;
-  if (!Search(HeadFor(h), k, Token(h), &b, &j)) {
+  if (!Locate(HeadFor(p.h), p, &b, &j)) {
     l.unlock();
     return Status::NotFound();
   }
+  const uint64_t record = b->slots[j].value.load(std::memory_order_relaxed);  // smartht-kv
   b->tokens[j].store(0, std::memory_order_release);  // I4: lazy deletion
   persist_.Persist(&b->tokens[j], 1);
   stale_.fetch_add(1, std::memory_order_relaxed);
   l.unlock();
+  if constexpr (R) records_->Retire(record);
   size_.Add(-1);
   MaybeScheduleRebuild();
   return Status::OK();
 }
 
-template <pm::PersistPolicy P>
-void SmartHt<P>::ScheduleRebuild() {
+template <pm::PersistPolicy P, bool R>
+void SmartHt<P, R>::ScheduleRebuild() {
   // (A load first: writers call this on every growth check while a rebuild is pending.)
   if (rebuild_pending_.load(std::memory_order_relaxed) || rebuild_pending_.exchange(true)) return;
   if (!background_.Schedule([this] { return RebuildFilterTask(); }).ok()) {
@@ -1014,8 +1124,8 @@ void SmartHt<P>::ScheduleRebuild() {
   }
 }
 
-template <pm::PersistPolicy P>
-void SmartHt<P>::MaybeScheduleRebuild() {
+template <pm::PersistPolicy P, bool R>
+void SmartHt<P, R>::MaybeScheduleRebuild() {
   const int64_t stale = stale_.load(std::memory_order_relaxed);
   // Against the filter's capacity, not the live keys: a table being emptied rebuilds its
   // filter a few times, not once per quarter of what is left.
@@ -1027,8 +1137,8 @@ void SmartHt<P>::MaybeScheduleRebuild() {
 // A new filter filled from PM while the live one serves (writers add to both), then swapped in
 // with every stripe locked. Persists nothing. The walk runs in address order (WalkHeads: every
 // key present throughout is seen; a key seen twice sets its bits twice).
-template <pm::PersistPolicy P>
-Status SmartHt<P>::RebuildFilterTask() PMHASH_NO_THREAD_SAFETY_ANALYSIS {
+template <pm::PersistPolicy P, bool R>
+Status SmartHt<P, R>::RebuildFilterTask() PMHASH_NO_THREAD_SAFETY_ANALYSIS {
   LockGuard<Mutex> g(rebuild_mu_);
   const uint64_t capacity = FilterKeysFor(Size());
   auto nf = std::make_unique<BloomFilter>(
@@ -1041,7 +1151,7 @@ Status SmartHt<P>::RebuildFilterTask() PMHASH_NO_THREAD_SAFETY_ANALYSIS {
     ForChain(i, [&](const PmBucket* b) {
       for (int j = 0; j < kSlots; j++) {
         if (b->tokens[j].load(std::memory_order_relaxed) != 0) {
-          nf->Add(hash_(b->slots[j].key.load(std::memory_order_relaxed)));
+          nf->Add(SlotHash(b->slots[j].key.load(std::memory_order_relaxed)));
           added++;
         }
       }
@@ -1060,8 +1170,8 @@ Status SmartHt<P>::RebuildFilterTask() PMHASH_NO_THREAD_SAFETY_ANALYSIS {
   return Status::OK();
 }
 
-template <pm::PersistPolicy P>
-bool SmartHt<P>::Over(uint64_t size, double factor) const {
+template <pm::PersistPolicy P, bool R>
+bool SmartHt<P, R>::Over(uint64_t size, double factor) const {
   const uint64_t g = geo_.load(std::memory_order_acquire);
   return GeoBits(g) < params_.max_head_bits &&
          static_cast<double>(size) >
@@ -1071,8 +1181,8 @@ bool SmartHt<P>::Over(uint64_t size, double factor) const {
 // Growth runs on the background executor (the writer that notices only schedules it), so no
 // writer pays for a split batch; a writer splits itself only in manual mode (tests, the crash
 // suite), while a filter rebuild is pending, or when the task has fallen a quarter behind.
-template <pm::PersistPolicy P>
-void SmartHt<P>::MaybeGrow() PMHASH_NO_THREAD_SAFETY_ANALYSIS {
+template <pm::PersistPolicy P, bool R>
+void SmartHt<P, R>::MaybeGrow() PMHASH_NO_THREAD_SAFETY_ANALYSIS {
   const uint64_t size = Size();
   // The filter keeps its false-positive rate: past its capacity it is rebuilt larger.
   if (size > filter_capacity_.load(std::memory_order_relaxed)) ScheduleRebuild();
@@ -1096,8 +1206,8 @@ void SmartHt<P>::MaybeGrow() PMHASH_NO_THREAD_SAFETY_ANALYSIS {
   resize_mu_.unlock();
 }
 
-template <pm::PersistPolicy P>
-bool SmartHt<P>::SplitWhileOver(int batches) PMHASH_NO_THREAD_SAFETY_ANALYSIS {
+template <pm::PersistPolicy P, bool R>
+bool SmartHt<P, R>::SplitWhileOver(int batches) PMHASH_NO_THREAD_SAFETY_ANALYSIS {
   for (int n = 0; n < batches; n++) {
     const uint64_t size = Size();
     if (size <= no_grow_below_.load(std::memory_order_relaxed) || !Over(size, 1.0)) return false;
@@ -1114,8 +1224,8 @@ bool SmartHt<P>::SplitWhileOver(int batches) PMHASH_NO_THREAD_SAFETY_ANALYSIS {
 
 // The background growth task: split until the table is under its threshold, releasing
 // resize_mu_ every 64 batches.
-template <pm::PersistPolicy P>
-Status SmartHt<P>::GrowTask() PMHASH_NO_THREAD_SAFETY_ANALYSIS {
+template <pm::PersistPolicy P, bool R>
+Status SmartHt<P, R>::GrowTask() PMHASH_NO_THREAD_SAFETY_ANALYSIS {
   for (bool more = true; more;) {
     resize_mu_.lock();
     more = SplitWhileOver(64);
@@ -1125,8 +1235,8 @@ Status SmartHt<P>::GrowTask() PMHASH_NO_THREAD_SAFETY_ANALYSIS {
   return Status::OK();
 }
 
-template <pm::PersistPolicy P>
-Status SmartHt<P>::AddSegment(uint32_t k) {
+template <pm::PersistPolicy P, bool R>
+Status SmartHt<P, R>::AddSegment(uint32_t k) {
   const uint64_t heads = SegmentHeads(base_bits_, k);
   if (heads > UINT32_MAX) return Status::OutOfSpace("smartht: head segment of 2^32 buckets");
   auto off = pool_->allocator().Allocate(static_cast<uint32_t>(heads));
@@ -1141,8 +1251,8 @@ Status SmartHt<P>::AddSegment(uint32_t k) {
 }
 
 // One batch of linear hashing (Growth in the design note: build, commit, clean up).
-template <pm::PersistPolicy P>
-Status SmartHt<P>::SplitBatch() PMHASH_NO_THREAD_SAFETY_ANALYSIS {
+template <pm::PersistPolicy P, bool R>
+Status SmartHt<P, R>::SplitBatch() PMHASH_NO_THREAD_SAFETY_ANALYSIS {
   const auto started = ResizeLog::Now();
   pm::ChunkAllocator& alloc = pool_->allocator();
   const uint64_t geo = geo_.load(std::memory_order_relaxed);  // moves only under resize_mu_
@@ -1214,7 +1324,7 @@ Status SmartHt<P>::SplitBatch() PMHASH_NO_THREAD_SAFETY_ANALYSIS {
         }
         const Pair p{b->slots[j].key.load(std::memory_order_relaxed),
                      b->slots[j].value.load(std::memory_order_relaxed), t};
-        if ((hash_(p.k) >> level) & 1) {
+        if ((SlotHash(p.k) >> level) & 1) {
           movers.push_back(p);
           if (b == head) src[n].clear |= static_cast<uint8_t>(1u << j);
         } else if (b != head) {
@@ -1288,34 +1398,33 @@ Status SmartHt<P>::SplitBatch() PMHASH_NO_THREAD_SAFETY_ANALYSIS {
   return Status::OK();
 }
 
-template <pm::PersistPolicy P>
-Status SmartHt<P>::ForEach(const std::function<void(Key, Value)>& fn) const
+template <pm::PersistPolicy P, bool R>
+template <class Take, class Done>
+void SmartHt<P, R>::WalkLiveSlots(Take&& take, Done&& done) const
     PMHASH_NO_THREAD_SAFETY_ANALYSIS {
   // Splits are held off for the whole walk (resize_mu_), so a key present throughout is visited
-  // exactly once; a growth that fn triggers is skipped (MaybeGrow only try-locks resize_mu_).
-  // Pairs are handed out a head at a time, outside its stripe's lock (fn may call the index).
+  // exactly once; a growth that the caller's fn triggers is skipped (MaybeGrow only try-locks
+  // resize_mu_). done() hands a head's pairs out outside its stripe's lock (fn may call the
+  // index).
   LockGuard<Mutex> g(const_cast<Mutex&>(resize_mu_));
-  std::vector<std::pair<Key, Value>> pairs;
   WalkHeads(
       [&](uint64_t i) {
         ForChain(i, [&](const PmBucket* b) {
           for (int j = 0; j < kSlots; j++) {
-            if (b->tokens[j].load(std::memory_order_relaxed) != 0) {
-              pairs.emplace_back(b->slots[j].key.load(std::memory_order_relaxed),
-                                 b->slots[j].value.load(std::memory_order_relaxed));
-            }
+            if (b->tokens[j].load(std::memory_order_relaxed) != 0) take(b->slots[j]);
           }
         });
       },
-      [&] {
-        for (const auto& [k, v] : pairs) fn(k, v);
-        pairs.clear();
-      });
-  return Status::OK();
+      done);
 }
 
-template <pm::PersistPolicy P>
-IndexStats SmartHt<P>::Stats() const PMHASH_NO_THREAD_SAFETY_ANALYSIS {
+template <pm::PersistPolicy P, bool R>
+Status SmartHt<P, R>::ForEach(const std::function<void(Key, Value)>& fn) const {
+  return index::ProbeCalls::ForEach(*this, fn);  // one head's pairs at a time
+}
+
+template <pm::PersistPolicy P, bool R>
+IndexStats SmartHt<P, R>::Stats() const PMHASH_NO_THREAD_SAFETY_ANALYSIS {
   IndexStats s;
   this->FillCommonStats(&s);
   // Chain lengths (buckets per head, 1 = the head alone), one stripe at a time.
@@ -1335,8 +1444,9 @@ IndexStats SmartHt<P>::Stats() const PMHASH_NO_THREAD_SAFETY_ANALYSIS {
   s.buckets = buckets;
   s.capacity_slots = buckets * kSlots;
   s.load_factor = s.capacity_slots ? static_cast<double>(s.size) / s.capacity_slots : 0;
-  s.pm_bytes = buckets * sizeof(PmBucket) + pm::kHeaderBytes;
-  s.dram_bytes = filter_bytes + stripes_.bytes() + pool_->allocator().dram_bytes();
+  s.pm_bytes = buckets * sizeof(PmBucket) + pm::kHeaderBytes + (R ? records_->pm_bytes() : 0);
+  s.dram_bytes = filter_bytes + stripes_.bytes() + pool_->allocator().dram_bytes() +
+                 (R ? records_->dram_bytes() : 0);
   s.global_depth = GeoBits(geo);
   auto add = [&](const char* name, double value) { s.details.push_back({name, value}); };
   add("smartht.heads", static_cast<double>(heads));
@@ -1360,18 +1470,20 @@ IndexStats SmartHt<P>::Stats() const PMHASH_NO_THREAD_SAFETY_ANALYSIS {
   add("smartht.grow_failures", static_cast<double>(grow_failures_.load()));
   add("alloc.reused", static_cast<double>(pool_->allocator().reused_allocations()));
   background_.stats().AppendTo(&s.details, "smartht.bg");
+  if constexpr (R) records_->AddDetails(&s);
   return s;
 }
 
 // REQUIRES: no concurrent writers.
-template <pm::PersistPolicy P>
-Status SmartHt<P>::CheckInvariants() const PMHASH_NO_THREAD_SAFETY_ANALYSIS {
+template <pm::PersistPolicy P, bool R>
+Status SmartHt<P, R>::CheckInvariants() const PMHASH_NO_THREAD_SAFETY_ANALYSIS {
   auto fail = [](const std::string& what) {
     return Status::Corruption("smartht invariant: " + what);
   };
   // No split, and no filter swap (a rebuild task may still run: it writes nothing to PM).
   LockGuard<Mutex> g(const_cast<Mutex&>(resize_mu_));
   LockGuard<Mutex> r(const_cast<Mutex&>(rebuild_mu_));
+  if constexpr (R) epoch_->Drain();  // smartht-kv: retired records are back in the heap
   const pm::ChunkAllocator& alloc = pool_->allocator();
   const uint64_t geo = geo_.load();
   if (pool_->root(0) != geo) return fail("root 0 is not the table's geometry");
@@ -1393,7 +1505,8 @@ Status SmartHt<P>::CheckInvariants() const PMHASH_NO_THREAD_SAFETY_ANALYSIS {
     return fail("heads in use past the segments");
   }
   const bool complete = complete_.load();
-  std::unordered_set<Key> keys;
+  std::unordered_set<std::string> keys;
+  index::Records::Tally records;  // smartht-kv
   uint64_t chained = 0;
   for (uint64_t i = 0; i < n; i++) {
     uint64_t steps = 0;
@@ -1406,10 +1519,16 @@ Status SmartHt<P>::CheckInvariants() const PMHASH_NO_THREAD_SAFETY_ANALYSIS {
         const uint8_t t = b->tokens[j].load(std::memory_order_relaxed);
         if (t == 0) continue;
         const Key k = b->slots[j].key.load(std::memory_order_relaxed);
-        const uint64_t h = hash_(k);
+        const uint64_t h = SlotHash(k);
         if (t != Token(h)) return fail("token does not match key " + std::to_string(k));
         if (AddressOf(h, geo) != i) return fail("key " + std::to_string(k) + " in the wrong chain");
-        if (!keys.insert(k).second) return fail("duplicate key " + std::to_string(k));
+        std::string key(index::U64Bytes(k).view());
+        if constexpr (R) {
+          const uint64_t ro = b->slots[j].value.load(std::memory_order_relaxed);
+          if (std::string e = records_->Check(ro, h, hash_, &records); !e.empty()) return fail(e);
+          key = records_->Key(ro);
+        }
+        if (!keys.insert(std::move(key)).second) return fail("duplicate key " + std::to_string(k));
         if (complete && !filter_->MayContain(h)) {
           return fail("filter false negative for key " + std::to_string(k));
         }
@@ -1422,15 +1541,17 @@ Status SmartHt<P>::CheckInvariants() const PMHASH_NO_THREAD_SAFETY_ANALYSIS {
   if (const uint64_t r1 = pool_->root(1); r1 != 0) {
     saved = 1 + pool_->template At<SavedFilterHeader>(r1)->blocks;
   }
-  // The directory, the segments, the chained buckets and the saved filter.
-  if (std::string e = this->CheckAccounting(kDirChunks + seg_chunks + chained + saved, keys.size());
-      !e.empty()) {
-    return fail(e);
+  // The directory, the segments, the chained buckets, the saved filter (and the records).
+  uint64_t chunks = kDirChunks + seg_chunks + chained + saved;
+  if constexpr (R) {
+    if (std::string e = records_->Finish(records, keys.size(), &chunks); !e.empty()) return fail(e);
   }
+  if (std::string e = this->CheckAccounting(chunks, keys.size()); !e.empty()) return fail(e);
   return Status::OK();
 }
 
 // Instantiated once, in the library (smartht.cc).
-PMHASH_ENGINE_INSTANTIATIONS(extern, SmartHt);
+PMHASH_ENGINE_INSTANTIATIONS(extern, SmartHt, false);
+PMHASH_ENGINE_INSTANTIATIONS(extern, SmartHt, true);
 
 }  // namespace pmhash::smartht
