@@ -1,6 +1,7 @@
 // src/index/records.h — the records of the kinds with variable-size keys and values.
 //
-// A records kind (turbo-kv, reh-kv, pea-kv, smartht-kv) keeps its design's 16 B slot and stores in it
+// A records kind (turbo-kv, reh-kv, pea-kv, smartht-kv) keeps its design's 16 B slot and
+// stores in it
 //
 //     slot   = [ hash(key):64 | record offset:64 ]
 //     record = [ klen:32 | vlen:32 | key bytes | value bytes ]   (8 + klen + vlen bytes)
@@ -362,8 +363,8 @@ PMHASH_ALWAYS_INLINE Status ValueWord(Records* records, std::string_view k,
 }
 
 // The uint64 and bytes entry points of an engine whose slots hold either inline items or
-// [hash | record offset] (reh, reh-kv, pea, pea-kv, smartht, smartht-kv), written once over what the engine provides
-// (privately; PMHASH_RECORDS_API makes this its friend):
+// [hash | record offset] (reh, reh-kv, pea, pea-kv, smartht, smartht-kv), written once over what
+// the engine provides (privately; PMHASH_RECORDS_API makes this its friend):
 //   Probe MakeProbe(Key) / MakeProbe(std::string_view)
 //   Status Write(const Probe&, std::string_view value_bytes, Value value, WriteMode)
 //   Status EraseProbe(const Probe&)

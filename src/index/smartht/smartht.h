@@ -376,7 +376,8 @@ struct DescriptorFor
                : "Xiao, Jiang, Feng et al.: Accelerating Persistent Hash Indexes via Reducing "
                  "Negative Searches (SmartHT)";
   static constexpr std::string_view kSummary =
-      kRecords ? "SmartHT with variable-size keys/values: hash + record offset per slot, record heap"
+      kRecords ? "SmartHT with variable-size keys/values: hash + record offset per slot, "
+                 "record heap"
                : "chained 64 B PM buckets, DRAM Bloom filter for negative searches, growing head "
                  "array";
   static constexpr Capabilities kCapabilities{.bytes = kRecords};
