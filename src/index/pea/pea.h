@@ -381,10 +381,10 @@ class Pea : public index::EngineBase<Pea<P, kRecords, kMulti>, P, Config> {
   // read start of Find and of a writer's locate). False, to retry, while a resize holds the
   // segment or once the directory or the entry has moved on.
   bool SnapshotSegment(const SegLocks& L, const Directory* d, uint64_t i, uint64_t e,
-                       uint32_t* sv) const {
+                       uint32_t* sv, Backoff* backoff) const {
     *sv = L.seg.Snapshot();
     if (VersionLock::IsLockedVersion(*sv)) {
-      CpuRelax();
+      backoff->Pause();
       return false;
     }
     return d->entries[i].load(std::memory_order_acquire) == e &&
@@ -758,6 +758,7 @@ template <pm::PersistPolicy P, bool R, bool M>
 bool Pea<P, R, M>::Search(const Probe& p, uint64_t* word) const {
   const uint64_t h = p.h;
   const uint32_t b1 = Bucket1(h);
+  Backoff backoff;  // (a writer or a resize holds a lock we wait on)
   for (;;) {
     const Directory* d = dir_.load(std::memory_order_acquire);
     const uint64_t i = DirIndex(h, d->depth);
@@ -771,11 +772,11 @@ bool Pea<P, R, M>::Search(const Probe& p, uint64_t* word) const {
     if (st >= kTwoChoice) __builtin_prefetch(BucketAt(sid, Bucket2(h, b1)));
     SegLocks& L = locks_[sid];
     uint32_t sv;
-    if (!SnapshotSegment(L, d, i, e, &sv)) continue;
+    if (!SnapshotSegment(L, d, i, e, &sv, &backoff)) continue;
     const VersionLock& l1 = L.bucket[b1 & (kBucketLocks - 1)];
     const uint32_t v1 = l1.Snapshot();
     if (VersionLock::IsLockedVersion(v1)) {
-      CpuRelax();
+      backoff.Pause();
       continue;
     }
     const PmBucket* hit = nullptr;
@@ -788,7 +789,7 @@ bool Pea<P, R, M>::Search(const Probe& p, uint64_t* word) const {
       const VersionLock& l2 = L.bucket[b2 & (kBucketLocks - 1)];
       const uint32_t v2 = l2.Snapshot();
       if (VersionLock::IsLockedVersion(v2)) {
-        CpuRelax();
+        backoff.Pause();
         continue;
       }
       j = SearchBucket(B2, p);
@@ -797,7 +798,7 @@ bool Pea<P, R, M>::Search(const Probe& p, uint64_t* word) const {
         const uint32_t s0 = L.bucket[0].Snapshot();
         const uint32_t s1 = L.bucket[1].Snapshot();
         if (VersionLock::IsLockedVersion(s0 | s1)) {
-          CpuRelax();
+          backoff.Pause();
           continue;
         }
         for (int s = 0; s < 2 && !hit; s++) {
@@ -825,6 +826,7 @@ template <pm::PersistPolicy P, bool R, bool M>
 typename Pea<P, R, M>::Locked Pea<P, R, M>::LockAndLocate(const Probe& p) {
   const uint64_t h = p.h;
   const uint32_t b1 = Bucket1(h);
+  Backoff backoff;  // (a writer or a resize holds a lock we wait on)
   for (;;) {
     const Directory* d = dir_.load(std::memory_order_acquire);
     const uint64_t i = DirIndex(h, d->depth);
@@ -837,7 +839,7 @@ typename Pea<P, R, M>::Locked Pea<P, R, M>::LockAndLocate(const Probe& p) {
     if (st >= kTwoChoice) __builtin_prefetch(BucketAt(sid, b2), 1);
     SegLocks& L = locks_[sid];
     uint32_t sv;
-    if (!SnapshotSegment(L, d, i, e, &sv)) continue;
+    if (!SnapshotSegment(L, d, i, e, &sv, &backoff)) continue;
     uint32_t mask = 1u << (b1 & (kBucketLocks - 1));
     if (st >= kTwoChoice) mask |= 1u << (b2 & (kBucketLocks - 1));
     if (st == kStash) mask |= 3u;

@@ -10,6 +10,7 @@ namespace pmhash::pea {
 
 template <pm::PersistPolicy P, bool R, bool M>
 uint64_t Pea<P, R, M>::LockSegmentFor(uint64_t h) const {
+  Backoff backoff;
   for (;;) {
     const Directory* d = dir_.load(std::memory_order_acquire);
     const uint64_t i = DirIndex(h, d->depth);
@@ -23,7 +24,7 @@ uint64_t Pea<P, R, M>::LockSegmentFor(uint64_t h) const {
       }
       L.seg.UnlockUnchanged();
     }
-    CpuRelax();
+    backoff.Pause();
   }
 }
 

@@ -103,9 +103,10 @@ void Pea<P, R, M>::CommitStores(const WordStores& stores) {
   // I12: the pairs are durable before n, the commit; applied and flushed before n is cleared,
   // and n is clear (durably) before the caller releases its locks.
   uint64_t bit = 0;
+  Backoff backoff;  // (every log is taken: their holders are persisting)
   for (uint64_t f = free_logs_.load(std::memory_order_acquire);;) {
     if (f == 0) {
-      CpuRelax();
+      backoff.Pause();
       f = free_logs_.load(std::memory_order_acquire);
       continue;
     }
@@ -374,6 +375,7 @@ Status Pea<P, R, M>::SearchAll(Key k, Out* out) const {
   const uint64_t h = p.h;
   const uint32_t b1 = Bucket1(h);
   uint64_t heads[4 * kSlots];
+  Backoff backoff;
   for (;;) {
     out->clear();
     int nh = 0;
@@ -399,7 +401,7 @@ Status Pea<P, R, M>::SearchAll(Key k, Out* out) const {
     }
     SegLocks& L = locks_[sid];
     uint32_t sv;
-    if (!SnapshotSegment(L, d, i, e, &sv)) continue;
+    if (!SnapshotSegment(L, d, i, e, &sv, &backoff)) continue;
     if (st == kStash) {
       cand[nc++] = StashBucket(sid, 0);
       cand[nc++] = StashBucket(sid, 1);
@@ -413,7 +415,7 @@ Status Pea<P, R, M>::SearchAll(Key k, Out* out) const {
       busy |= VersionLock::IsLockedVersion(ver[x]);
     }
     if (busy) {
-      CpuRelax();
+      backoff.Pause();
       continue;
     }
     // Find needs one value; FindAll may stop at the first candidate holding k when the segment
