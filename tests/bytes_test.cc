@@ -34,6 +34,10 @@ Options Small(const std::string& path, Durability d, HashMode mode = HashMode::k
   o.pea.segment_buckets = 4;
   o.pea.initial_depth = 0;
   o.smartht.head_bits = 2;
+  o.elimda.bucket_items = 32;  // log swaps, relocations and splits within a few hundred keys
+  o.elimda.dbucket_items = 16;
+  o.elimda.segment_buckets = 2;
+  o.elimda.logs = 4;
   return o;
 }
 
@@ -172,6 +176,7 @@ TYPED_TEST(BytesConformance, LimitsAndUint64View) {
   o.reh.max_record_bytes = 1024;
   o.pea.max_record_bytes = 1024;
   o.smartht.max_record_bytes = 1024;
+  o.elimda.max_record_bytes = 1024;
   ASSERT_NO_FATAL_FAILURE(this->OpenIdx(o));
   auto& ix = *this->idx_;
   EXPECT_TRUE(ix.SupportsBytes());
@@ -260,8 +265,8 @@ TEST(BytesFacade, BytesThroughOpenAndAbsentElsewhere) {
   EXPECT_TRUE(caps.value().bytes);
   EXPECT_FALSE(KindCapabilities("reh").value().bytes);
   EXPECT_TRUE(KindCapabilities("no-such-kind").status().IsInvalidArgument());
-  EXPECT_EQ(KindsWith(&Capabilities::bytes), "reh-kv, pea-kv, turbo-kv, smartht-kv");
-  EXPECT_EQ(KindsOfferingBytes().size(), 4u);
+  EXPECT_EQ(KindsWith(&Capabilities::bytes), "reh-kv, pea-kv, turbo-kv, smartht-kv, elimda-kv");
+  EXPECT_EQ(KindsOfferingBytes().size(), 5u);
   EXPECT_EQ(KindsWith(&Capabilities::multi), "pea-multi");  // no kind offers both
   for (const std::string& kind : KindsOfferingBytes()) {
     EXPECT_FALSE(KindCapabilities(kind).value().multi) << kind;

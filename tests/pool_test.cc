@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "common/hash.h"
+#include "index/elimda/elimda.h"
 #include "index/pea/pea.h"
 #include "index/reh/reh.h"
 #include "index/smartht/smartht.h"
@@ -2382,6 +2383,52 @@ TEST(SmartHtKvHostile, BadRecords) {
                      WriteU64(p, bucket, tokens | (t << (8 * other)));
                    }});
   ExpectRecordCasesRefused<T>("smarthtkv_hostile_rec", make, std::move(cases));
+}
+
+// elimda-kv: the same, on a live item of an active log block that also has a free slot (records
+// share the segments' and logs' chunk allocator).
+TEST(ElimdaKvHostile, BadRecords) {
+  using T = elimda::ElimDA<pm::Adr, true>;
+  auto make = [](const std::string& path, uint64_t* slot_value) -> uint64_t {
+    Options o;
+    o.path = path;
+    o.pool_size = 4 << 20;
+    o.durability = Durability::kAdr;
+    o.elimda.bucket_items = 32;
+    o.elimda.dbucket_items = 16;
+    o.elimda.segment_buckets = 2;
+    o.elimda.logs = 16;
+    auto r = T::Open(o);
+    EXPECT_TRUE(r.ok()) << r.status().ToString();
+    if (!r.ok()) return 0;
+    for (uint64_t i = 0; i < 300; i++) EXPECT_TRUE((*r)->Insert(SplitMix64(i), i).ok());
+    const pm::Pool& pool = (*r)->pool();
+    const auto* table = pool.template At<uint64_t>(pool.root(1));
+    uint64_t rec = 0;
+    for (uint32_t li = 0; li < 16 && rec == 0; li++) {
+      if (table[li] == 0) continue;
+      const auto* blk = pool.template At<elimda::LogBlock>(table[li]);
+      const uint32_t bits =
+          static_cast<uint32_t>(blk->header.load(std::memory_order_relaxed) & elimda::kFullBits);
+      if (bits == 0 || bits == elimda::kFullBits) continue;
+      const int j = std::countr_zero(bits);
+      *slot_value = table[li] + 16 + 16 * j + 8;
+      rec = blk->slots[j].value.load(std::memory_order_relaxed);
+    }
+    EXPECT_TRUE((*r)->Close().ok());
+    return rec;
+  };
+  std::vector<RecordCase> cases(std::begin(kRecordCases), std::end(kRecordCases));
+  cases.push_back({"record shared by two slots", [](const std::string& p, uint64_t sv, uint64_t) {
+                     // A free slot of the block (made live) holds the same key word and record.
+                     const uint64_t blk = sv & ~uint64_t{255};
+                     const uint64_t hdr = ReadU64(p, blk);
+                     const int other = std::countr_one(static_cast<uint32_t>(hdr & 0x7FFF));
+                     WriteU64(p, blk + 16 + 16 * other, ReadU64(p, sv - 8));
+                     WriteU64(p, blk + 16 + 16 * other + 8, ReadU64(p, sv));
+                     WriteU64(p, blk, hdr | (uint64_t{1} << other));
+                   }});
+  ExpectRecordCasesRefused<T>("elimdakv_hostile_rec", make, std::move(cases));
 }
 
 // pea-multi: a pointer slot's value list (pea_multi.h, I13) and the redo logs (I12), corrupted,

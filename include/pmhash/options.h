@@ -144,6 +144,7 @@ struct ElimdaParams {
   std::optional<uint32_t> logs;             // 8192: collecting logs, power of 2 (hash MSBs)
   std::optional<uint32_t> initial_depth;    // 1: global depth of a new pool
   std::optional<uint32_t> max_depth;        // 32: the directory never grows past 2^max_depth
+  std::optional<uint32_t> max_record_bytes;  // 2^24, elimda-kv only: key + value + 8 B header
   // Open-time.
   // An append persists the item and its valid bit with one flush of the log block's first line
   // when the item goes there (older items are moved out of that line to make room, LB+-tree

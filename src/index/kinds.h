@@ -33,7 +33,7 @@ struct KindList {
 using IndexKinds =
     KindList<reh::Descriptor, reh::KvDescriptor, pea::Descriptor, pea::KvDescriptor,
              turbo::Descriptor, turbo::KvDescriptor, smartht::Descriptor, smartht::KvDescriptor,
-             elimda::Descriptor, pea::MultiDescriptor>;
+             elimda::Descriptor, pea::MultiDescriptor, elimda::KvDescriptor>;
 
 // The engine of descriptor D under policy P.
 template <class D, class P>

@@ -1,7 +1,7 @@
 // src/index/records.h — the records of the kinds with variable-size keys and values.
 //
-// A records kind (turbo-kv, reh-kv, pea-kv, smartht-kv) keeps its design's 16 B slot and
-// stores in it
+// A records kind (turbo-kv, reh-kv, pea-kv, smartht-kv, elimda-kv) keeps its design's 16 B slot
+// and stores in it
 //
 //     slot   = [ hash(key):64 | record offset:64 ]
 //     record = [ klen:32 | vlen:32 | key bytes | value bytes ]   (8 + klen + vlen bytes)
@@ -72,7 +72,7 @@ class U64Bytes {
   char b_[8];
 };
 
-// ---- What a records kind's descriptor and engine share (turbo-kv, reh-kv, pea-kv, smartht-kv).
+// ---- What a records kind's descriptor and engine share (every *-kv kind).
 
 // A key as a search compares it: the inline key (p.k), or the hash and the bytes (p.s).
 struct KeyProbe {
@@ -363,7 +363,7 @@ PMHASH_ALWAYS_INLINE Status ValueWord(Records* records, std::string_view k,
 }
 
 // The uint64 and bytes entry points of an engine whose slots hold either inline items or
-// [hash | record offset] (reh, reh-kv, pea, pea-kv, smartht, smartht-kv), written once over what
+// [hash | record offset] (reh, pea, smartht, elimda and their -kv kinds), written once over what
 // the engine provides (privately; PMHASH_RECORDS_API makes this its friend):
 //   Probe MakeProbe(Key) / MakeProbe(std::string_view)
 //   Status Write(const Probe&, std::string_view value_bytes, Value value, WriteMode)

@@ -305,6 +305,34 @@ struct ElimdaTraits {
   }
 };
 
+// ElimDA with records (elimda-kv): the same geometry, with a record per insert and update in the
+// record heap (src/index/records.h) over the same chunk allocator (a larger pool: its 4 KiB slabs);
+// freed records are reused at once.
+struct ElimdaKvTraits {
+  static constexpr std::string_view kName = "elimda-kv";
+  static constexpr bool kLockFreeReads = false;
+  template <class P>
+  using Index = elimda::ElimDA<P, true>;
+  static Options Small(HashMode mode) {
+    Options o = ElimdaTraits::Small(mode);
+    o.pool_size = 256 << 10;
+    o.reclaim_batch = 1;
+    return o;
+  }
+  static Options Deep(HashMode mode) {
+    Options o = ElimdaTraits::Deep(mode);
+    o.pool_size = 512 << 10;
+    o.reclaim_batch = 1;
+    return o;
+  }
+  static Options TearSafe(Options o) { return ElimdaTraits::TearSafe(std::move(o)); }
+  static std::vector<CoverageTarget> Coverage(bool skewed) {
+    std::vector<CoverageTarget> t = ElimdaTraits::Coverage(skewed);
+    if (!skewed) t.push_back({"records.reused_slots", 1, "a freed record slot reused"});
+    return t;
+  }
+};
+
 // Pea Hash with duplicate keys (pea-multi): Pea's geometry. The harness gives a multi-value
 // index four hot keys (tens of values each: bucket compaction, value buffers, chains of 1 KB
 // nodes) beside a wide key range (transitions, splits, expansions). 4-bucket segments leave one
@@ -331,6 +359,6 @@ struct PeaMultiTraits {
 // (New kinds go last: scripts/mutate names the suites by their position here.)
 using AllIndexes = std::tuple<RehTraits, RehKvTraits, PeaTraits, TurboTraits, TurboKvTraits,
                               SmartHtTraits, ElimdaTraits, PeaKvTraits, PeaMultiTraits,
-                              SmartHtKvTraits>;
+                              SmartHtKvTraits, ElimdaKvTraits>;
 
 }  // namespace pmhash::crashtest

@@ -112,7 +112,9 @@
 //       old successor; S becomes unreachable.
 //   I8  Empty sealed block: unlinked by one 8-byte store into the newer block's `next`, then
 //       freed. A crash before leaves an empty reachable block that recovery unlinks again.
-//   I9  No leaks: the allocator is rebuilt at open from what roots 0 and 1 reach.
+//   I9  No leaks: the allocator is rebuilt at open from what roots 0 and 1 reach; elimda-kv's
+//       record heap from the records of the live items (a record written but not published, or
+//       replaced or erased before a crash, is free after it).
 //   I10 Compaction (only when a split finds no space): the P-bucket's last live items are copied
 //       into its dead slots (tombstones, later copies), value first, then key, each slot
 //       flushed; one fence; then the count is lowered (commit: one 8-byte store + persist). A
@@ -140,8 +142,21 @@
 // this lock (an insert is a few stores either way), and the sealed block stays where it is
 // instead of being copied into a separate backup log (the swap of pointers is the same, the copy
 // is saved). Relocation and splits run on the inserting thread (no background work).
-// Fingerprints are 16 bits (fixed). Variable-size values (the paper's value pool, the bytes API)
-// are not implemented.
+// Fingerprints are 16 bits (fixed).
+//
+// elimda-kv (variable-size keys and values; the paper's 3.7 value pool, in the shared record
+// heap): the same engine with kRecords. An item holds [hash(key) | record offset] and the record
+// [klen | vlen | key | value] lives in the pool's record heap (src/index/records.h), allocated
+// from the same chunk allocator. Fingerprints, logs, buckets, splits and tombstones (the words
+// 0 and 2^63, like reh-kv's) work on the hash as elimda works on the key; keys are compared by
+// hash, then the record's bytes. A record is flushed and fenced before the store that publishes
+// it (the append's header store, an update's value store); an update or an erase retires the old
+// record through the epoch (FindBytes copies a value after leaving the locks, under an epoch
+// guard). Relocation and compaction copy items, never records: every copy of a pair names the
+// same record, so copies are told apart by their record offset (Identity()), and recovery finds
+// a relocated item still logged (I5) by its record offset among the PM table's live ones, before
+// it reads any record byte. Open rebuilds the record heap from the live items (Records::Recover:
+// offset, lengths, slab, sharing and key hash validated before use).
 //
 // Thread safety: all public operations may run concurrently. Close() requires quiescence.
 #pragma once
@@ -170,6 +185,7 @@
 #include "index/descriptor.h"
 #include "index/engine_base.h"
 #include "index/lifecycle.h"
+#include "index/records.h"
 #include "pm/persist.h"
 #include "pm/pool.h"
 #include "pm/slot.h"
@@ -219,14 +235,18 @@ struct PersistentParams : index::LayoutWords<kBlockBytes, kBlockSlots> {
   uint32_t logs = 0;
   uint32_t initial_depth = 0;
   uint32_t max_depth = 0;
+  uint32_t records = 0;           // 1: elimda-kv
+  uint32_t max_record_bytes = 0;  // elimda-kv only
 };
 
 struct Config : PersistentParams {
   uint64_t max_directory_bytes = 0;
   bool tear_safe = false;
+  uint32_t reclaim_batch = 0;  // Options::reclaim_batch (elimda-kv's retired records)
   void SetOpenOptions(const Options& o) {
     max_directory_bytes = o.max_directory_bytes;
     tear_safe = o.elimda.tear_safe;
+    reclaim_batch = o.reclaim_batch;
   }
 };
 
@@ -237,7 +257,7 @@ inline uint64_t LogTableChunks(const PersistentParams& s) {
   return (uint64_t{s.logs} * 8 + kBlockBytes - 1) / kBlockBytes;
 }
 
-template <pm::PersistPolicy P>
+template <pm::PersistPolicy P, bool kRecords>
 class ElimDA;
 
 namespace detail {
@@ -306,26 +326,45 @@ class PMHASH_CAPABILITY("mutex") LogLock {
 };
 }  // namespace detail
 
-struct Descriptor
-    : index::DescriptorTypes<ElimdaParams, &Options::elimda, PersistentParams, ElimDA> {
-  static constexpr std::string_view kName = "elimda";
+// kRecords = false: "elimda" (8 B inline keys and values). kRecords = true: "elimda-kv"
+// (variable-size records: an item holds [hash | record offset], src/index/records.h).
+template <bool kRecords>
+struct DescriptorFor
+    : index::DescriptorTypes<ElimdaParams, &Options::elimda, PersistentParams,
+                             index::FlaggedEngine<ElimDA, kRecords>::template Engine> {
+  using Params = ElimdaParams;
+  using Stored = PersistentParams;
+  static constexpr std::string_view kName = kRecords ? "elimda-kv" : "elimda";
   static constexpr std::string_view kPaper =
-      "ElimDA: Eliminating Double I/O Amplifications of Hashing Indexes for Persistent Memory";
+      kRecords ? "ElimDA (Eliminating Double I/O Amplifications), with variable-size records"
+               : "ElimDA: Eliminating Double I/O Amplifications of Hashing Indexes for "
+                 "Persistent Memory";
   static constexpr std::string_view kSummary =
-      "insert-ahead 256 B logs, DRAM table + 16-bit fingerprints, whole-block bucket relocation";
-  static constexpr auto kProperties = std::tuple{
-      index::PoolProperty{"elimda.bucket_items", &Params::bucket_items, &Stored::bucket_items,
-                          256u},
-      index::PoolProperty{"elimda.dbucket_items", &Params::dbucket_items, &Stored::dbucket_items,
-                          64u},
-      index::PoolProperty{"elimda.segment_buckets", &Params::segment_buckets,
-                          &Stored::segment_buckets, 16u},
-      index::PoolProperty{"elimda.logs", &Params::logs, &Stored::logs, 8192u},
-      index::PoolProperty{"elimda.initial_depth", &Params::initial_depth, &Stored::initial_depth,
-                          1u},
-      index::PoolProperty{"elimda.max_depth", &Params::max_depth, &Stored::max_depth, 32u},
-  };
+      kRecords ? "ElimDA with variable-size keys/values: hash + record offset per item, record "
+                 "heap"
+               : "insert-ahead 256 B logs, DRAM table + 16-bit fingerprints, whole-block bucket "
+                 "relocation";
+  static constexpr Capabilities kCapabilities{.bytes = kRecords};
+  static constexpr auto kProperties = index::WithRecordProperty<kRecords>(
+      "elimda.max_record_bytes", &Params::max_record_bytes, &Stored::max_record_bytes,
+      std::tuple{
+          index::PoolProperty{"elimda.bucket_items", &Params::bucket_items,
+                              &Stored::bucket_items, 256u},
+          index::PoolProperty{"elimda.dbucket_items", &Params::dbucket_items,
+                              &Stored::dbucket_items, 64u},
+          index::PoolProperty{"elimda.segment_buckets", &Params::segment_buckets,
+                              &Stored::segment_buckets, 16u},
+          index::PoolProperty{"elimda.logs", &Params::logs, &Stored::logs, 8192u},
+          index::PoolProperty{"elimda.initial_depth", &Params::initial_depth,
+                              &Stored::initial_depth, 1u},
+          index::PoolProperty{"elimda.max_depth", &Params::max_depth, &Stored::max_depth, 32u},
+      });
+  static Stored Base() { return index::WithRecordsWord<Stored>(kRecords); }
   static std::string Check(const Stored& s) {
+    if (std::string e = index::CheckRecordWords(kRecords, s.records, s.max_record_bytes, kName);
+        !e.empty()) {
+      return e;
+    }
     if (s.bucket_items < 16 || s.bucket_items > 4096 || s.bucket_items % 16 != 0) {
       return "bucket_items must be a multiple of 16 in [16, 4096] (whole 256 B blocks)";
     }
@@ -349,21 +388,28 @@ struct Descriptor
   static index::PoolLayout Layout(const Stored& s) {
     return {kBlockBytes, (uint64_t{1} << s.initial_depth) * SegmentChunks(s) + LogTableChunks(s)};
   }
-  // PM-table items at ~0.4 load after splits, plus the default logs' blocks.
+  // PM-table items at ~0.4 load after splits, plus the default logs' blocks; elimda-kv adds a
+  // record per key.
   static uint64_t EstimatePoolBytes(uint64_t keys) {
-    return static_cast<uint64_t>(static_cast<double>(keys) * sizeof(PmSlot) / 0.4) +
+    const double records = kRecords ? index::kRecordBytesPerKey : 0.0;
+    return static_cast<uint64_t>(static_cast<double>(keys) * (sizeof(PmSlot) / 0.4 + records)) +
            (uint64_t{8192} * 2 + 64) * kBlockBytes;
   }
 };
+using Descriptor = DescriptorFor<false>;
+using KvDescriptor = DescriptorFor<true>;
 
-template <pm::PersistPolicy P>
-class ElimDA : public index::EngineBase<ElimDA<P>, P, Config> {
-  PMHASH_ENGINE_BASE(P, Config, ElimDA<P>);
-  PMHASH_ENGINE_API(ElimDA, Descriptor);  // Open, Find, Erase, ForEach, Stats, CheckInvariants
+template <pm::PersistPolicy P, bool kRecords = false>
+class ElimDA : public index::EngineBase<ElimDA<P, kRecords>, P, Config> {
+  PMHASH_ENGINE_BASE(P, Config, ElimDA<P, kRecords>);
+  PMHASH_ENGINE_API(ElimDA, DescriptorFor<kRecords>);  // Open, Find, Erase, ForEach, Stats, ...
 
  public:
   ~ElimDA();
   using Base::Size;
+
+  // Variable-size API (BytesIndex, src/index/records.h). NotSupported on "elimda".
+  PMHASH_PROBE_RECORDS_API(kRecords);
 
   // For tests and tools.
   uint32_t global_depth() const;
@@ -375,8 +421,10 @@ class ElimDA : public index::EngineBase<ElimDA<P>, P, Config> {
   // Test hook (hostile pools, duplicates): pool offset of the PM-table slot holding k, or 0.
   uint64_t PmSlotOffsetForTest(Key k) const;
   // Test hook: appends a second, durable copy (k, v) to the P-bucket of k, which must hold k
-  // already — what a blind-appending writer of the paper's design can leave behind.
-  Status AppendCopyForTest(Key k, Value v);
+  // already — what a blind-appending writer of the paper's design can leave behind. (elimda
+  // only: a copy of an elimda-kv item would share its record.)
+  Status AppendCopyForTest(Key k, Value v)
+    requires(!kRecords);
 
  private:
   using WriteMode = index::WriteMode;
@@ -448,7 +496,43 @@ class ElimDA : public index::EngineBase<ElimDA<P>, P, Config> {
   Status Init();
   Status Create();
   Status Recover();
-  Status Write(Key k, Value v, WriteMode mode);
+  // A key as the search compares it: the inline key, or hash + bytes (elimda-kv).
+  using Probe = index::KeyProbe;
+  using Keys = index::ProbeKeys<kRecords>;  // src/index/records.h
+  Probe MakeProbe(Key k) const { return Keys::Make(hash_, k); }
+  Probe MakeProbe(std::string_view s) const { return Keys::Make(hash_, s); }
+  // The probe of a uint64 key as this kind stores it (elimda-kv: its 8 bytes).
+  Probe U64Probe(Key k, const index::U64Bytes& bytes) const {
+    if constexpr (kRecords) {
+      return MakeProbe(bytes.view());
+    } else {
+      return MakeProbe(k);
+    }
+  }
+  // The hash a stored key word stands for (elimda-kv: the word is the hash).
+  uint64_t SlotHash(uint64_t key_word) const { return Keys::SlotHash(hash_, key_word); }
+  // What identifies a stored pair when copies are dropped (a crashed compaction's second copy,
+  // a relocated item still logged): its key word, or (elimda-kv) its record offset, which every
+  // copy of the pair shares.
+  static uint64_t Identity(uint64_t key_word, uint64_t value_word) {
+    return kRecords ? value_word : key_word;
+  }
+  // True if a D-bucket item holds p's key.
+  bool ItemMatches(const DItem& it, const Probe& p) const;
+  // p's value word (elimda-kv: its record's offset), under the table lock shared and p's log
+  // lock; false if absent. REQUIRES (elimda-kv): an epoch guard while the caller reads the record.
+  bool Search(const Probe& p, uint64_t* word) const;
+  // The value stored is `value` (elimda) or a new record of p.s and value_bytes (elimda-kv).
+  Status Write(const Probe& p, std::string_view value_bytes, Value value, WriteMode mode);
+  Status EraseProbe(const Probe& p);
+  // Calls take(slot) for every live item's PM slot (P-bucket slot, or the log slot that backs a
+  // D-bucket item or an active-log item) under the exclusive table lock, then done() unlocked.
+  template <class Take, class Done>
+  void WalkLiveSlots(Take&& take, Done&& done) const;
+  EpochManager& RecordEpoch() const { return *epoch_; }  // elimda-kv's FindBytes
+  void Quiesce() {  // Close(): retired records are freed
+    if constexpr (kRecords) epoch_->Drain();
+  }
   // REQUIRES: log->mu held, blk the log's active block with a free slot, hdr its header word.
   void Append(LogState* log, LogBlock* blk, uint64_t hdr, uint64_t h, Key k, Value v)
       PMHASH_REQUIRES(log->mu);
@@ -476,12 +560,12 @@ class ElimDA : public index::EngineBase<ElimDA<P>, P, Config> {
   uint64_t Tombstone(uint64_t prefix_top_bit) const { return tombstone_[prefix_top_bit ^ 1]; }
   // Live in segment (prefix, depth), bucket b (I1).
   bool LiveIn(Key k, uint64_t prefix, uint32_t depth, uint32_t b) const {
-    const uint64_t h = hash_(k);
+    const uint64_t h = SlotHash(k);
     return (h >> (64 - depth)) == prefix && BucketOf(h) == b;
   }
 
-  // REQUIRES: table lock (shared or exclusive) and k's log lock, or exclusive.
-  Where Locate(uint64_t h, Key k) const;
+  // REQUIRES: table lock (shared or exclusive) and p's log lock, or exclusive.
+  Where Locate(const Probe& p) const;
   // Rebuilds log's mirror from its active block (recovery). REQUIRES: exclusive.
   void MirrorActiveBlock(LogState* log) const;
   // REQUIRES: exclusive.
@@ -513,6 +597,10 @@ class ElimDA : public index::EngineBase<ElimDA<P>, P, Config> {
 
   std::atomic<uint64_t> log_swaps_{0}, relocations_{0}, relocated_items_{0}, dups_dropped_{0},
       blocks_freed_{0}, segments_{0}, blocks_{0}, compactions_{0}, line_moves_{0};
+
+  std::unique_ptr<index::Records> records_;  // elimda-kv only (src/index/records.h)
+  // elimda-kv only, after pool_ and records_: its destructor frees into them.
+  std::unique_ptr<EpochManager> epoch_;
 };
 
 // ============================================================================================
@@ -533,22 +621,29 @@ class PMHASH_SCOPED_CAPABILITY SharedGuard {
 };
 }  // namespace detail
 
-template <pm::PersistPolicy P>
-ElimDA<P>::ElimDA(std::unique_ptr<pm::Pool> pool, const Config& config)
+template <pm::PersistPolicy P, bool R>
+ElimDA<P, R>::ElimDA(std::unique_ptr<pm::Pool> pool, const Config& config)
     : Base(std::move(pool), config),
       max_directory_bytes_(config.max_directory_bytes
                                ? config.max_directory_bytes
                                : std::max<uint64_t>(uint64_t{1} << 30, pool_->size())),
-      seg_chunks_(SegmentChunks(config)) {}
+      seg_chunks_(SegmentChunks(config)) {
+  if constexpr (R) {
+    epoch_ = std::make_unique<EpochManager>();
+    epoch_->set_reclaim_batch(config.reclaim_batch);
+    records_ = std::make_unique<index::Records>(*pool_, *epoch_, config.max_record_bytes,
+                                                kKindName);
+  }
+}
 
-template <pm::PersistPolicy P>
-ElimDA<P>::~ElimDA() {
+template <pm::PersistPolicy P, bool R>
+ElimDA<P, R>::~ElimDA() {
   this->CloseUnlessAbandoned();
   DeleteAll();
 }
 
-template <pm::PersistPolicy P>
-void ElimDA<P>::DeleteAll() {
+template <pm::PersistPolicy P, bool R>
+void ElimDA<P, R>::DeleteAll() {
   for (size_t i = 0; i < dir_.size();) {
     SegMeta* s = dir_[i];
     i += size_t{1} << (gd_ - s->depth);
@@ -570,8 +665,8 @@ void ElimDA<P>::DeleteAll() {
   empty_blocks_.clear();
 }
 
-template <pm::PersistPolicy P>
-typename ElimDA<P>::SegMeta* ElimDA<P>::NewSegMeta(uint64_t off, uint32_t depth) const {
+template <pm::PersistPolicy P, bool R>
+typename ElimDA<P, R>::SegMeta* ElimDA<P, R>::NewSegMeta(uint64_t off, uint32_t depth) const {
   auto* s = new (std::nothrow) SegMeta;
   if (!s) return nullptr;
   s->off = off;
@@ -583,11 +678,16 @@ typename ElimDA<P>::SegMeta* ElimDA<P>::NewSegMeta(uint64_t off, uint32_t depth)
   return s;
 }
 
-template <pm::PersistPolicy P>
-Status ElimDA<P>::Init() {
+template <pm::PersistPolicy P, bool R>
+Status ElimDA<P, R>::Init() {
   log_bits_ = static_cast<uint32_t>(std::countr_zero(params_.logs));
   logs_.reset(new (std::nothrow) LogState[params_.logs]);
   if (!logs_) return Status::OutOfMemory("elimda: log states");
+  if constexpr (R) {  // the key word is the hash: 0 and 2^63 (I6)
+    tombstone_[0] = 0;
+    tombstone_[1] = uint64_t{1} << 63;
+    return Status::OK();
+  }
   // Tombstone keys (I6): the first keys whose hash has top bit 0 / 1.
   bool have[2] = {false, false};
   for (uint64_t k = 0; !(have[0] && have[1]); k++) {
@@ -600,8 +700,8 @@ Status ElimDA<P>::Init() {
   return Status::OK();
 }
 
-template <pm::PersistPolicy P>
-Status ElimDA<P>::Create() {
+template <pm::PersistPolicy P, bool R>
+Status ElimDA<P, R>::Create() {
   const uint32_t gd = params_.initial_depth;
   const uint64_t n = uint64_t{1} << gd;
   auto table = pool_->allocator().Allocate(static_cast<uint32_t>(LogTableChunks(params_)));
@@ -633,10 +733,11 @@ Status ElimDA<P>::Create() {
   return pool_->CommitCreate();
 }
 
-template <pm::PersistPolicy P>
-Status ElimDA<P>::Recover() {
+template <pm::PersistPolicy P, bool R>
+Status ElimDA<P, R>::Recover() {
   DeleteAll();
   auto& alloc = pool_->allocator();
+  if constexpr (R) records_->Reset();
   auto bad = [](const std::string& what) { return Status::Corruption("elimda: " + what); };
 
   // Log table.
@@ -682,6 +783,7 @@ Status ElimDA<P>::Recover() {
   dir_.assign(size_t{1} << gd, nullptr);
   uint64_t live = 0;
   uint64_t i = 0;
+  std::unordered_set<uint64_t> pm_records;  // elimda-kv: the records live in the PM table
   for (const auto& [off, ld] : segs) {
     const uint64_t stride = uint64_t{1} << (gd - ld);
     if (i % stride != 0) return bad("segment chain out of prefix order");
@@ -695,12 +797,19 @@ Status ElimDA<P>::Recover() {
       const uint32_t n = static_cast<uint32_t>(h->count[b].load(std::memory_order_relaxed));
       s->count[b] = n;
       const PmSlot* slots = BucketSlots(off, b);
-      std::unordered_set<Key> seen;
+      std::unordered_set<uint64_t> seen;
       for (uint32_t j = 0; j < n; j++) {
         const Key k = slots[j].key.load(std::memory_order_relaxed);
-        const uint64_t kh = hash_(k);
+        const uint64_t v = slots[j].value.load(std::memory_order_relaxed);
+        const uint64_t kh = SlotHash(k);
         s->fp[size_t{b} * params_.bucket_items + j] = FpOf(kh);
-        if ((kh >> (64 - ld)) == prefix && BucketOf(kh) == b && seen.insert(k).second) live++;
+        if ((kh >> (64 - ld)) == prefix && BucketOf(kh) == b && seen.insert(Identity(k, v)).second) {
+          if constexpr (R) {
+            PMHASH_RETURN_IF_ERROR(records_->Recover(v, k, hash_));
+            pm_records.insert(v);
+          }
+          live++;
+        }
       }
     }
     i += stride;
@@ -708,7 +817,7 @@ Status ElimDA<P>::Recover() {
 
   // Walk 2: the logs. Items of sealed blocks go to their D-buckets; a logged key that is live
   // in the PM table was relocated before the crash cleared its bit (I5): clear it now.
-  std::unordered_set<Key> logged;
+  std::unordered_set<uint64_t> logged;  // identities
   const auto* words = LogTable();
   uint64_t blocks = 0;
   for (uint32_t li = 0; li < params_.logs; li++) {
@@ -737,21 +846,31 @@ Status ElimDA<P>::Recover() {
       for (uint32_t c = bits; c; c &= c - 1) {
         const uint32_t j = static_cast<uint32_t>(std::countr_zero(c));
         const Key k = blk->slots[j].key.load(std::memory_order_relaxed);
-        const uint64_t kh = hash_(k);
+        const uint64_t v = blk->slots[j].value.load(std::memory_order_relaxed);
+        const uint64_t kh = SlotHash(k);
         if (LogOf(kh) != li) {
           return bad("log block at " + std::to_string(off) + " holds a key of another log");
         }
-        if (Locate(kh, k).layer == Layer::kPm) {
-          bits &= ~(1u << j);  // relocated (I5)
+        // Relocated (I5): its copy is live in the PM table (elimda-kv: the copy names the same
+        // record; its bytes are not read before Records::Recover checked them).
+        bool relocated;
+        if constexpr (R) {
+          relocated = pm_records.count(v) != 0;
+        } else {
+          relocated = Locate(MakeProbe(k)).layer == Layer::kPm;
+        }
+        if (relocated) {
+          bits &= ~(1u << j);
           continue;
         }
-        if (!logged.insert(k).second) return bad("key " + std::to_string(k) + " is logged twice");
+        if (!logged.insert(Identity(k, v)).second) {
+          return bad("key " + std::to_string(k) + " is logged twice");
+        }
+        if constexpr (R) PMHASH_RETURN_IF_ERROR(records_->Recover(v, k, hash_));
         live++;
         if (bi != logs_[li].head) {
           SegMeta* s = SegOf(kh);
-          s->Push(BucketOf(kh),
-                  DItem{k, blk->slots[j].value.load(std::memory_order_relaxed), bi, j, 1},
-                  FpOf(kh));
+          s->Push(BucketOf(kh), DItem{k, v, bi, j, 1}, FpOf(kh));
         }
       }
       if (bits != (hdr & kFullBits)) {
@@ -769,8 +888,18 @@ Status ElimDA<P>::Recover() {
   return Status::OK();
 }
 
-template <pm::PersistPolicy P>
-typename ElimDA<P>::Where ElimDA<P>::Locate(uint64_t h, Key k) const {
+template <pm::PersistPolicy P, bool R>
+bool ElimDA<P, R>::ItemMatches(const DItem& it, const Probe& p) const {
+  if constexpr (R) {
+    return it.key == p.h && records_->KeyEquals(it.value, p.s);
+  } else {
+    return it.key == p.k;
+  }
+}
+
+template <pm::PersistPolicy P, bool R>
+typename ElimDA<P, R>::Where ElimDA<P, R>::Locate(const Probe& p) const {
+  const uint64_t h = p.h;
   Where w;
   SegMeta* s = SegOf(h);
   const uint32_t b = BucketOf(h);
@@ -785,7 +914,7 @@ typename ElimDA<P>::Where ElimDA<P>::Locate(uint64_t h, Key k) const {
     if (n - base < 16) m &= (1u << (n - base)) - 1;
     for (; m; m &= m - 1) {  // bit i: lane base + i
       const uint32_t j = base + static_cast<uint32_t>(std::countr_zero(m));
-      if (slots[j].key.load(std::memory_order_acquire) == k) {
+      if (Keys::Matches(records_.get(), slots[j], p)) {
         w.layer = Layer::kPm;
         w.seg = s;
         w.b = b;
@@ -800,7 +929,7 @@ typename ElimDA<P>::Where ElimDA<P>::Locate(uint64_t h, Key k) const {
   const size_t nd = dfp.size();
   auto dram_hit = [&](size_t i) {
     DItem& it = s->dbucket[b][i];
-    if (it.key != k || !it.live) return false;
+    if (!it.live || !ItemMatches(it, p)) return false;
     w.layer = Layer::kDram;
     w.item = &it;
     return true;
@@ -828,7 +957,7 @@ typename ElimDA<P>::Where ElimDA<P>::Locate(uint64_t h, Key k) const {
     const LogBlock* blk = Block(bi);
     for (uint32_t c = blk->header.load(std::memory_order_acquire) & candidates; c; c &= c - 1) {
       const uint32_t j = static_cast<uint32_t>(std::countr_zero(c));
-      if (blk->slots[j].key.load(std::memory_order_relaxed) == k) {
+      if (Keys::Matches(records_.get(), blk->slots[j], p)) {
         w.layer = Layer::kLog;
         w.block = bi;
         w.j = j;
@@ -839,8 +968,8 @@ typename ElimDA<P>::Where ElimDA<P>::Locate(uint64_t h, Key k) const {
   return w;
 }
 
-template <pm::PersistPolicy P>
-void ElimDA<P>::MirrorActiveBlock(LogState* log) const {
+template <pm::PersistPolicy P, bool R>
+void ElimDA<P, R>::MirrorActiveBlock(LogState* log) const {
   log->mirror_of = log->head;
   log->mirror_bits = 0;
   if (!log->head) return;
@@ -849,56 +978,68 @@ void ElimDA<P>::MirrorActiveBlock(LogState* log) const {
       static_cast<uint32_t>(blk->header.load(std::memory_order_relaxed) & kFullBits);
   for (uint32_t c = bits; c; c &= c - 1) {
     const uint32_t j = static_cast<uint32_t>(std::countr_zero(c));
-    log->mirror_fp[j] = FpOf(hash_(blk->slots[j].key.load(std::memory_order_relaxed)));
+    log->mirror_fp[j] = FpOf(SlotHash(blk->slots[j].key.load(std::memory_order_relaxed)));
   }
   log->mirror_bits = bits;
 }
 
-template <pm::PersistPolicy P>
-Status ElimDA<P>::Find(Key k, Value* v) const {
-  const uint64_t h = hash_(k);
+template <pm::PersistPolicy P, bool R>
+bool ElimDA<P, R>::Search(const Probe& p, uint64_t* word) const {
   detail::SharedGuard g(table_mu_);
-  LockGuard<detail::LogLock> lg(logs_[LogOf(h)].mu);
-  const Where w = Locate(h, k);
+  LockGuard<detail::LogLock> lg(logs_[LogOf(p.h)].mu);
+  const Where w = Locate(p);
   switch (w.layer) {
     case Layer::kPm:
-      *v = BucketSlots(w.seg->off, w.b)[w.j].value.load(std::memory_order_relaxed);
-      return Status::OK();
+      *word = BucketSlots(w.seg->off, w.b)[w.j].value.load(std::memory_order_relaxed);
+      return true;
     case Layer::kDram:
-      *v = w.item->value;
-      return Status::OK();
+      *word = w.item->value;
+      return true;
     case Layer::kLog:
-      *v = Block(w.block)->slots[w.j].value.load(std::memory_order_relaxed);
-      return Status::OK();
+      *word = Block(w.block)->slots[w.j].value.load(std::memory_order_relaxed);
+      return true;
     case Layer::kNone:
       break;
   }
-  return Status::NotFound();
+  return false;
 }
 
-template <pm::PersistPolicy P>
-int ElimDA<P>::LayerOf(Key k) const {
-  const uint64_t h = hash_(k);
-  detail::SharedGuard g(table_mu_);
-  LockGuard<detail::LogLock> lg(logs_[LogOf(h)].mu);
-  return static_cast<int>(Locate(h, k).layer);
+template <pm::PersistPolicy P, bool R>
+Status ElimDA<P, R>::Find(Key k, Value* v) const {
+  if constexpr (R) {
+    return index::FindU64AsBytes(*this, k, v);
+  } else {
+    return Search(MakeProbe(k), v) ? Status::OK() : Status::NotFound();
+  }
 }
 
-template <pm::PersistPolicy P>
-uint64_t ElimDA<P>::PmSlotOffsetForTest(Key k) const {
-  const uint64_t h = hash_(k);
+template <pm::PersistPolicy P, bool R>
+int ElimDA<P, R>::LayerOf(Key k) const {
+  const index::U64Bytes bytes(k);
+  const Probe p = U64Probe(k, bytes);
   detail::SharedGuard g(table_mu_);
-  LockGuard<detail::LogLock> lg(logs_[LogOf(h)].mu);
-  const Where w = Locate(h, k);
+  LockGuard<detail::LogLock> lg(logs_[LogOf(p.h)].mu);
+  return static_cast<int>(Locate(p).layer);
+}
+
+template <pm::PersistPolicy P, bool R>
+uint64_t ElimDA<P, R>::PmSlotOffsetForTest(Key k) const {
+  const index::U64Bytes bytes(k);
+  const Probe p = U64Probe(k, bytes);
+  detail::SharedGuard g(table_mu_);
+  LockGuard<detail::LogLock> lg(logs_[LogOf(p.h)].mu);
+  const Where w = Locate(p);
   if (w.layer != Layer::kPm) return 0;
   return pool_->OffsetOf(&BucketSlots(w.seg->off, w.b)[w.j]);
 }
 
-template <pm::PersistPolicy P>
-Status ElimDA<P>::AppendCopyForTest(Key k, Value v) {
+template <pm::PersistPolicy P, bool R>
+Status ElimDA<P, R>::AppendCopyForTest(Key k, Value v)
+  requires(!R)
+{
   const uint64_t h = hash_(k);
   LockGuard<detail::TableLock> g(table_mu_);
-  const Where w = Locate(h, k);
+  const Where w = Locate(MakeProbe(k));
   if (w.layer != Layer::kPm) return Status::InvalidArgument("elimda: key not in the PM table");
   SegMeta* s = w.seg;
   const uint32_t j = s->count[w.b];
@@ -914,8 +1055,8 @@ Status ElimDA<P>::AppendCopyForTest(Key k, Value v) {
   return Status::OK();
 }
 
-template <pm::PersistPolicy P>
-uint32_t ElimDA<P>::global_depth() const {
+template <pm::PersistPolicy P, bool R>
+uint32_t ElimDA<P, R>::global_depth() const {
   detail::SharedGuard g(table_mu_);
   return gd_;
 }
@@ -928,8 +1069,8 @@ uint32_t ElimDA<P>::global_depth() const {
 // frees the line, and the new item and its bit follow in it (two fences, once per three appends
 // at most). Every intermediate version of the first line is consistent: a slot is overwritten
 // only after a header store has cleared its bit, and the bit is set only after the item is in.
-template <pm::PersistPolicy P>
-void ElimDA<P>::Append(LogState* log, LogBlock* blk, uint64_t hdr, uint64_t h, Key k, Value v) {
+template <pm::PersistPolicy P, bool R>
+void ElimDA<P, R>::Append(LogState* log, LogBlock* blk, uint64_t hdr, uint64_t h, Key k, Value v) {
   uint32_t bits = static_cast<uint32_t>(hdr & kFullBits);
   const bool mirrored = log->mirror_of == log->head;
   auto put = [&](uint32_t j, Key key, Value value, uint16_t fp) {
@@ -978,21 +1119,29 @@ void ElimDA<P>::Append(LogState* log, LogBlock* blk, uint64_t hdr, uint64_t h, K
   if (mirrored) log->mirror_bits = bits;
 }
 
-template <pm::PersistPolicy P>
-Status ElimDA<P>::Write(Key k, Value v, WriteMode mode) {
+template <pm::PersistPolicy P, bool R>
+Status ElimDA<P, R>::Write(const Probe& p, std::string_view value_bytes, Value value,
+                           WriteMode mode) {
   if (life_.closed()) [[unlikely]] return index::Lifecycle::ClosedError(kKindName);
-  const uint64_t h = hash_(k);
+  const uint64_t h = p.h;
   const uint32_t li = LogOf(h);
   LogState& log = logs_[li];
+  // The value word to store: the value, or a new record's offset, flushed and fenced before the
+  // store that publishes it (the header store of an append, the value store of an update).
+  uint64_t v = 0;
+  auto value_word = [&] {
+    return index::ValueWord<R>(records_.get(), p.s, value_bytes, value, persist_, &v);
+  };
   for (;;) {
     {
       detail::SharedGuard g(table_mu_);
       LockGuard<detail::LogLock> lg(log.mu);
       // An insert appends to the active block's first line: start that miss before the search's.
       if (log.head) __builtin_prefetch(Block(log.head), 1);
-      const Where w = Locate(h, k);
+      const Where w = Locate(p);
       if (w.layer != Layer::kNone) {
         if (mode == WriteMode::kInsert) return Status::Exists();
+        PMHASH_RETURN_IF_ERROR(value_word());
         // In place: one failure-atomic 8-byte store where the item is persistent, one persist.
         std::atomic<uint64_t>* cell = nullptr;
         if (w.layer == Layer::kPm) {
@@ -1002,9 +1151,11 @@ Status ElimDA<P>::Write(Key k, Value v, WriteMode mode) {
         } else {
           cell = &Block(w.block)->slots[w.j].value;
         }
+        const uint64_t old = cell->load(std::memory_order_relaxed);
         cell->store(v, std::memory_order_release);
         persist_.Persist(cell, sizeof(Value));
         if (w.layer == Layer::kDram) w.item->value = v;
+        if constexpr (R) records_->Retire(old);
         return Status::OK();
       }
       if (mode == WriteMode::kUpdate) return Status::NotFound();
@@ -1013,7 +1164,8 @@ Status ElimDA<P>::Write(Key k, Value v, WriteMode mode) {
         const uint64_t hdr = blk->header.load(std::memory_order_relaxed);
         const uint32_t bits = static_cast<uint32_t>(hdr & kFullBits);
         if (bits != kFullBits) {
-          Append(&log, blk, hdr, h, k, v);
+          PMHASH_RETURN_IF_ERROR(value_word());
+          Append(&log, blk, hdr, h, Keys::KeyWord(p), v);
           size_.Add(1);
           return Status::OK();
         }
@@ -1023,14 +1175,19 @@ Status ElimDA<P>::Write(Key k, Value v, WriteMode mode) {
   }
 }
 
-template <pm::PersistPolicy P>
-Status ElimDA<P>::Erase(Key k) {
+template <pm::PersistPolicy P, bool R>
+Status ElimDA<P, R>::Erase(Key k) {
+  return index::ProbeCalls::Erase(*this, k);
+}
+
+template <pm::PersistPolicy P, bool R>
+Status ElimDA<P, R>::EraseProbe(const Probe& p) {
   if (life_.closed()) [[unlikely]] return index::Lifecycle::ClosedError(kKindName);
-  const uint64_t h = hash_(k);
+  const uint64_t h = p.h;
   LogState& log = logs_[LogOf(h)];
   detail::SharedGuard g(table_mu_);
   LockGuard<detail::LogLock> lg(log.mu);
-  const Where w = Locate(h, k);
+  const Where w = Locate(p);
   switch (w.layer) {
     case Layer::kNone:
       return Status::NotFound();
@@ -1041,11 +1198,23 @@ Status ElimDA<P>::Erase(Key k) {
       PmSlot* slots = BucketSlots(s->off, w.b);
       const uint64_t t = Tombstone(h >> 63);
       const uint16_t f = FpOf(h);
+      // elimda-kv: the records of the copies (one; two only in a pool written by another
+      // implementation: Insert refuses a present key, so a key has one record).
+      uint64_t records[2] = {0, 0};
       for (uint32_t j = s->count[w.b]; j-- > w.j;) {
         if (s->fp[size_t{w.b} * params_.bucket_items + j] != f) continue;
-        if (slots[j].key.load(std::memory_order_relaxed) != k) continue;
+        if (!Keys::Matches(records_.get(), slots[j], p)) continue;
+        if constexpr (R) {
+          const uint64_t r = slots[j].value.load(std::memory_order_relaxed);
+          if (r != records[0] && r != records[1]) records[records[0] ? 1 : 0] = r;
+        }
         slots[j].key.store(t, std::memory_order_release);
         persist_.Persist(&slots[j].key, sizeof(Key));
+      }
+      if constexpr (R) {
+        for (const uint64_t r : records) {
+          if (r) records_->Retire(r);
+        }
       }
       break;
     }
@@ -1065,6 +1234,7 @@ Status ElimDA<P>::Erase(Key k) {
           empty_blocks_.push_back(bi);
         }
       }
+      if constexpr (R) records_->Retire(blk->slots[j].value.load(std::memory_order_relaxed));
       break;
     }
   }
@@ -1072,8 +1242,8 @@ Status ElimDA<P>::Erase(Key k) {
   return Status::OK();
 }
 
-template <pm::PersistPolicy P>
-Status ElimDA<P>::Seal(uint32_t li) PMHASH_NO_THREAD_SAFETY_ANALYSIS {
+template <pm::PersistPolicy P, bool R>
+Status ElimDA<P, R>::Seal(uint32_t li) PMHASH_NO_THREAD_SAFETY_ANALYSIS {
   LockGuard<detail::TableLock> g(table_mu_);
   LogState& log = logs_[li];
   BlockInfo* old = log.head;
@@ -1118,7 +1288,7 @@ Status ElimDA<P>::Seal(uint32_t li) PMHASH_NO_THREAD_SAFETY_ANALYSIS {
   for (uint32_t c = bits; c; c &= c - 1) {
     const uint32_t j = static_cast<uint32_t>(std::countr_zero(c));
     const Key k = sealed->slots[j].key.load(std::memory_order_relaxed);
-    const uint64_t h = hash_(k);
+    const uint64_t h = SlotHash(k);
     SegOf(h)->Push(BucketOf(h),
                    DItem{k, sealed->slots[j].value.load(std::memory_order_relaxed), old, j, 1},
                    FpOf(h));
@@ -1138,8 +1308,8 @@ Status ElimDA<P>::Seal(uint32_t li) PMHASH_NO_THREAD_SAFETY_ANALYSIS {
 
 // REQUIRES: exclusive. Relocates the D-bucket of h once it holds N_d live items, splitting the
 // segment while the P-bucket has no room for them.
-template <pm::PersistPolicy P>
-Status ElimDA<P>::MakeRoom(uint64_t h) PMHASH_NO_THREAD_SAFETY_ANALYSIS {
+template <pm::PersistPolicy P, bool R>
+Status ElimDA<P, R>::MakeRoom(uint64_t h) PMHASH_NO_THREAD_SAFETY_ANALYSIS {
   for (;;) {
     SegMeta* s = SegOf(h);
     const uint32_t b = BucketOf(h);
@@ -1164,8 +1334,8 @@ Status ElimDA<P>::MakeRoom(uint64_t h) PMHASH_NO_THREAD_SAFETY_ANALYSIS {
 
 // REQUIRES: exclusive. Out of space: compact every P-bucket that has D-bucket items waiting and
 // relocate those items where they now fit, so that sealed log blocks empty and are freed.
-template <pm::PersistPolicy P>
-void ElimDA<P>::Reclaim() PMHASH_NO_THREAD_SAFETY_ANALYSIS {
+template <pm::PersistPolicy P, bool R>
+void ElimDA<P, R>::Reclaim() PMHASH_NO_THREAD_SAFETY_ANALYSIS {
   for (size_t i = 0; i < dir_.size();) {
     SegMeta* s = dir_[i];
     i += size_t{1} << (gd_ - s->depth);
@@ -1185,8 +1355,8 @@ void ElimDA<P>::Reclaim() PMHASH_NO_THREAD_SAFETY_ANALYSIS {
 // item is written value first, then key, into a dead slot: until the count is lowered it is
 // stored twice with the same value (I1 keeps the first copy; recovery and splits drop the
 // second), never lost.
-template <pm::PersistPolicy P>
-void ElimDA<P>::Compact(SegMeta* s, uint32_t b) PMHASH_NO_THREAD_SAFETY_ANALYSIS {
+template <pm::PersistPolicy P, bool R>
+void ElimDA<P, R>::Compact(SegMeta* s, uint32_t b) PMHASH_NO_THREAD_SAFETY_ANALYSIS {
   const uint32_t n = s->count[b];
   PmSlot* slots = BucketSlots(s->off, b);
   uint16_t* fps = &s->fp[size_t{b} * params_.bucket_items];
@@ -1194,11 +1364,12 @@ void ElimDA<P>::Compact(SegMeta* s, uint32_t b) PMHASH_NO_THREAD_SAFETY_ANALYSIS
   while (first < dir_.size() && dir_[first] != s) first++;
   const uint64_t prefix = first >> (gd_ - s->depth);
   std::vector<bool> live(n, false);
-  std::unordered_set<Key> seen;
+  std::unordered_set<uint64_t> seen;  // identities
   uint32_t nlive = 0;
   for (uint32_t j = 0; j < n; j++) {
     const Key k = slots[j].key.load(std::memory_order_relaxed);
-    live[j] = LiveIn(k, prefix, s->depth, b) && seen.insert(k).second;
+    live[j] = LiveIn(k, prefix, s->depth, b) &&
+              seen.insert(Identity(k, slots[j].value.load(std::memory_order_relaxed))).second;
     nlive += live[j];
   }
   if (nlive == n) return;
@@ -1225,8 +1396,8 @@ void ElimDA<P>::Compact(SegMeta* s, uint32_t b) PMHASH_NO_THREAD_SAFETY_ANALYSIS
   compactions_.fetch_add(1, std::memory_order_relaxed);
 }
 
-template <pm::PersistPolicy P>
-void ElimDA<P>::Relocate(SegMeta* s, uint32_t b, std::vector<DItem>& items)
+template <pm::PersistPolicy P, bool R>
+void ElimDA<P, R>::Relocate(SegMeta* s, uint32_t b, std::vector<DItem>& items)
     PMHASH_NO_THREAD_SAFETY_ANALYSIS {
   const uint32_t n = static_cast<uint32_t>(items.size());
   const uint32_t at = s->count[b];
@@ -1242,7 +1413,7 @@ void ElimDA<P>::Relocate(SegMeta* s, uint32_t b, std::vector<DItem>& items)
   hdr->count[b].store(at + n, std::memory_order_release);  // I5: the relocation's commit point
   persist_.Persist(&hdr->count[b], sizeof(uint64_t));
   for (uint32_t i = 0; i < n; i++) {
-    s->fp[size_t{b} * params_.bucket_items + at + i] = FpOf(hash_(items[i].key));
+    s->fp[size_t{b} * params_.bucket_items + at + i] = FpOf(SlotHash(items[i].key));
   }
   s->count[b] = at + n;
   // Invalidate the log slots: one header store per block, one fence for all.
@@ -1265,8 +1436,8 @@ void ElimDA<P>::Relocate(SegMeta* s, uint32_t b, std::vector<DItem>& items)
   relocated_items_.fetch_add(n, std::memory_order_relaxed);
 }
 
-template <pm::PersistPolicy P>
-Status ElimDA<P>::Double() PMHASH_NO_THREAD_SAFETY_ANALYSIS {
+template <pm::PersistPolicy P, bool R>
+Status ElimDA<P, R>::Double() PMHASH_NO_THREAD_SAFETY_ANALYSIS {
   const auto started = ResizeLog::Now();
   if (gd_ >= params_.max_depth) {
     return Status::OutOfSpace("elimda: directory at max_depth " +
@@ -1285,8 +1456,8 @@ Status ElimDA<P>::Double() PMHASH_NO_THREAD_SAFETY_ANALYSIS {
   return Status::OK();
 }
 
-template <pm::PersistPolicy P>
-Status ElimDA<P>::Split(SegMeta* s, uint64_t h) PMHASH_NO_THREAD_SAFETY_ANALYSIS {
+template <pm::PersistPolicy P, bool R>
+Status ElimDA<P, R>::Split(SegMeta* s, uint64_t h) PMHASH_NO_THREAD_SAFETY_ANALYSIS {
   if (s->depth == gd_) PMHASH_RETURN_IF_ERROR(Double());
   const auto started = ResizeLog::Now();
   const uint32_t ld = s->depth;
@@ -1317,7 +1488,8 @@ Status ElimDA<P>::Split(SegMeta* s, uint64_t h) PMHASH_NO_THREAD_SAFETY_ANALYSIS
     const PmSlot* slots = BucketSlots(s->off, b);
     for (uint32_t j = 0; j < s->count[b]; j++) {
       const Key k = slots[j].key.load(std::memory_order_relaxed);
-      const uint64_t kh = hash_(k);
+      const uint64_t v = slots[j].value.load(std::memory_order_relaxed);
+      const uint64_t kh = SlotHash(k);
       if ((kh >> (64 - ld)) != prefix || BucketOf(kh) != b) continue;  // tombstone
       const int side = static_cast<int>((kh >> (63 - ld)) & 1);
       SegMeta* t = half[side];
@@ -1326,7 +1498,9 @@ Status ElimDA<P>::Split(SegMeta* s, uint64_t h) PMHASH_NO_THREAD_SAFETY_ANALYSIS
           img[side].data() + (sizeof(SegHeader) + size_t{b} * params_.bucket_items * 16) / 8;
       const uint16_t* tfp = &t->fp[size_t{b} * params_.bucket_items];
       bool dup = false;
-      for (uint32_t x = 0; x < t->count[b] && !dup; x++) dup = tfp[x] == f && tslots[2 * x] == k;
+      for (uint32_t x = 0; x < t->count[b] && !dup; x++) {
+        dup = tfp[x] == f && Identity(tslots[2 * x], tslots[2 * x + 1]) == Identity(k, v);
+      }
       if (dup) {
         dropped++;
         continue;
@@ -1334,7 +1508,7 @@ Status ElimDA<P>::Split(SegMeta* s, uint64_t h) PMHASH_NO_THREAD_SAFETY_ANALYSIS
       const uint32_t x = t->count[b]++;
       t->fp[size_t{b} * params_.bucket_items + x] = f;
       tslots[2 * x] = k;
-      tslots[2 * x + 1] = slots[j].value.load(std::memory_order_relaxed);
+      tslots[2 * x + 1] = v;
     }
   }
   for (int side = 0; side < 2; side++) {
@@ -1360,7 +1534,7 @@ Status ElimDA<P>::Split(SegMeta* s, uint64_t h) PMHASH_NO_THREAD_SAFETY_ANALYSIS
     for (size_t i = 0; i < s->dbucket[b].size(); i++) {
       const DItem& it = s->dbucket[b][i];
       if (!it.live) continue;
-      half[(hash_(it.key) >> (63 - ld)) & 1]->Push(b, it, s->dfp[b][i]);
+      half[(SlotHash(it.key) >> (63 - ld)) & 1]->Push(b, it, s->dfp[b][i]);
     }
   }
   for (uint64_t e = first; e < first + span; e++) dir_[e] = half[e >= first + span / 2];
@@ -1374,8 +1548,8 @@ Status ElimDA<P>::Split(SegMeta* s, uint64_t h) PMHASH_NO_THREAD_SAFETY_ANALYSIS
 }
 
 // REQUIRES: exclusive (or recovery). Unlinks and frees sealed blocks left without items.
-template <pm::PersistPolicy P>
-void ElimDA<P>::SweepEmptyBlocks() PMHASH_NO_THREAD_SAFETY_ANALYSIS {
+template <pm::PersistPolicy P, bool R>
+void ElimDA<P, R>::SweepEmptyBlocks() PMHASH_NO_THREAD_SAFETY_ANALYSIS {
   std::vector<BlockInfo*> todo;
   {
     LockGuard<SpinLock> eg(empty_mu_);
@@ -1391,8 +1565,8 @@ void ElimDA<P>::SweepEmptyBlocks() PMHASH_NO_THREAD_SAFETY_ANALYSIS {
   }
 }
 
-template <pm::PersistPolicy P>
-void ElimDA<P>::Unlink(BlockInfo* bi) {
+template <pm::PersistPolicy P, bool R>
+void ElimDA<P, R>::Unlink(BlockInfo* bi) {
   // I8: the newer block's `next` skips bi (one 8-byte store), then bi is free.
   BlockInfo* newer = bi->newer;
   LogBlock* nb = Block(newer);
@@ -1406,10 +1580,9 @@ void ElimDA<P>::Unlink(BlockInfo* bi) {
   blocks_freed_.fetch_add(1, std::memory_order_relaxed);
 }
 
-template <pm::PersistPolicy P>
-Status ElimDA<P>::ForEach(const std::function<void(Key, Value)>& fn) const
-    PMHASH_NO_THREAD_SAFETY_ANALYSIS {
-  std::vector<std::pair<Key, Value>> pairs;
+template <pm::PersistPolicy P, bool R>
+template <class Take, class Done>
+void ElimDA<P, R>::WalkLiveSlots(Take&& take, Done&& done) const PMHASH_NO_THREAD_SAFETY_ANALYSIS {
   {
     LockGuard<detail::TableLock> g(table_mu_);
     for (size_t i = 0; i < dir_.size();) {
@@ -1417,14 +1590,17 @@ Status ElimDA<P>::ForEach(const std::function<void(Key, Value)>& fn) const
       const uint64_t prefix = i >> (gd_ - s->depth);
       for (uint32_t b = 0; b < params_.segment_buckets; b++) {
         const PmSlot* slots = BucketSlots(s->off, b);
-        std::unordered_set<Key> seen;
+        std::unordered_set<uint64_t> seen;  // identities: a later copy is not live (I10)
         for (uint32_t j = 0; j < s->count[b]; j++) {
           const Key k = slots[j].key.load(std::memory_order_relaxed);
-          if (!LiveIn(k, prefix, s->depth, b) || !seen.insert(k).second) continue;
-          pairs.emplace_back(k, slots[j].value.load(std::memory_order_relaxed));
+          if (!LiveIn(k, prefix, s->depth, b) ||
+              !seen.insert(Identity(k, slots[j].value.load(std::memory_order_relaxed))).second) {
+            continue;
+          }
+          take(slots[j]);
         }
         for (const DItem& it : s->dbucket[b]) {
-          if (it.live) pairs.emplace_back(it.key, it.value);
+          if (it.live) take(Block(it.block)->slots[it.slot]);  // the log slot that backs it
         }
       }
       i += size_t{1} << (gd_ - s->depth);
@@ -1433,19 +1609,21 @@ Status ElimDA<P>::ForEach(const std::function<void(Key, Value)>& fn) const
       if (const BlockInfo* bi = logs_[li].head) {
         const LogBlock* blk = Block(bi);
         for (uint32_t c = blk->header.load(std::memory_order_relaxed) & kFullBits; c; c &= c - 1) {
-          const uint32_t j = static_cast<uint32_t>(std::countr_zero(c));
-          pairs.emplace_back(blk->slots[j].key.load(std::memory_order_relaxed),
-                             blk->slots[j].value.load(std::memory_order_relaxed));
+          take(blk->slots[std::countr_zero(c)]);
         }
       }
     }
   }
-  for (const auto& [k, v] : pairs) fn(k, v);
-  return Status::OK();
+  done();
 }
 
-template <pm::PersistPolicy P>
-IndexStats ElimDA<P>::Stats() const PMHASH_NO_THREAD_SAFETY_ANALYSIS {
+template <pm::PersistPolicy P, bool R>
+Status ElimDA<P, R>::ForEach(const std::function<void(Key, Value)>& fn) const {
+  return index::ProbeCalls::ForEach(*this, fn);  // every pair collected, then handed out
+}
+
+template <pm::PersistPolicy P, bool R>
+IndexStats ElimDA<P, R>::Stats() const PMHASH_NO_THREAD_SAFETY_ANALYSIS {
   IndexStats s;
   this->FillCommonStats(&s);
   uint64_t dram_items = 0, fp_bytes = 0, dir_bytes = 0;
@@ -1470,7 +1648,8 @@ IndexStats ElimDA<P>::Stats() const PMHASH_NO_THREAD_SAFETY_ANALYSIS {
                LogTableChunks(params_) * kBlockBytes + pm::kHeaderBytes;
   s.dram_bytes = dir_bytes + fp_bytes + dram_items * (sizeof(DItem) + sizeof(uint16_t)) +
                  blocks * sizeof(BlockInfo) + uint64_t{params_.logs} * sizeof(LogState) +
-                 pool_->allocator().dram_bytes();
+                 pool_->allocator().dram_bytes() + (R ? records_->dram_bytes() : 0);
+  if constexpr (R) s.pm_bytes += records_->pm_bytes();
   s.global_depth = gd;
   auto add = [&](const char* name, double v) { s.details.push_back({name, v}); };
   add("elimda.segments", static_cast<double>(segs));
@@ -1484,17 +1663,30 @@ IndexStats ElimDA<P>::Stats() const PMHASH_NO_THREAD_SAFETY_ANALYSIS {
   add("elimda.compactions", static_cast<double>(compactions_.load()));
   add("elimda.dram_items", static_cast<double>(dram_items));
   add("alloc.reused", static_cast<double>(pool_->allocator().reused_allocations()));
+  if constexpr (R) records_->AddDetails(&s);
   return s;
 }
 
 // REQUIRES: no concurrent writers.
-template <pm::PersistPolicy P>
-Status ElimDA<P>::CheckInvariants() const PMHASH_NO_THREAD_SAFETY_ANALYSIS {
+template <pm::PersistPolicy P, bool R>
+Status ElimDA<P, R>::CheckInvariants() const PMHASH_NO_THREAD_SAFETY_ANALYSIS {
   auto fail = [](const std::string& what) {
     return Status::Corruption("elimda invariant: " + what);
   };
   LockGuard<detail::TableLock> g(table_mu_);
-  std::unordered_set<Key> keys;
+  if constexpr (R) epoch_->Drain();  // elimda-kv: retired records are back in the heap
+  std::unordered_set<std::string> keys;  // key bytes (elimda: the key's 8 bytes)
+  index::Records::Tally records;         // elimda-kv
+  // A live item's key, once; its record checked (elimda-kv). "" or what is wrong.
+  auto add_key = [&](uint64_t k, uint64_t v) -> std::string {
+    std::string key(index::U64Bytes(k).view());
+    if constexpr (R) {
+      if (std::string e = records_->Check(v, k, hash_, &records); !e.empty()) return e;
+      key = records_->Key(v);
+    }
+    if (!keys.insert(std::move(key)).second) return "key " + std::to_string(k) + " stored twice";
+    return "";
+  };
   uint64_t live = 0, chunks = LogTableChunks(params_), segs = 0;
   uint64_t i = 0;
   for (uint64_t off = pool_->root(0); off != 0; segs++) {
@@ -1514,23 +1706,24 @@ Status ElimDA<P>::CheckInvariants() const PMHASH_NO_THREAD_SAFETY_ANALYSIS {
     for (uint32_t b = 0; b < params_.segment_buckets; b++) {
       if (h->count[b].load() != s->count[b]) return fail("bucket count differs from PM");
       const PmSlot* slots = BucketSlots(off, b);
-      std::unordered_set<Key> in_bucket;  // a later copy (a crashed compaction) is not live
+      std::unordered_set<uint64_t> in_bucket;  // a later copy (a crashed compaction) is not live
       for (uint32_t j = 0; j < s->count[b]; j++) {
         const Key k = slots[j].key.load(std::memory_order_relaxed);
+        const uint64_t v = slots[j].value.load(std::memory_order_relaxed);
         if (!LiveIn(k, prefix, s->depth, b)) continue;
-        if (s->fp[size_t{b} * params_.bucket_items + j] != FpOf(hash_(k))) {
+        if (s->fp[size_t{b} * params_.bucket_items + j] != FpOf(SlotHash(k))) {
           return fail("fingerprint");
         }
-        if (!in_bucket.insert(k).second) continue;
-        if (!keys.insert(k).second) return fail("key " + std::to_string(k) + " stored twice");
+        if (!in_bucket.insert(Identity(k, v)).second) continue;
+        if (std::string e = add_key(k, v); !e.empty()) return fail(e);
         live++;
       }
       if (s->dfp[b].size() != s->dbucket[b].size()) return fail("D-bucket fingerprints");
       for (size_t x = 0; x < s->dbucket[b].size(); x++) {
         const DItem& it = s->dbucket[b][x];
-        if (s->dfp[b][x] != FpOf(hash_(it.key))) return fail("D-bucket fingerprint");
+        if (s->dfp[b][x] != FpOf(SlotHash(it.key))) return fail("D-bucket fingerprint");
         if (!it.live) continue;
-        const uint64_t kh = hash_(it.key);
+        const uint64_t kh = SlotHash(it.key);
         if ((kh >> (64 - s->depth)) != prefix || BucketOf(kh) != b) {
           return fail("D-bucket item misplaced");
         }
@@ -1540,9 +1733,7 @@ Status ElimDA<P>::CheckInvariants() const PMHASH_NO_THREAD_SAFETY_ANALYSIS {
         if (ls.key.load() != it.key || ls.value.load() != it.value) {
           return fail("D-bucket item differs from its log slot");
         }
-        if (!keys.insert(it.key).second) {
-          return fail("key " + std::to_string(it.key) + " stored twice");
-        }
+        if (std::string e = add_key(it.key, it.value); !e.empty()) return fail(e);
         live++;
       }
     }
@@ -1569,7 +1760,7 @@ Status ElimDA<P>::CheckInvariants() const PMHASH_NO_THREAD_SAFETY_ANALYSIS {
       if ((bits & ~log.mirror_bits) != 0) return fail("log mirror misses a logged item");
       for (uint32_t c = bits; c; c &= c - 1) {
         const uint32_t j = static_cast<uint32_t>(std::countr_zero(c));
-        if (log.mirror_fp[j] != FpOf(hash_(blk->slots[j].key.load())))
+        if (log.mirror_fp[j] != FpOf(SlotHash(blk->slots[j].key.load())))
           return fail("log mirror fingerprint");
       }
     }
@@ -1582,9 +1773,9 @@ Status ElimDA<P>::CheckInvariants() const PMHASH_NO_THREAD_SAFETY_ANALYSIS {
       for (uint32_t c = bits; c; c &= c - 1) {
         const uint32_t j = static_cast<uint32_t>(std::countr_zero(c));
         const Key k = blk->slots[j].key.load();
-        if (LogOf(hash_(k)) != li) return fail("logged key in the wrong log");
+        if (LogOf(SlotHash(k)) != li) return fail("logged key in the wrong log");
         if (bi == head) {
-          if (!keys.insert(k).second) return fail("key " + std::to_string(k) + " stored twice");
+          if (std::string e = add_key(k, blk->slots[j].value.load()); !e.empty()) return fail(e);
           live++;
         } else {
           sealed_items++;
@@ -1593,10 +1784,14 @@ Status ElimDA<P>::CheckInvariants() const PMHASH_NO_THREAD_SAFETY_ANALYSIS {
     }
   }
   if (sealed_items != dram_live) return fail("sealed log items != live D-bucket items");
+  if constexpr (R) {
+    if (std::string e = records_->Finish(records, live, &chunks); !e.empty()) return fail(e);
+  }
   if (std::string e = this->CheckAccounting(chunks, live); !e.empty()) return fail(e);
   return Status::OK();
 }
 
-PMHASH_ENGINE_INSTANTIATIONS(extern, ElimDA);
+PMHASH_ENGINE_INSTANTIATIONS(extern, ElimDA, false);
+PMHASH_ENGINE_INSTANTIATIONS(extern, ElimDA, true);
 
 }  // namespace pmhash::elimda
