@@ -150,8 +150,8 @@ struct ProbeCalls;
   void ForEachBytes(const std::function<void(std::string_view, std::string_view)>& fn) const
 
 // The same for an engine written over ProbeCalls (below): every bytes call, and its uint64
-// Write and WriteBytes, defined here; the engine defines Find, and Erase and ForEach as calls of
-// ProbeCalls::Erase and ProbeCalls::ForEach.
+// Write and WriteBytes, defined here; the engine defines Find, Erase and ForEach as calls of
+// ProbeCalls::Find, ProbeCalls::Erase and ProbeCalls::ForEach.
 #define PMHASH_PROBE_RECORDS_API(RECORDS)                                                      \
   PMHASH_RECORDS_API_WRITES(RECORDS);                                                          \
   ::pmhash::Status FindBytes(std::string_view k, std::string* v) const {                      \
@@ -388,6 +388,16 @@ struct ProbeCalls {
       return e.Write(e.MakeProbe(k), v, 0, mode);
     } else {
       return NoRecords(E::kKindName);
+    }
+  }
+  // The uint64 Find: Search of the key (a records kind: the record of its 8 bytes, whose value
+  // must be 8 bytes).
+  template <class E>
+  PMHASH_ALWAYS_INLINE static Status Find(const E& e, Key k, Value* v) {
+    if constexpr (E::kRecordsKind) {
+      return FindU64AsBytes(e, k, v);
+    } else {
+      return e.Search(e.MakeProbe(k), v) ? Status::OK() : Status::NotFound();
     }
   }
   template <class E>

@@ -226,7 +226,7 @@ TEST(ElimdaCrash, CompactionAtOutOfSpace) {
   // next ones find no room) and the log blocks. This seed's workload compacts twice and never
   // refuses an operation (an out-of-space result would fail the run).
   o.pool_size = 4096 + 36 * 256;
-  const Report r = Harness<elimda::ElimDA>(c, o, "ElimdaCompaction").Run();
+  const Report r = Harness<ElimdaTraits::Index>(c, o, "ElimdaCompaction").Run();
   Expect(r);
   ExpectCoverage(r, {{"elimda.compactions", 1, "P-bucket compaction at out of space"},
                      {"elimda.blocks_freed", 1, "emptied log blocks freed"},

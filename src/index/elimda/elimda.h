@@ -803,7 +803,8 @@ Status ElimDA<P, R>::Recover() {
         const uint64_t v = slots[j].value.load(std::memory_order_relaxed);
         const uint64_t kh = SlotHash(k);
         s->fp[size_t{b} * params_.bucket_items + j] = FpOf(kh);
-        if ((kh >> (64 - ld)) == prefix && BucketOf(kh) == b && seen.insert(Identity(k, v)).second) {
+        if ((kh >> (64 - ld)) == prefix && BucketOf(kh) == b &&
+            seen.insert(Identity(k, v)).second) {
           if constexpr (R) {
             PMHASH_RETURN_IF_ERROR(records_->Recover(v, k, hash_));
             pm_records.insert(v);
@@ -1006,11 +1007,7 @@ bool ElimDA<P, R>::Search(const Probe& p, uint64_t* word) const {
 
 template <pm::PersistPolicy P, bool R>
 Status ElimDA<P, R>::Find(Key k, Value* v) const {
-  if constexpr (R) {
-    return index::FindU64AsBytes(*this, k, v);
-  } else {
-    return Search(MakeProbe(k), v) ? Status::OK() : Status::NotFound();
-  }
+  return index::ProbeCalls::Find(*this, k, v);
 }
 
 template <pm::PersistPolicy P, bool R>

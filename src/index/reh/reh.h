@@ -632,11 +632,7 @@ bool Reh<P, R>::Search(const Probe& p, uint64_t* word) const {
 
 template <pm::PersistPolicy P, bool R>
 Status Reh<P, R>::Find(Key k, Value* v) const {
-  if constexpr (R) {
-    return index::FindU64AsBytes(*this, k, v);
-  } else {
-    return Search(MakeProbe(k), v) ? Status::OK() : Status::NotFound();
-  }
+  return index::ProbeCalls::Find(*this, k, v);
 }
 
 template <pm::PersistPolicy P, bool R>

@@ -976,11 +976,7 @@ bool SmartHt<P, R>::Search(const Probe& p, uint64_t* word) const {
 
 template <pm::PersistPolicy P, bool R>
 Status SmartHt<P, R>::Find(Key k, Value* v) const {
-  if constexpr (R) {
-    return index::FindU64AsBytes(*this, k, v);
-  } else {
-    return Search(MakeProbe(k), v) ? Status::OK() : Status::NotFound();
-  }
+  return index::ProbeCalls::Find(*this, k, v);
 }
 
 template <pm::PersistPolicy P, bool R>
