@@ -314,6 +314,17 @@ class Records {
   const std::string_view kind_;
 };
 
+// The epoch and the records of a records kind's engine (reh-kv, smartht-kv, elimda-kv), made at
+// construction: its readers copy a record after leaving its locks, so replaced and erased records
+// are retired through the epoch, `reclaim_batch` at a time (Options::reclaim_batch).
+inline void MakeRecords(pm::Pool& pool, uint32_t reclaim_batch, uint64_t max_record_bytes,
+                        std::string_view kind, std::unique_ptr<EpochManager>* epoch,
+                        std::unique_ptr<Records>* records) {
+  *epoch = std::make_unique<EpochManager>();
+  (*epoch)->set_reclaim_batch(reclaim_batch);
+  *records = std::make_unique<Records>(pool, **epoch, max_record_bytes, kind);
+}
+
 // How an engine whose slots hold inline items (kRecords false) or [hash | record offset] compares
 // keys: a probe of a uint64 or byte key, the hash a slot's key word stands for, the key word a
 // new slot of a probe holds, and whether a slot holds the probe's key.

@@ -7,6 +7,8 @@
 // line may reach the media torn, 8 bytes at a time): the crash suite runs it under tear_words.
 #pragma once
 
+#include <algorithm>
+#include <cstdint>
 #include <string_view>
 #include <tuple>
 #include <vector>
@@ -66,29 +68,34 @@ struct RehTraits {
   }
 };
 
-// REH with records (reh-kv): the same geometry, with a record per insert and update in the
-// record heap (src/index/records.h); freed records are reused at once.
-struct RehKvTraits {
-  static constexpr std::string_view kName = "reh-kv";
-  static constexpr bool kLockFreeReads = false;
-  template <class P>
-  using Index = reh::Reh<P, true>;
-  static Options Small(HashMode mode) {
-    Options o = RehTraits::Small(mode);
-    o.reclaim_batch = 1;  // retired records are reused at once
-    return o;
-  }
-  static Options Deep(HashMode mode) {
-    Options o = RehTraits::Deep(mode);
-    o.reclaim_batch = 1;
-    return o;
-  }
-  static Options TearSafe(Options o) { return RehTraits::TearSafe(std::move(o)); }
+// The traits of a records kind (reh-kv, smartht-kv, elimda-kv: src/index/records.h) over those of
+// its inline kind: the same geometry (pools of at least kMinSmall and kMinDeep bytes), with a
+// record per insert and update in the record heap; retired records are reused at once, and a
+// reused record slot is one more coverage target. The kind adds kName and Index.
+template <class Inline, uint64_t kMinSmall = 0, uint64_t kMinDeep = 0>
+struct RecordsTraitsOf {
+  static constexpr bool kLockFreeReads = Inline::kLockFreeReads;
+  static Options Small(HashMode mode) { return WithRecords(Inline::Small(mode), kMinSmall); }
+  static Options Deep(HashMode mode) { return WithRecords(Inline::Deep(mode), kMinDeep); }
+  static Options TearSafe(Options o) { return Inline::TearSafe(std::move(o)); }
   static std::vector<CoverageTarget> Coverage(bool skewed) {
-    std::vector<CoverageTarget> t = RehTraits::Coverage(skewed);
+    std::vector<CoverageTarget> t = Inline::Coverage(skewed);
     if (!skewed) t.push_back({"records.reused_slots", 1, "a freed record slot reused"});
     return t;
   }
+
+ private:
+  static Options WithRecords(Options o, uint64_t min_pool) {
+    o.reclaim_batch = 1;  // retired records are reused at once
+    o.pool_size = std::max<uint64_t>(o.pool_size, min_pool);
+    return o;
+  }
+};
+
+struct RehKvTraits : RecordsTraitsOf<RehTraits> {
+  static constexpr std::string_view kName = "reh-kv";
+  template <class P>
+  using Index = reh::Reh<P, true>;
 };
 
 struct PeaTraits {
@@ -238,30 +245,11 @@ struct SmartHtTraits {
   }
 };
 
-// SmartHT with records (smartht-kv): the same geometry, with a record per insert and update in
-// the record heap (src/index/records.h), which shares the buckets' chunk allocator; freed records
-// are reused at once.
-struct SmartHtKvTraits {
+// SmartHT with records (smartht-kv): the records share the buckets' chunk allocator.
+struct SmartHtKvTraits : RecordsTraitsOf<SmartHtTraits> {
   static constexpr std::string_view kName = "smartht-kv";
-  static constexpr bool kLockFreeReads = false;
   template <class P>
   using Index = smartht::SmartHt<P, true>;
-  static Options Small(HashMode mode) {
-    Options o = SmartHtTraits::Small(mode);
-    o.reclaim_batch = 1;
-    return o;
-  }
-  static Options Deep(HashMode mode) {
-    Options o = SmartHtTraits::Deep(mode);
-    o.reclaim_batch = 1;
-    return o;
-  }
-  static Options TearSafe(Options o) { return SmartHtTraits::TearSafe(std::move(o)); }
-  static std::vector<CoverageTarget> Coverage(bool skewed) {
-    std::vector<CoverageTarget> t = SmartHtTraits::Coverage(skewed);
-    if (!skewed) t.push_back({"records.reused_slots", 1, "a freed record slot reused"});
-    return t;
-  }
 };
 
 // ElimDA: 2 collecting logs of 15 items, D-buckets of 16, 2 P-buckets of 32 per segment: log
@@ -305,32 +293,12 @@ struct ElimdaTraits {
   }
 };
 
-// ElimDA with records (elimda-kv): the same geometry, with a record per insert and update in the
-// record heap (src/index/records.h) over the same chunk allocator (a larger pool: its 4 KiB slabs);
-// freed records are reused at once.
-struct ElimdaKvTraits {
+// ElimDA with records (elimda-kv): the records share the segments' and logs' chunk allocator,
+// in 4 KiB slabs, so the pools are twice ElimDA's.
+struct ElimdaKvTraits : RecordsTraitsOf<ElimdaTraits, 256 << 10, 512 << 10> {
   static constexpr std::string_view kName = "elimda-kv";
-  static constexpr bool kLockFreeReads = false;
   template <class P>
   using Index = elimda::ElimDA<P, true>;
-  static Options Small(HashMode mode) {
-    Options o = ElimdaTraits::Small(mode);
-    o.pool_size = 256 << 10;
-    o.reclaim_batch = 1;
-    return o;
-  }
-  static Options Deep(HashMode mode) {
-    Options o = ElimdaTraits::Deep(mode);
-    o.pool_size = 512 << 10;
-    o.reclaim_batch = 1;
-    return o;
-  }
-  static Options TearSafe(Options o) { return ElimdaTraits::TearSafe(std::move(o)); }
-  static std::vector<CoverageTarget> Coverage(bool skewed) {
-    std::vector<CoverageTarget> t = ElimdaTraits::Coverage(skewed);
-    if (!skewed) t.push_back({"records.reused_slots", 1, "a freed record slot reused"});
-    return t;
-  }
 };
 
 // Pea Hash with duplicate keys (pea-multi): Pea's geometry. The harness gives a multi-value

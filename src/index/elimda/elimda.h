@@ -629,10 +629,8 @@ ElimDA<P, R>::ElimDA(std::unique_ptr<pm::Pool> pool, const Config& config)
                                : std::max<uint64_t>(uint64_t{1} << 30, pool_->size())),
       seg_chunks_(SegmentChunks(config)) {
   if constexpr (R) {
-    epoch_ = std::make_unique<EpochManager>();
-    epoch_->set_reclaim_batch(config.reclaim_batch);
-    records_ = std::make_unique<index::Records>(*pool_, *epoch_, config.max_record_bytes,
-                                                kKindName);
+    index::MakeRecords(*pool_, config.reclaim_batch, config.max_record_bytes, kKindName, &epoch_,
+                       &records_);
   }
 }
 
@@ -646,6 +644,10 @@ template <pm::PersistPolicy P, bool R>
 void ElimDA<P, R>::DeleteAll() {
   for (size_t i = 0; i < dir_.size();) {
     SegMeta* s = dir_[i];
+    if (s == nullptr) {  // a recovery that failed part way leaves the rest of the entries empty
+      i++;
+      continue;
+    }
     i += size_t{1} << (gd_ - s->depth);
     delete s;
   }

@@ -379,10 +379,8 @@ Reh<P, R>::Reh(std::unique_ptr<pm::Pool> pool, const Config& config)
                                ? config.max_directory_bytes
                                : std::max<uint64_t>(uint64_t{1} << 30, pool_->size())) {
   if constexpr (R) {
-    epoch_ = std::make_unique<EpochManager>();
-    epoch_->set_reclaim_batch(config.reclaim_batch);
-    records_ = std::make_unique<index::Records>(*pool_, *epoch_, config.max_record_bytes,
-                                                kKindName);
+    index::MakeRecords(*pool_, config.reclaim_batch, config.max_record_bytes, kKindName, &epoch_,
+                       &records_);
     tombstone_[1] = uint64_t{1} << 63;  // the key word is the hash: 0 and 2^63
     return;
   }

@@ -621,10 +621,8 @@ SmartHt<P, R>::SmartHt(std::unique_ptr<pm::Pool> pool, const Config& config)
     : Base(std::move(pool), config),
       background_(pm::BackgroundOptions{config.background_threads, pool_->sim_hook()}) {
   if constexpr (R) {
-    epoch_ = std::make_unique<EpochManager>();
-    epoch_->set_reclaim_batch(config.reclaim_batch);
-    records_ = std::make_unique<index::Records>(*pool_, *epoch_, config.max_record_bytes,
-                                                kKindName);
+    index::MakeRecords(*pool_, config.reclaim_batch, config.max_record_bytes, kKindName, &epoch_,
+                       &records_);
   }
 }
 
