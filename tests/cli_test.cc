@@ -21,14 +21,7 @@ constexpr int kTimedOut = 124;  // timeout(1)'s exit status
 
 // Runs `pmhash ARGS` with a 10 s limit; returns its exit status, stdout and stderr in *out.
 int RunCli(const std::string& args, std::string* out) {
-  const std::string cmd = "timeout 10 " PMHASH_CLI " " + args + " 2>&1 </dev/null";
-  FILE* f = popen(cmd.c_str(), "r");
-  if (!f) return -1;
-  out->clear();
-  char buf[4096];
-  for (size_t n; (n = fread(buf, 1, sizeof(buf), f)) > 0;) out->append(buf, n);
-  const int status = pclose(f);
-  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  return RunShell(PMHASH_CLI " " + args + " </dev/null", out, 10);
 }
 
 // The line "KEY:   value" of `pmhash info` / `check` output, value only ("" if absent).

@@ -11,11 +11,13 @@
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <mutex>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <string>
 #include <string_view>
@@ -130,6 +132,20 @@ inline std::string TempPoolPath(std::string_view tag) {
                   std::to_string(counter.fetch_add(1)) + "-" + clean + ".pool";
   unlink(p.c_str());
   return p;
+}
+
+// Runs a shell command line under timeout(1) (`timeout_s` seconds; exit status 124 if it ran
+// out); returns its exit status (128 + N if signal N ended it), its stdout and stderr together
+// in *out.
+inline int RunShell(const std::string& cmd, std::string* out, int timeout_s) {
+  const std::string full = "timeout " + std::to_string(timeout_s) + " " + cmd + " 2>&1";
+  FILE* f = popen(full.c_str(), "r");
+  if (!f) return -1;
+  out->clear();
+  char buf[4096];
+  for (size_t n; (n = fread(buf, 1, sizeof(buf), f)) > 0;) out->append(buf, n);
+  const int status = pclose(f);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
 class ScopedPath {

@@ -7,6 +7,7 @@
 //                                     multi-value pool (pea-multi): add VALUE to KEY's values
 //   pmhash get POOL KEY               print the value of KEY (multi-value: every value, one a line)
 //   pmhash del POOL KEY [VALUE]       erase KEY (multi-value: every value, or the pair KEY VALUE)
+//   pmhash serve --pool PATH [opts]   serve a pool over the Redis protocol (tools/serve/)
 //   pmhash list                       registered index kinds
 //
 // Exit status: 0 success; 1 the operation failed (error Status, key not found, check failed,
@@ -30,6 +31,7 @@
 #include "tools/bench_command.h"
 #include "tools/exit_status.h"
 #include "tools/pool_inspect.h"
+#include "tools/serve_command.h"
 
 namespace pmhash::cli {
 namespace {
@@ -207,6 +209,8 @@ const Command kCommands[] = {
      "print the value of a key (multi-value pools: all of them)", kKvDetails, kKvFlags},
     {"del", "pmhash del POOL KEY [VALUE] [options]",
      "erase a key (multi-value pools: or one pair)", kKvDetails, kKvFlags},
+    {"serve", "pmhash serve --pool PATH [options]",
+     "serve a pool to Redis clients (RESP2 over TCP)", kServeDetails, ServeFlags()},
     {"list", "pmhash list", "list the registered index kinds", "", kPlainFlags},
 };
 
@@ -351,42 +355,16 @@ int RunInfo(const Command& cmd, std::span<char* const> words) {
 
 // ---- check, put, get, del ---------------------------------------------------------------------
 
-// Opens an existing pool with the parameters recorded in its header, or (may_create) creates a
-// missing one. `want_kind`: the kind the caller expects, if any.
-// An existing pool is opened as it describes itself (kind, durability, parameters: all from its
-// header); a missing, empty or unformatted file is created when `may_create` (put).
-Result<std::unique_ptr<Index>> OpenPool(const std::string& path,
-                                        const std::optional<std::string>& want_kind,
-                                        std::optional<Durability> durability, bool may_create,
-                                        uint64_t create_size) {
-  Options o;
-  o.path = path;
-  o.durability = durability;
-  auto header = ReadPoolHeader(path);
-  if (header.ok()) {
-    if (want_kind && *want_kind != header.value().kind) {
-      return Status::InvalidArgument("pool " + path + " holds index '" + header.value().kind +
-                                     "', not '" + *want_kind + "'");
-    }
-    o.mode = OpenMode::kOpenExisting;
-    return pmhash::Open(o);
-  }
-  if (may_create && (header.status().IsNotFound() || IsUnformatted(path))) {
-    // A missing file is created; an empty file or a zero-magic file/device is formatted.
-    o.mode = header.status().IsNotFound() ? OpenMode::kCreateExclusive : OpenMode::kOpenOrCreate;
-    o.pool_size = create_size;
-    return pmhash::Open(want_kind ? *want_kind : "reh", o);
-  }
-  return header.status();
-}
-
 int RunCheck(const Command& cmd, std::span<char* const> words) {
   ParsedArgs args;
   if (int rc = ParseCommandArgs(cmd, words, &args); rc >= 0) return rc;
   if (Status s = CheckPositionals(args, 1, cmd); !s.ok()) return Usage(s);
   std::optional<Durability> durability;
   if (Status s = ParseDurabilityFlag(args, &durability); !s.ok()) return Usage(s);
-  auto opened = OpenPool(args.positional[0], args.Value("index"), durability, false, 0);
+  Options o;
+  o.path = args.positional[0];
+  o.durability = durability;
+  auto opened = OpenPool(o, args.Value("index"), /*may_create=*/false, "reh");
   if (!opened.ok()) return Fail(opened.status());
   Index& idx = *opened.value();
   const IndexStats s = idx.Stats();
@@ -444,7 +422,11 @@ int RunKv(const Command& cmd, std::span<char* const> words) {
   }
   std::optional<Durability> durability;
   if (Status s = ParseDurabilityFlag(args, &durability); !s.ok()) return Usage(s);
-  auto opened = OpenPool(args.positional[0], args.Value("index"), durability, put, pool_size);
+  Options o;
+  o.path = args.positional[0];
+  o.durability = durability;
+  o.pool_size = pool_size;
+  auto opened = OpenPool(o, args.Value("index"), /*may_create=*/put, "reh");
   if (!opened.ok()) return Fail(opened.status());
   Index& idx = *opened.value();
   BytesApi* kv = bytes ? idx.bytes() : nullptr;
@@ -545,6 +527,11 @@ int Main(int argc, char** argv) {
   if (cmd->name == "info") return RunInfo(*cmd, words);
   if (cmd->name == "check") return RunCheck(*cmd, words);
   if (cmd->name == "list") return RunList(*cmd, words);
+  if (cmd->name == "serve") {
+    ParsedArgs args;
+    if (int rc = ParseCommandArgs(*cmd, words, &args); rc >= 0) return rc;
+    return ServeMain(args);
+  }
   return RunKv(*cmd, words);
 }
 

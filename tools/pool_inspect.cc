@@ -146,4 +146,23 @@ std::string DescribeParams(const PoolHeaderView& h) {
   return s.empty() ? "(none)" : s;
 }
 
+Result<std::unique_ptr<Index>> OpenPool(Options o, const std::optional<std::string>& want_kind,
+                                        bool may_create, std::string_view default_kind) {
+  auto header = ReadPoolHeader(o.path);
+  if (header.ok()) {
+    if (want_kind && *want_kind != header.value().kind) {
+      return Status::InvalidArgument("pool " + o.path + " holds index '" + header.value().kind +
+                                     "', not '" + *want_kind + "'");
+    }
+    o.mode = OpenMode::kOpenExisting;
+    return pmhash::Open(o);
+  }
+  if (may_create && (header.status().IsNotFound() || IsUnformatted(o.path))) {
+    // A missing file is created; an empty file or a zero-magic file/device is formatted.
+    o.mode = header.status().IsNotFound() ? OpenMode::kCreateExclusive : OpenMode::kOpenOrCreate;
+    return pmhash::Open(want_kind ? std::string_view(*want_kind) : default_kind, o);
+  }
+  return header.status();
+}
+
 }  // namespace pmhash::cli

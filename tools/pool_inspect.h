@@ -1,4 +1,5 @@
-// tools/pool_inspect.h — read a pool header without opening the pool.
+// tools/pool_inspect.h — read a pool header without opening the pool; open a pool as it
+// describes itself (check, put/get/del, serve).
 //
 // `pmhash info` must work on any file, open or not, sane or not: it reads the 4096-byte header
 // with pread on a read-only descriptor, takes no lock and maps nothing. The mutable fields
@@ -7,10 +8,14 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "pm/pool_format.h"
+#include "pmhash/index.h"
 #include "pmhash/options.h"
 #include "pmhash/status.h"
 
@@ -57,6 +62,13 @@ Result<PoolHeaderView> ReadPoolHeader(const std::string& path);
 // True if `path` exists and holds no pool yet: an empty regular file, or a file or device whose
 // first 8 bytes (the magic) are zero. Opening it with a create mode formats it.
 bool IsUnformatted(const std::string& path);
+
+// Opens the existing pool at o.path as it describes itself (kind, durability unless
+// o.durability is set, every parameter: from its header), or, when `may_create`, creates a
+// missing file (or formats an empty or unformatted one) of o.pool_size bytes holding `want_kind`,
+// else `default_kind`. `want_kind`: the kind the caller expects an existing pool to hold, if any.
+Result<std::unique_ptr<Index>> OpenPool(Options o, const std::optional<std::string>& want_kind,
+                                        bool may_create, std::string_view default_kind);
 
 // "layout_version=1 initial_depth=1 ..." for kinds this build knows (or why the block cannot be
 // decoded), else a hex dump.
