@@ -75,7 +75,7 @@ TYPED_TEST(CrashSuite, AdrSkewed) {
   c.ops = 900;
   c.key_range = 6000;
   c.skewed = true;
-  c.budget_seconds = 10;  // image checks (every op still runs: coverage holds); CI minutes
+  c.budget_seconds = 8;  // image checks (every op still runs: coverage holds); CI minutes
   const Report r = Harness<TypeParam::template Index>(c, TypeParam::Deep(HashMode::kStrong),
                                                       std::string(TypeParam::kName) + "Skewed")
                        .Run();
