@@ -748,6 +748,9 @@ TEST(ServeServerConcurrent, SlowReaderGetsEveryReply) {
   writer.join();
 }
 
+// A client that sends its commands and then half-closes (shutdown(SHUT_WR), as `nc -N` does):
+// every command it sent is run and answered, also those still waiting behind 1 MiB of replies
+// when the server reads the end of the input.
 TEST(ServeServerConcurrent, HalfClosedClientStillGetsItsReplies) {
   ServerEnv env;
   ASSERT_TRUE(env.ok());
@@ -760,6 +763,26 @@ TEST(ServeServerConcurrent, HalfClosedClientStillGetsItsReplies) {
   ASSERT_TRUE(set && get);
   EXPECT_TRUE(set->ok());
   EXPECT_EQ(get->str, "1");
+  EXPECT_TRUE(c.WaitClosed());
+
+  const std::string big(256 << 10, 'b');
+  ASSERT_TRUE(c.Connect(env.port()));
+  ASSERT_TRUE(c.Call({"SET", "big", big}).ok());
+  std::string batch;
+  const int n = 32;  // 8 MiB of replies: the server stops at the high water with input left
+  for (int i = 0; i < n; i++) batch += EncodeCommand({"GET", "big"});
+  batch += "PING\r\n";
+  ASSERT_TRUE(c.SendRaw(batch));
+  shutdown(c.fd(), SHUT_WR);
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  for (int i = 0; i < n; i++) {
+    auto r = c.Read();
+    ASSERT_TRUE(r) << "reply " << i << " of " << n;
+    ASSERT_EQ(r->str.size(), big.size());
+  }
+  auto pong = c.Read();
+  ASSERT_TRUE(pong);
+  EXPECT_EQ(pong->str, "PONG");
   EXPECT_TRUE(c.WaitClosed());
 }
 
