@@ -9,9 +9,9 @@
     with pmhash.open("/dev/shm/users.pool") as db:            # an existing pool: any kind
         print(db.kind, db.get(b"user:42"), db.stats()["recovered"])
 
-A Pool is dict-like (get, [], in, del, len, items, keys, values, iteration) plus insert() and
-update() (which raise ExistsError / KeyError instead of overwriting / adding), get_many() (many
-keys, one call), stats(), check() and close(); a `with` block closes it. Keys and values are
+A Pool is dict-like (get, [], in, del, len, items, keys, values, iteration, update, pop) plus
+insert() and replace() (which raise ExistsError / KeyError instead of overwriting / adding),
+get_many() (many keys, one call), stats(), check() and close(); a `with` block closes it. Keys and values are
 bytes on the kinds with variable-size keys (every "-kv" kind; str is taken as UTF-8, an int as
 its 8 little-endian bytes) and ints in [0, 2**64) on the others; on a multi-value pool
 ("pea-multi") pool[k] is the sorted list of k's values, add(k, v) and remove(k, v) change one

@@ -137,7 +137,67 @@ class Pool {
     Write(key, value, Op::kUpsert);
   }
   void Insert(py::handle key, py::handle value) { Write(key, value, Op::kInsert); }
-  void Update(py::handle key, py::handle value) { Write(key, value, Op::kUpdate); }
+  void Replace(py::handle key, py::handle value) { Write(key, value, Op::kUpdate); }
+
+  // dict.update: upserts the pairs of a mapping or an iterable of pairs, then keyword pairs
+  // (str keys, as UTF-8), converted first and written with the GIL released once. On an error
+  // the pairs before it are written (as with dict.update).
+  void UpdateMany(py::object other, py::kwargs kwargs) {
+    if (multi_) {
+      Raise(Status::NotSupported("update() on a multi-value pool: use add(k, v)"));
+    }
+    std::vector<std::pair<std::string, std::string>> bp;
+    std::vector<std::pair<uint64_t, uint64_t>> np;
+    auto add = [&](py::handle k, py::handle v) {
+      if (bytes_) {
+        bp.emplace_back(ToBytes(k, "key"), ToBytes(v, "value"));
+      } else {
+        np.emplace_back(ToU64(k, "key"), ToU64(v, "value"));
+      }
+    };
+    if (!other.is_none()) {
+      if (py::hasattr(other, "keys")) {
+        for (py::handle k : other.attr("keys")()) add(k, other[k]);
+      } else {
+        for (py::handle item : other) {
+          py::sequence pair = py::reinterpret_borrow<py::sequence>(item);
+          if (pair.size() != 2) throw py::value_error("update() needs (key, value) pairs");
+          add(pair[0], pair[1]);
+        }
+      }
+    }
+    for (auto [k, v] : kwargs) add(k, v);
+    const Status s = Call([&] {
+      for (const auto& [k, v] : bp) PMHASH_RETURN_IF_ERROR(bytes_->Upsert(k, v));
+      for (const auto& [k, v] : np) PMHASH_RETURN_IF_ERROR(index_->Upsert(k, v));
+      return Status::OK();
+    });
+    if (!s.ok()) Raise(s);
+  }
+
+  // dict.pop: the value of `key`, which is erased; `default` (or KeyError) if absent. Two index
+  // calls: another thread's write of the key in between is either returned or erased unseen.
+  py::object Pop(py::handle key, py::object dflt) {
+    if (multi_) Raise(Status::NotSupported("pop() on a multi-value pool"));
+    py::object value;
+    Status s = FindObj(key, &value);
+    if (s.ok()) {
+      if (bytes_) {
+        const std::string k = ToBytes(key, "key");
+        s = Call([&] { return bytes_->Erase(k); });
+      } else {
+        const uint64_t k = ToU64(key, "key");
+        s = Call([&] { return index_->Erase(k); });
+      }
+    }
+    if (s.IsNotFound() && dflt.ptr() != MissingSentinel().ptr()) return dflt;
+    if (!s.ok()) Raise(s, key);
+    return value;
+  }
+  // pop()'s "no default given".
+  static py::object MissingSentinel() {
+    return py::module_::import("pmhash._pmhash").attr("_MISSING");
+  }
   void DelItem(py::handle key) {
     Status s;
     if (bytes_) {
@@ -456,6 +516,9 @@ PYBIND11_MODULE(_pmhash, m) {
   make("NotSupportedError", py::make_tuple(base, py::handle(PyExc_NotImplementedError)),
        "The operation is not offered by this pool's kind.");
 
+  const py::object missing = py::module_::import("builtins").attr("object")();
+  m.attr("_MISSING") = missing;  // pop()'s "no default given"
+
   py::class_<Pool>(m, "Pool", "A dict-like pmhash index in a pool file (see pmhash.open).")
       .def_property_readonly("kind", &Pool::kind)
       .def_property_readonly("durability", &Pool::durability)
@@ -469,7 +532,9 @@ PYBIND11_MODULE(_pmhash, m) {
       .def("__len__", &Pool::Len)
       .def("__iter__", [](const Pool& p) { return py::iter(p.Keys()); })
       .def("insert", &Pool::Insert, py::arg("key"), py::arg("value"))
-      .def("update", &Pool::Update, py::arg("key"), py::arg("value"))
+      .def("replace", &Pool::Replace, py::arg("key"), py::arg("value"))
+      .def("update", &Pool::UpdateMany, py::arg("other") = py::none())
+      .def("pop", &Pool::Pop, py::arg("key"), py::arg("default") = missing)
       .def("get_many", &Pool::GetMany, py::arg("keys"), py::arg("default") = py::none())
       .def("items", &Pool::Items)
       .def("keys", &Pool::Keys)

@@ -55,8 +55,17 @@ def test_bytes_kind_dict_protocol(path):
         assert db[b"a"] == b"1"
         db.insert(b"b", b"2")
         with pytest.raises(KeyError):
-            db.update(b"zz", b"1")
-        db.update(b"b", b"3")
+            db.replace(b"zz", b"1")
+        db.replace(b"b", b"3")
+        db.update({b"u1": b"x"}, u2=b"y")
+        db.update([(b"u3", b"z")])
+        assert db.get_many([b"u1", b"u2", b"u3"]) == [b"x", b"y", b"z"]
+        assert db.pop(b"u1") == b"x" and b"u1" not in db
+        assert db.pop(b"u1", None) is None
+        with pytest.raises(KeyError):
+            db.pop(b"u1")
+        for k in (b"u2", b"u3"):
+            del db[k]
         assert db.get_many([b"a", b"zz", b"b"], default=b"-") == [b"1", b"-", b"3"]
         del db[b"a"]
         with pytest.raises(KeyError):
@@ -90,6 +99,10 @@ def test_uint64_kind_takes_ints(path):
             db[True] = 1
         assert b"x" not in db and "x" not in db  # `in` never raises
         assert db.get_many([1, 3]) == [2, None]
+        db.update({5: 6, 7: 8})
+        assert db.pop(5) == 6 and db.get(7) == 8
+        with pytest.raises(TypeError):
+            db.update(x=1)  # keyword keys are str: not a uint64 key
 
 
 def test_multi_value_kind(path):
