@@ -53,14 +53,15 @@ Status ParseU32(const ParsedArgs& args, std::string_view name, uint64_t lo, uint
 std::span<const FlagSpec> ServeFlags() { return kFlags; }
 
 const char kServeDetails[] =
-    "Speaks the Redis protocol (RESP2): redis-cli, redis-benchmark and Redis client libraries\n"
-    "work unchanged. Commands: PING ECHO GET SET (NX XX GET) SETNX DEL UNLINK EXISTS TYPE\n"
-    "MGET MSET MSETNX INCR INCRBY DECR DECRBY DBSIZE SCAN KEYS INFO COMMAND CONFIG GET CLIENT\n"
-    "HELLO SELECT 0 QUIT SHUTDOWN FLUSHALL FLUSHDB, and on multi-value pools (pea-multi) SADD\n"
-    "SREM SMEMBERS SCARD SISMEMBER. Kinds with variable-size keys (reh-kv, pea-kv, turbo-kv,\n"
-    "smartht-kv, elimda-kv) take byte-string keys and values; the others decimal uint64 ones.\n"
-    "A write is replied to only once it is durable: an acknowledged SET survives a crash.\n"
-    "SIGTERM, SIGINT and SHUTDOWN close the pool cleanly. Prints 'listening on ADDR:PORT'.\n";
+    "Speaks the Redis protocol (RESP2; RESP3 after HELLO 3): redis-cli, redis-benchmark and\n"
+    "Redis client libraries work unchanged. Commands: PING ECHO GET SET (NX XX GET) SETNX DEL\n"
+    "UNLINK EXISTS TYPE MGET MSET MSETNX INCR INCRBY DECR DECRBY DBSIZE SCAN KEYS INFO COMMAND\n"
+    "CONFIG GET CLIENT HELLO SELECT 0 QUIT SHUTDOWN FLUSHALL FLUSHDB, and on multi-value pools\n"
+    "(pea-multi) SADD SREM SMEMBERS SCARD SISMEMBER. Kinds with variable-size keys (reh-kv,\n"
+    "pea-kv, turbo-kv, smartht-kv, elimda-kv) take byte-string keys and values; the others\n"
+    "decimal uint64 ones. A write is replied to only once it is durable: an acknowledged SET\n"
+    "survives a crash. SIGTERM, SIGINT and SHUTDOWN close the pool cleanly. Prints 'listening\n"
+    "on ADDR:PORT'.\n";
 
 int ServeMain(const ParsedArgs& args) {
   if (!args.positional.empty()) {

@@ -1,4 +1,4 @@
-// tests/serve/resp_client.h — a minimal RESP2 client for the tests of `pmhash serve`: a reply
+// tests/serve/resp_client.h — a minimal RESP2 (and RESP3 null and map) client for the tests of `pmhash serve`: a reply
 // decoder (also used on the executor's output, no socket) and a blocking loopback connection.
 #pragma once
 
@@ -55,6 +55,7 @@ inline int DecodeReply(std::string_view in, size_t* consumed, Reply* r) {
       }
       break;
     }
+    case '_': r->type = Reply::kNull; break;  // RESP3 null
     case '$': {
       int64_t len = 0;
       if (!parse_int(line, &len)) return -1;
@@ -68,9 +69,11 @@ inline int DecodeReply(std::string_view in, size_t* consumed, Reply* r) {
       pos += static_cast<size_t>(len) + 2;
       break;
     }
-    case '*': {
+    case '*':
+    case '%': {  // a RESP3 map: its pairs flattened, as RESP2 sends them
       int64_t n = 0;
       if (!parse_int(line, &n)) return -1;
+      if (in[0] == '%') n *= 2;
       r->type = n < 0 ? Reply::kNull : Reply::kArray;
       r->elems.clear();
       for (int64_t i = 0; i < n; i++) {

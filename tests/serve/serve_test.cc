@@ -286,7 +286,7 @@ TEST(ServeExecutor, StringCommandsOnByteKeys) {
   EXPECT_EQ(cfg.elems[0].str, "save");
   EXPECT_EQ(e.Run({"CONFIG", "GET", "append*"}).elems.size(), 4u);
   EXPECT_TRUE(e.Run({"CONFIG", "SET", "save", ""}).is_error());
-  EXPECT_EQ(e.Run({"HELLO", "3"}).str.rfind("NOPROTO", 0), 0u);
+  EXPECT_EQ(e.Run({"HELLO", "4"}).str.rfind("NOPROTO", 0), 0u);
   EXPECT_EQ(e.Run({"HELLO", "2", "SETNAME", "me"}).elems.size(), 14u);
   EXPECT_EQ(e.Bulk({"CLIENT", "GETNAME"}), "me");
   EXPECT_TRUE(e.Run({"CLIENT", "SETNAME", "bad name"}).is_error());
@@ -301,6 +301,27 @@ TEST(ServeExecutor, StringCommandsOnByteKeys) {
   EXPECT_TRUE(e.Run({"QUIT"}).ok());
   EXPECT_TRUE(e.session().close_after_reply);
   EXPECT_TRUE(e.index().CheckInvariants().ok());
+}
+
+// HELLO 3 switches the connection to RESP3: nulls and maps get their own types, the rest is
+// written as in RESP2; HELLO 2 switches back.
+TEST(ServeExecutor, Resp3AfterHello3) {
+  ExecEnv e("reh-kv");
+  ASSERT_TRUE(e.ok());
+  EXPECT_EQ(e.Raw({"GET", "nope"}), "$-1\r\n");
+  const std::string hello = e.Raw({"HELLO", "3"});
+  EXPECT_EQ(hello.rfind("%7\r\n$6\r\nserver\r\n", 0), 0u) << hello;
+  EXPECT_NE(hello.find("$5\r\nproto\r\n:3\r\n"), std::string::npos) << hello;
+  EXPECT_EQ(e.session().proto, 3);
+  EXPECT_EQ(e.Raw({"GET", "nope"}), "_\r\n");
+  EXPECT_EQ(e.Raw({"SET", "k", "v", "NX"}), "+OK\r\n");
+  EXPECT_EQ(e.Raw({"SET", "k", "v", "NX"}), "_\r\n");
+  EXPECT_EQ(e.Raw({"MGET", "k", "nope"}), "*2\r\n$1\r\nv\r\n_\r\n");
+  EXPECT_EQ(e.Raw({"CONFIG", "GET", "save"}), "%1\r\n$4\r\nsave\r\n$0\r\n\r\n");
+  EXPECT_EQ(e.Run({"HELLO"}).elems.size(), 14u) << "HELLO without a version keeps RESP3";
+  EXPECT_EQ(e.session().proto, 3);
+  EXPECT_EQ(e.Raw({"HELLO", "2"}).rfind("*14\r\n", 0), 0u);
+  EXPECT_EQ(e.Raw({"GET", "nope"}), "$-1\r\n");
 }
 
 TEST(ServeExecutor, ShutdownRunsTheCallbackWithoutAReply) {

@@ -200,6 +200,10 @@ TEST(ServeTools, RedisCliRoundTrips) {
   EXPECT_EQ(out, "2\n");
   Shell(cli + "INFO keyspace", &out);
   EXPECT_NE(out.find("db0:keys=2"), std::string::npos) << out;
+  Shell(cli + "-3 HELLO 3", &out);  // RESP3: redis-cli prints the map's pairs
+  EXPECT_NE(out.find("proto 3"), std::string::npos) << out;
+  Shell(cli + "-3 MGET greeting nope", &out);
+  EXPECT_EQ(out, "hello world\n\n") << "a RESP3 null is an empty line";
   Shell(cli + "SET k v EX 5", &out);
   EXPECT_NE(out.find("do not expire"), std::string::npos) << out;
   // Mass insertion (redis-cli --pipe: raw RESP on stdin, one reply expected per command).

@@ -414,18 +414,18 @@ void Executor::Ping(Args a, Session*, std::string* out) {
 
 void Executor::Echo(Args a, Session*, std::string* out) { AppendBulk(out, a[1]); }
 
-void Executor::Get(Args a, Session*, std::string* out) {
+void Executor::Get(Args a, Session* session, std::string* out) {
   if (!NeedUniqueKeys(a[0], out)) return;
   KeyRef k;
   if (!ResolveKey(a[1], &k, out)) return;
   std::string v;
   const Status s = FindValue(k, &v);
   if (s.ok()) return AppendBulk(out, v);
-  if (s.IsNotFound()) return AppendNull(out);
+  if (s.IsNotFound()) return AppendNull(out, session->proto);
   AppendIndexError(out, s);
 }
 
-void Executor::Set(Args a, Session*, std::string* out) {
+void Executor::Set(Args a, Session* session, std::string* out) {
   if (!NeedUniqueKeys(a[0], out)) return;
   bool nx = false, xx = false, get = false;
   for (size_t i = 3; i < a.size(); i++) {
@@ -458,9 +458,9 @@ void Executor::Set(Args a, Session*, std::string* out) {
   const Status s = WriteValue(k, a[2], nx ? SetMode::kInsert : xx ? SetMode::kUpdate
                                                                   : SetMode::kUpsert);
   if (!s.ok() && !s.IsExists() && !s.IsNotFound()) return AppendIndexError(out, s);
-  if (get) return found.ok() ? AppendBulk(out, old) : AppendNull(out);
+  if (get) return found.ok() ? AppendBulk(out, old) : AppendNull(out, session->proto);
   if (s.ok()) return AppendSimple(out, "OK");
-  AppendNull(out);  // NX on a present key, XX on an absent one
+  AppendNull(out, session->proto);  // NX on a present key, XX on an absent one
 }
 
 void Executor::SetNx(Args a, Session*, std::string* out) {
@@ -510,7 +510,7 @@ void Executor::Type(Args a, Session*, std::string* out) {
   AppendSimple(out, !Present(k) ? "none" : space_ == Space::kMulti ? "set" : "string");
 }
 
-void Executor::MGet(Args a, Session*, std::string* out) {
+void Executor::MGet(Args a, Session* session, std::string* out) {
   if (!NeedUniqueKeys(a[0], out)) return;
   std::vector<KeyRef> keys(a.size() - 1);
   for (size_t i = 1; i < a.size(); i++) {
@@ -524,7 +524,7 @@ void Executor::MGet(Args a, Session*, std::string* out) {
     if (s.ok()) {
       AppendBulk(&reply, v);
     } else if (s.IsNotFound()) {
-      AppendNull(&reply);
+      AppendNull(&reply, session->proto);
     } else {
       return AppendIndexError(out, s);
     }
@@ -922,7 +922,7 @@ void Executor::Info(Args a, Session*, std::string* out) {
   AppendBulk(out, text);
 }
 
-void Executor::Command(Args a, Session*, std::string* out) {
+void Executor::Command(Args a, Session* session, std::string* out) {
   auto entry = [&](const Spec& s) {
     AppendArrayHeader(out, 6);
     AppendBulk(out, s.name);
@@ -961,7 +961,7 @@ void Executor::Command(Args a, Session*, std::string* out) {
       auto it = std::find_if(table.begin(), table.end(),
                              [&](const Spec& s) { return s.name == name; });
       if (it == table.end()) {
-        AppendNull(out);
+        AppendNull(out, session->proto);
       } else {
         entry(*it);
       }
@@ -971,7 +971,7 @@ void Executor::Command(Args a, Session*, std::string* out) {
   AppendError(out, "ERR unknown subcommand '" + Shown(a[1]) + "'. Try COMMAND HELP.");
 }
 
-void Executor::Config(Args a, Session*, std::string* out) {
+void Executor::Config(Args a, Session* session, std::string* out) {
   const std::string sub = Lower(a[1]);
   if (sub == "get") {
     if (a.size() < 3) return AppendArity(out, "config|get");
@@ -996,7 +996,7 @@ void Executor::Config(Args a, Session*, std::string* out) {
         }
       }
     }
-    AppendArrayHeader(out, hits.size() * 2);
+    AppendMapHeader(out, hits.size(), session->proto);
     for (const auto* p : hits) {
       AppendBulk(out, p->first);
       AppendBulk(out, p->second);
@@ -1028,7 +1028,7 @@ void Executor::Client(Args a, Session* s, std::string* out) {
     return AppendSimple(out, "OK");
   }
   if (sub == "getname" && a.size() == 2) {
-    return s->name.empty() ? AppendNull(out) : AppendBulk(out, s->name);
+    return s->name.empty() ? AppendNull(out, s->proto) : AppendBulk(out, s->name);
   }
   if (sub == "id" && a.size() == 2) return AppendInteger(out, static_cast<int64_t>(s->id));
   if (sub == "setinfo" && a.size() == 4) return AppendSimple(out, "OK");
@@ -1041,30 +1041,37 @@ void Executor::Client(Args a, Session* s, std::string* out) {
 
 void Executor::Hello(Args a, Session* s, std::string* out) {
   size_t i = 1;
+  int proto = s->proto;
   if (a.size() > 1) {
-    int64_t proto = 0;
-    if (!ParseI64(a[1], &proto)) {
+    int64_t v = 0;
+    if (!ParseI64(a[1], &v)) {
       return AppendError(out, "ERR Protocol version is not an integer or out of range");
     }
-    if (proto != 2) return AppendError(out, "NOPROTO this server speaks RESP2 only");
+    if (v != 2 && v != 3) return AppendError(out, "NOPROTO unsupported protocol version");
+    proto = static_cast<int>(v);
     i = 2;
   }
+  std::string name = s->name;
   for (; i < a.size(); i++) {
     if (IEquals(a[i], "setname") && i + 1 < a.size()) {
-      s->name = std::string(a[++i]);
+      name = std::string(a[++i]);
     } else if (IEquals(a[i], "auth")) {
       return AppendError(out, "ERR AUTH: pmhash serve has no users or passwords");
     } else {
       return AppendSyntax(out);
     }
   }
-  AppendArrayHeader(out, 14);
+  // RESP3 differs from RESP2 here only in its null and map types (resp.h): every other reply
+  // is written alike in both.
+  s->proto = proto;
+  s->name = name;
+  AppendMapHeader(out, 7, proto);
   AppendBulk(out, "server");
   AppendBulk(out, "pmhash");
   AppendBulk(out, "version");
   AppendBulk(out, kVersion);
   AppendBulk(out, "proto");
-  AppendInteger(out, 2);
+  AppendInteger(out, proto);
   AppendBulk(out, "id");
   AppendInteger(out, static_cast<int64_t>(s->id));
   AppendBulk(out, "mode");

@@ -45,6 +45,7 @@ namespace pmhash::serve {
 struct Session {
   uint64_t id = 0;
   std::string name;                // CLIENT SETNAME
+  int proto = 2;                   // 2 (RESP2) or 3 (RESP3): HELLO
   bool close_after_reply = false;  // QUIT, SHUTDOWN: close once the reply is written
 };
 

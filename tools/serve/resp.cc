@@ -224,8 +224,16 @@ void AppendBulk(std::string* out, std::string_view s) {
   out->append("\r\n");
 }
 
-void AppendNull(std::string* out) { out->append("$-1\r\n"); }
+void AppendNull(std::string* out, int proto) { out->append(proto == 3 ? "_\r\n" : "$-1\r\n"); }
 
 void AppendArrayHeader(std::string* out, size_t n) { AppendLine(out, '*', n); }
+
+void AppendMapHeader(std::string* out, size_t n, int proto) {
+  if (proto == 3) {
+    AppendLine(out, '%', n);
+  } else {
+    AppendLine(out, '*', 2 * n);
+  }
+}
 
 }  // namespace pmhash::serve

@@ -1,5 +1,5 @@
-// tools/serve/resp.h — the RESP2 wire format of `pmhash serve`: an incremental request parser
-// and reply encoders.
+// tools/serve/resp.h — the wire format of `pmhash serve` (RESP2, and RESP3 after HELLO 3): an
+// incremental request parser and reply encoders.
 //
 // Requests come in the two forms Redis accepts:
 //   multibulk  "*<n>\r\n" then n times "$<len>\r\n<len bytes>\r\n"   (every client library)
@@ -68,12 +68,16 @@ class RequestParser {
   std::string error_;
 };
 
-// Reply encoders (RESP2).
+// Reply encoders. `proto` is the connection's protocol version (HELLO): 2 (RESP2, the default)
+// or 3 (RESP3), which has a null type and a map type of its own; every other reply is the same
+// in both.
 void AppendSimple(std::string* out, std::string_view s);  // "+OK\r\n" (s has no CR/LF)
 void AppendError(std::string* out, std::string_view msg);  // "-ERR ...\r\n": CR/LF become ' '
 void AppendInteger(std::string* out, int64_t v);
 void AppendBulk(std::string* out, std::string_view s);
-void AppendNull(std::string* out);                      // "$-1\r\n"
-void AppendArrayHeader(std::string* out, size_t n);     // "*n\r\n"
+void AppendNull(std::string* out, int proto = 2);  // RESP2 "$-1\r\n", RESP3 "_\r\n"
+void AppendArrayHeader(std::string* out, size_t n);  // "*n\r\n"
+// A map of n key/value pairs: RESP3 "%n\r\n", RESP2 an array of 2n elements.
+void AppendMapHeader(std::string* out, size_t n, int proto = 2);
 
 }  // namespace pmhash::serve
