@@ -9,12 +9,18 @@
 //
 // None of them allocate or touch persistent memory: locks live in DRAM, so a crash can never
 // leave one held. Their waits spin with Backoff (a pause per step, a yield every 128 steps).
+// Each acquisition makes one attempt inline and waits in a separate, never-inlined function:
+// the wait's yield (a call into libstdc++) in the inline body made GCC stop inlining the lock
+// calls into the engines' hot paths, and REH lost 12-25% of its insert and find speed at 10M
+// keys (docs/results.md, "The lock waits out of line"). The few instructions of each fast path
+// are always inlined: GCC had also left VersionLock::Unlock out of line in 163 places.
 #pragma once
 
 #include <atomic>
 #include <cstdint>
 #include <thread>
 
+#include "common/attributes.h"
 #include "common/thread_annotations.h"
 
 namespace pmhash {
@@ -40,26 +46,49 @@ class Backoff {
 
 class PMHASH_CAPABILITY("mutex") SpinLock {
  public:
-  void lock() PMHASH_ACQUIRE() {
-    Backoff b;
-    while (flag_.exchange(true, std::memory_order_acquire)) {
-      while (flag_.load(std::memory_order_relaxed)) b.Pause();
-    }
+  PMHASH_ALWAYS_INLINE void lock() PMHASH_ACQUIRE() {
+    if (!flag_.exchange(true, std::memory_order_acquire)) [[likely]] return;
+    LockSlow();
   }
   bool try_lock() PMHASH_TRY_ACQUIRE(true) {
     return !flag_.load(std::memory_order_relaxed) &&
            !flag_.exchange(true, std::memory_order_acquire);
   }
-  void unlock() PMHASH_RELEASE() { flag_.store(false, std::memory_order_release); }
+  PMHASH_ALWAYS_INLINE void unlock() PMHASH_RELEASE() { flag_.store(false, std::memory_order_release); }
 
  private:
+  [[gnu::noinline]] void LockSlow() {
+    Backoff b;
+    do {
+      while (flag_.load(std::memory_order_relaxed)) b.Pause();
+    } while (flag_.exchange(true, std::memory_order_acquire));
+  }
+
   std::atomic<bool> flag_{false};
 };
 
 class PMHASH_CAPABILITY("shared mutex") RwSpinLock {
  public:
-  void lock() PMHASH_ACQUIRE() {
+  PMHASH_ALWAYS_INLINE void lock() PMHASH_ACQUIRE() {
     // Announce the writer first so new readers back off, then wait for readers to drain.
+    uint32_t s = 0;
+    if (!state_.compare_exchange_strong(s, kWriter, std::memory_order_acquire)) [[unlikely]] {
+      LockSlow();
+    }
+  }
+  PMHASH_ALWAYS_INLINE void unlock() PMHASH_RELEASE() { state_.fetch_and(~kWriter, std::memory_order_release); }
+  PMHASH_ALWAYS_INLINE void lock_shared() PMHASH_ACQUIRE_SHARED() {
+    uint32_t s = state_.load(std::memory_order_relaxed);
+    if ((s & kWriter) == 0 && state_.compare_exchange_weak(s, s + 1, std::memory_order_acquire))
+        [[likely]] {
+      return;
+    }
+    LockSharedSlow();
+  }
+  PMHASH_ALWAYS_INLINE void unlock_shared() PMHASH_RELEASE_SHARED() { state_.fetch_sub(1, std::memory_order_release); }
+
+ private:
+  [[gnu::noinline]] void LockSlow() PMHASH_NO_THREAD_SAFETY_ANALYSIS {
     Backoff b;
     uint32_t s = state_.load(std::memory_order_relaxed);
     for (;;) {
@@ -72,20 +101,17 @@ class PMHASH_CAPABILITY("shared mutex") RwSpinLock {
     }
     while ((state_.load(std::memory_order_acquire) & ~kWriter) != 0) b.Pause();
   }
-  void unlock() PMHASH_RELEASE() { state_.fetch_and(~kWriter, std::memory_order_release); }
-  void lock_shared() PMHASH_ACQUIRE_SHARED() {
+  [[gnu::noinline]] void LockSharedSlow() PMHASH_NO_THREAD_SAFETY_ANALYSIS {
     Backoff b;
     for (;;) {
+      b.Pause();
       uint32_t s = state_.load(std::memory_order_relaxed);
       if ((s & kWriter) == 0 && state_.compare_exchange_weak(s, s + 1, std::memory_order_acquire)) {
         return;
       }
-      b.Pause();
     }
   }
-  void unlock_shared() PMHASH_RELEASE_SHARED() { state_.fetch_sub(1, std::memory_order_release); }
 
- private:
   static constexpr uint32_t kWriter = 1u << 31;
   std::atomic<uint32_t> state_{0};
 };
@@ -94,19 +120,16 @@ class VersionLock {
  public:
   static constexpr uint32_t kLocked = 1;
 
-  void Lock() {
-    Backoff b;
-    for (;;) {
-      uint32_t v = word_.load(std::memory_order_relaxed);
-      if ((v & kLocked) == 0 &&
-          word_.compare_exchange_weak(v, v | kLocked, std::memory_order_acquire)) {
-        // Seqlock writer: the data stores that follow must not become visible before the locked
-        // word, or a reader could see new data and still validate its old version.
-        std::atomic_thread_fence(std::memory_order_release);
-        return;
-      }
-      b.Pause();
+  PMHASH_ALWAYS_INLINE void Lock() {
+    uint32_t v = word_.load(std::memory_order_relaxed);
+    if ((v & kLocked) == 0 &&
+        word_.compare_exchange_weak(v, v | kLocked, std::memory_order_acquire)) [[likely]] {
+      // Seqlock writer: the data stores that follow must not become visible before the locked
+      // word, or a reader could see new data and still validate its old version.
+      std::atomic_thread_fence(std::memory_order_release);
+      return;
     }
+    LockSlow();
   }
   bool TryLock() {
     uint32_t v = word_.load(std::memory_order_relaxed);
@@ -118,12 +141,12 @@ class VersionLock {
     return true;
   }
   // Releases and bumps the version in one store (readers that overlapped will retry).
-  void Unlock() {
+  PMHASH_ALWAYS_INLINE void Unlock() {
     uint32_t v = word_.load(std::memory_order_relaxed);
     word_.store((v & ~kLocked) + 2, std::memory_order_release);
   }
   // Releases without a version change: nothing was modified under the lock.
-  void UnlockUnchanged() {
+  PMHASH_ALWAYS_INLINE void UnlockUnchanged() {
     word_.store(word_.load(std::memory_order_relaxed) & ~kLocked, std::memory_order_release);
   }
   // Sets the lock bit without waiting. REQUIRES: no other thread holds or takes the lock (a
@@ -136,26 +159,44 @@ class VersionLock {
 
   // Optimistic read without waiting: the version to validate against, or a locked one
   // (IsLockedVersion) that the caller handles itself (retries from further up, say).
-  uint32_t Snapshot() const { return word_.load(std::memory_order_acquire); }
+  PMHASH_ALWAYS_INLINE uint32_t Snapshot() const { return word_.load(std::memory_order_acquire); }
   static bool IsLockedVersion(uint32_t v) { return v & kLocked; }
 
   // Optimistic read: spin until unlocked, return the version to validate against.
-  uint32_t BeginRead() const {
-    Backoff b;
-    for (;;) {
-      uint32_t v = word_.load(std::memory_order_acquire);
-      if ((v & kLocked) == 0) return v;
-      b.Pause();
-    }
+  PMHASH_ALWAYS_INLINE uint32_t BeginRead() const {
+    const uint32_t v = word_.load(std::memory_order_acquire);
+    if ((v & kLocked) == 0) [[likely]] return v;
+    return BeginReadSlow();
   }
   // True if no writer locked the word since BeginRead returned `v`. The acquire fence orders the
   // (relaxed) data loads of the read section before the re-check.
-  bool Validate(uint32_t v) const {
+  PMHASH_ALWAYS_INLINE bool Validate(uint32_t v) const {
     std::atomic_thread_fence(std::memory_order_acquire);
     return word_.load(std::memory_order_relaxed) == v;
   }
 
  private:
+  [[gnu::noinline]] void LockSlow() {
+    Backoff b;
+    for (;;) {
+      b.Pause();
+      uint32_t v = word_.load(std::memory_order_relaxed);
+      if ((v & kLocked) == 0 &&
+          word_.compare_exchange_weak(v, v | kLocked, std::memory_order_acquire)) {
+        std::atomic_thread_fence(std::memory_order_release);  // as in Lock()
+        return;
+      }
+    }
+  }
+  [[gnu::noinline]] uint32_t BeginReadSlow() const {
+    Backoff b;
+    for (;;) {
+      b.Pause();
+      const uint32_t v = word_.load(std::memory_order_acquire);
+      if ((v & kLocked) == 0) return v;
+    }
+  }
+
   std::atomic<uint32_t> word_{0};
 };
 static_assert(sizeof(VersionLock) == 4, "the paper's 32-bit lock");
