@@ -65,7 +65,8 @@ const char kServeDetails[] =
 
 int ServeMain(const ParsedArgs& args) {
   if (!args.positional.empty()) {
-    return Usage(Status::InvalidArgument("pmhash serve takes no positional argument (--pool PATH)"));
+    return Usage(
+        Status::InvalidArgument("pmhash serve takes no positional argument (--pool PATH)"));
   }
   auto pool = args.Value("pool");
   if (!pool) return Usage(Status::InvalidArgument("pmhash serve needs --pool PATH"));

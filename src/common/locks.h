@@ -54,7 +54,9 @@ class PMHASH_CAPABILITY("mutex") SpinLock {
     return !flag_.load(std::memory_order_relaxed) &&
            !flag_.exchange(true, std::memory_order_acquire);
   }
-  PMHASH_ALWAYS_INLINE void unlock() PMHASH_RELEASE() { flag_.store(false, std::memory_order_release); }
+  PMHASH_ALWAYS_INLINE void unlock() PMHASH_RELEASE() {
+    flag_.store(false, std::memory_order_release);
+  }
 
  private:
   [[gnu::noinline]] void LockSlow() {
@@ -76,7 +78,9 @@ class PMHASH_CAPABILITY("shared mutex") RwSpinLock {
       LockSlow();
     }
   }
-  PMHASH_ALWAYS_INLINE void unlock() PMHASH_RELEASE() { state_.fetch_and(~kWriter, std::memory_order_release); }
+  PMHASH_ALWAYS_INLINE void unlock() PMHASH_RELEASE() {
+    state_.fetch_and(~kWriter, std::memory_order_release);
+  }
   PMHASH_ALWAYS_INLINE void lock_shared() PMHASH_ACQUIRE_SHARED() {
     uint32_t s = state_.load(std::memory_order_relaxed);
     if ((s & kWriter) == 0 && state_.compare_exchange_weak(s, s + 1, std::memory_order_acquire))
@@ -85,7 +89,9 @@ class PMHASH_CAPABILITY("shared mutex") RwSpinLock {
     }
     LockSharedSlow();
   }
-  PMHASH_ALWAYS_INLINE void unlock_shared() PMHASH_RELEASE_SHARED() { state_.fetch_sub(1, std::memory_order_release); }
+  PMHASH_ALWAYS_INLINE void unlock_shared() PMHASH_RELEASE_SHARED() {
+    state_.fetch_sub(1, std::memory_order_release);
+  }
 
  private:
   [[gnu::noinline]] void LockSlow() PMHASH_NO_THREAD_SAFETY_ANALYSIS {

@@ -1,5 +1,6 @@
-// tests/serve/resp_client.h — a minimal RESP2 (and RESP3 null and map) client for the tests of `pmhash serve`: a reply
-// decoder (also used on the executor's output, no socket) and a blocking loopback connection.
+// tests/serve/resp_client.h — a minimal RESP2 (and RESP3 null and map) client for the tests of
+// `pmhash serve`: a reply decoder (also used on the executor's output, no socket) and a blocking
+// loopback connection.
 #pragma once
 
 #include <arpa/inet.h>

@@ -307,7 +307,9 @@ TEST(ServeTools, KillNineKeepsEveryAcknowledgedWrite) {
     auto key = [&](uint64_t i) {
       return bytes ? "rec:" + std::to_string(i) : std::to_string(10000000000000ULL + i);
     };
-    auto value = [&](uint64_t i) { return bytes ? "val:" + std::to_string(i) : std::to_string(i * 7 + 1); };
+    auto value = [&](uint64_t i) {
+      return bytes ? "val:" + std::to_string(i) : std::to_string(i * 7 + 1);
+    };
     auto write = [&](uint64_t i) {
       return EncodeCommand(multi ? Args{"SADD", key(i), value(i)} : Args{"SET", key(i), value(i)});
     };
@@ -425,7 +427,9 @@ TEST(ServeTools, TwemproxyShardsAcrossThreeServers) {
   ASSERT_TRUE(up) << nut.output();
   const int n = 3000;
   std::string batch;
-  for (int i = 0; i < n; i++) batch += EncodeCommand({"SET", "shard:" + std::to_string(i), std::to_string(i)});
+  for (int i = 0; i < n; i++) {
+    batch += EncodeCommand({"SET", "shard:" + std::to_string(i), std::to_string(i)});
+  }
   ASSERT_TRUE(c.SendRaw(batch));
   for (int i = 0; i < n; i++) {
     auto r = c.Read();

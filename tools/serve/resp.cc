@@ -2,6 +2,7 @@
 #include "tools/serve/resp.h"
 
 #include <charconv>
+#include <cstdio>
 #include <cstring>
 
 namespace pmhash::serve {
@@ -140,11 +141,10 @@ RequestParser::Outcome RequestParser::ParseMultibulk(std::string_view in, size_t
     if (bulk_len_ < 0) {
       if (pos_ >= in.size()) return Outcome::kNeedMore;
       if (in[pos_] != '$') {
-        const char c = in[pos_];
-        return Fail(std::string("expected '$', got '") +
-                    (c >= 32 && c < 127 ? std::string(1, c) : "\\x" + std::to_string(
-                                                                           static_cast<uint8_t>(c))) +
-                    "'");
+        const uint8_t c = static_cast<uint8_t>(in[pos_]);
+        char shown[8];
+        std::snprintf(shown, sizeof(shown), c >= 32 && c < 127 ? "%c" : "\\x%02x", c);
+        return Fail(std::string("expected '$', got '") + shown + "'");
       }
       const int r = HeaderLine(in, pos_, &line, &next);
       if (r == 0) return Outcome::kNeedMore;

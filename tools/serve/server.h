@@ -1,4 +1,5 @@
-// tools/serve/server.h — the network side of `pmhash serve`: epoll event loops speaking RESP2/RESP3.
+// tools/serve/server.h — the network side of `pmhash serve`: epoll event loops speaking RESP2
+// and RESP3.
 //
 // Threads: settings.threads event loops. Each has its own epoll set, and the listening socket is
 // in all of them with EPOLLEXCLUSIVE, so a new connection wakes one loop, which accepts it and
