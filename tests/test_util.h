@@ -137,7 +137,7 @@ inline std::string TempPoolPath(std::string_view tag) {
 // Runs a shell command line under timeout(1) (`timeout_s` seconds; exit status 124 if it ran
 // out); returns its exit status (128 + N if signal N ended it), its stdout and stderr together
 // in *out.
-inline int RunShell(const std::string& cmd, std::string* out, int timeout_s) {
+inline int RunShell(const std::string& cmd, std::string* out, int timeout_s = 60) {
   const std::string full = "timeout " + std::to_string(timeout_s) + " " + cmd + " 2>&1";
   FILE* f = popen(full.c_str(), "r");
   if (!f) return -1;

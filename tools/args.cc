@@ -235,4 +235,15 @@ std::string FlagsHelp(std::span<const FlagSpec> flags) {
   return s;
 }
 
+Status ParseDurabilityFlag(const ParsedArgs& args, std::optional<Durability>* d) {
+  const auto v = args.Value("durability");
+  if (!v) return Status::OK();
+  Durability parsed;
+  if (*v == "sim" || !ParseDurability(*v, &parsed)) {
+    return Status::InvalidArgument("invalid durability '" + *v + "': expected adr, eadr or dram");
+  }
+  *d = parsed;
+  return Status::OK();
+}
+
 }  // namespace pmhash::cli

@@ -12,6 +12,7 @@
 #include <string_view>
 #include <vector>
 
+#include "pmhash/options.h"
 #include "pmhash/status.h"
 
 namespace pmhash::cli {
@@ -53,6 +54,9 @@ Status ParseIntList(std::string_view s, std::string_view what, int lo, int hi,
                     std::vector<int>* out);
 // Splits "a,b,c" (empty items are an error).
 Status SplitList(std::string_view s, std::string_view what, std::vector<std::string>* out);
+
+// The --durability flag, if given: adr, eadr or dram (sim is for tests only, refused here).
+Status ParseDurabilityFlag(const ParsedArgs& args, std::optional<Durability>* d);
 
 // Help text for a flag table, one option per line.
 std::string FlagsHelp(std::span<const FlagSpec> flags);

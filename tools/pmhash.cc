@@ -251,17 +251,6 @@ int ParseCommandArgs(const Command& cmd, std::span<char* const> words, ParsedArg
   return -1;
 }
 
-Status ParseDurabilityFlag(const ParsedArgs& args, std::optional<Durability>* d) {
-  const auto v = args.Value("durability");
-  if (!v) return Status::OK();
-  Durability parsed;
-  if (*v == "sim" || !ParseDurability(*v, &parsed)) {
-    return Status::InvalidArgument("invalid durability '" + *v + "': expected adr, eadr or dram");
-  }
-  *d = parsed;
-  return Status::OK();
-}
-
 Status CheckPositionals(const ParsedArgs& args, size_t n, const Command& cmd) {
   if (args.positional.size() != n) {
     return Status::InvalidArgument("expected " + std::to_string(n) + " argument" +

@@ -36,8 +36,9 @@ constexpr FlagSpec kFlags[] = {
     {"help", "", "show this help"},
 };
 
-Status ParseU32(const ParsedArgs& args, std::string_view name, uint64_t lo, uint64_t hi,
-                uint64_t* v) {
+// The number of option --NAME, if given, within [lo, hi].
+Status ParseBounded(const ParsedArgs& args, std::string_view name, uint64_t lo, uint64_t hi,
+                    uint64_t* v) {
   auto s = args.Value(name);
   if (!s) return Status::OK();
   if (Status st = ParseCount(*s, "--" + std::string(name), v); !st.ok()) return st;
@@ -74,10 +75,10 @@ int ServeMain(const ParsedArgs& args) {
   const unsigned cpus = std::max(1u, std::thread::hardware_concurrency());
   uint64_t port = 6379, threads = std::min(cpus, 8u), max_clients = settings.max_clients,
            timeout = 0, max_bulk = settings.limits.max_bulk, pool_size = uint64_t{1} << 30;
-  for (Status s : {ParseU32(args, "port", 0, 65535, &port),
-                   ParseU32(args, "threads", 1, 256, &threads),
-                   ParseU32(args, "max-clients", 1, 1000000, &max_clients),
-                   ParseU32(args, "timeout", 0, 86400 * 365, &timeout)}) {
+  for (Status s : {ParseBounded(args, "port", 0, 65535, &port),
+                   ParseBounded(args, "threads", 1, 256, &threads),
+                   ParseBounded(args, "max-clients", 1, 1000000, &max_clients),
+                   ParseBounded(args, "timeout", 0, 86400 * 365, &timeout)}) {
     if (!s.ok()) return Usage(s);
   }
   if (auto v = args.Value("max-bulk")) {
@@ -91,14 +92,7 @@ int ServeMain(const ParsedArgs& args) {
   o.path = *pool;
   o.pool_size = pool_size;
   o.counters = args.Has("counters");
-  if (auto d = args.Value("durability")) {
-    Durability parsed;
-    if (*d == "sim" || !ParseDurability(*d, &parsed)) {
-      return Usage(Status::InvalidArgument("invalid durability '" + *d +
-                                           "': expected adr, eadr or dram"));
-    }
-    o.durability = parsed;
-  }
+  if (Status s = ParseDurabilityFlag(args, &o.durability); !s.ok()) return Usage(s);
   settings.bind = args.Value("bind").value_or("127.0.0.1");
   settings.port = static_cast<uint16_t>(port);
   settings.threads = static_cast<int>(threads);

@@ -48,14 +48,14 @@ py::object ErrorClass(const char* name) { return py::module_::import("pmhash._pm
   auto set = [&](const char* cls) { PyErr_SetString(ErrorClass(cls).ptr(), msg.c_str()); };
   switch (s.code()) {
     case Status::Code::kNotFound:
-      if (key) throw py::key_error(py::repr(key).cast<std::string>());
-      throw py::key_error(msg);
+      // As a dict: the KeyError's argument is the key itself.
+      PyErr_SetObject(PyExc_KeyError, key ? key.ptr() : py::str(msg).ptr());
+      throw py::error_already_set();
     case Status::Code::kInvalidArgument: throw py::value_error(msg);
     case Status::Code::kIOError: PyErr_SetString(PyExc_OSError, msg.c_str()); break;
     case Status::Code::kOutOfMemory: PyErr_SetString(PyExc_MemoryError, msg.c_str()); break;
     case Status::Code::kExists:
-      PyErr_SetObject(ErrorClass("ExistsError").ptr(),
-                      key ? py::repr(key).ptr() : py::str(msg).ptr());
+      PyErr_SetObject(ErrorClass("ExistsError").ptr(), key ? key.ptr() : py::str(msg).ptr());
       break;
     case Status::Code::kCorruption: set("CorruptionError"); break;
     case Status::Code::kOutOfSpace: set("OutOfSpaceError"); break;

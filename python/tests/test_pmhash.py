@@ -45,8 +45,9 @@ def test_bytes_kind_dict_protocol(path):
         assert db[b"bin\x00key"] == b"\x00\xff"
         assert db[(7).to_bytes(8, "little")] == (9).to_bytes(8, "little")
         assert db.get(b"nope") is None and db.get(b"nope", 5) == 5
-        with pytest.raises(KeyError):
+        with pytest.raises(KeyError) as missing:
             db[b"nope"]
+        assert missing.value.args == (b"nope",)  # the key itself, as a dict's KeyError
         assert b"a" in db and b"nope" not in db
         assert len(db) == 4
         with pytest.raises(pmhash.ExistsError) as e:

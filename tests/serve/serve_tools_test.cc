@@ -45,10 +45,6 @@ bool HaveTool(const std::string& name) {
     }                                                                                       \
   } while (0)
 
-int Shell(const std::string& cmd, std::string* out, int timeout_s = 60) {
-  return RunShell(cmd, out, timeout_s);
-}
-
 uint16_t FreePort() {
   const int fd = socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in a{};
@@ -188,23 +184,23 @@ TEST(ServeTools, RedisCliRoundTrips) {
   ASSERT_TRUE(srv.Start(pool.path(), {"--index", "smartht-kv"}));
   const std::string cli = "redis-cli -p " + srv.port_str() + " ";
   std::string out;
-  EXPECT_EQ(Shell(cli + "SET greeting 'hello world'", &out), 0);
+  EXPECT_EQ(RunShell(cli + "SET greeting 'hello world'", &out), 0);
   EXPECT_EQ(out, "OK\n");
-  Shell(cli + "GET greeting", &out);
+  RunShell(cli + "GET greeting", &out);
   EXPECT_EQ(out, "hello world\n");
-  Shell(cli + "INCR visits", &out);
+  RunShell(cli + "INCR visits", &out);
   EXPECT_EQ(out, "1\n");
-  Shell(cli + "--scan --pattern 'g*'", &out);
+  RunShell(cli + "--scan --pattern 'g*'", &out);
   EXPECT_EQ(out, "greeting\n");
-  Shell(cli + "DBSIZE", &out);
+  RunShell(cli + "DBSIZE", &out);
   EXPECT_EQ(out, "2\n");
-  Shell(cli + "INFO keyspace", &out);
+  RunShell(cli + "INFO keyspace", &out);
   EXPECT_NE(out.find("db0:keys=2"), std::string::npos) << out;
-  Shell(cli + "-3 HELLO 3", &out);  // RESP3: redis-cli prints the map's pairs
+  RunShell(cli + "-3 HELLO 3", &out);  // RESP3: redis-cli prints the map's pairs
   EXPECT_NE(out.find("proto 3"), std::string::npos) << out;
-  Shell(cli + "-3 MGET greeting nope", &out);
+  RunShell(cli + "-3 MGET greeting nope", &out);
   EXPECT_EQ(out, "hello world\n\n") << "a RESP3 null is an empty line";
-  Shell(cli + "SET k v EX 5", &out);
+  RunShell(cli + "SET k v EX 5", &out);
   EXPECT_NE(out.find("do not expire"), std::string::npos) << out;
   // Mass insertion (redis-cli --pipe: raw RESP on stdin, one reply expected per command).
   const std::string file = pool.path() + ".pipe";
@@ -214,18 +210,18 @@ TEST(ServeTools, RedisCliRoundTrips) {
       f << EncodeCommand({"SET", "mass:" + std::to_string(i), std::to_string(i * 3)});
     }
   }
-  EXPECT_EQ(Shell(cli + "--pipe < " + file, &out), 0) << out;
+  EXPECT_EQ(RunShell(cli + "--pipe < " + file, &out), 0) << out;
   EXPECT_NE(out.find("errors: 0, replies: 10000"), std::string::npos) << out;
   unlink(file.c_str());
-  Shell(cli + "GET mass:9999", &out);
+  RunShell(cli + "GET mass:9999", &out);
   EXPECT_EQ(out, "29997\n");
-  Shell(cli + "DBSIZE", &out);
+  RunShell(cli + "DBSIZE", &out);
   EXPECT_EQ(out, "10002\n");
-  Shell(cli + "SHUTDOWN", &out);
+  RunShell(cli + "SHUTDOWN", &out);
   const int status = srv.child().Wait();
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << srv.child().output();
   EXPECT_NE(srv.child().output().find("closed the pool cleanly"), std::string::npos);
-  EXPECT_EQ(Shell(std::string(PMHASH_CLI) + " check " + pool.path(), &out), 0) << out;
+  EXPECT_EQ(RunShell(std::string(PMHASH_CLI) + " check " + pool.path(), &out), 0) << out;
   EXPECT_NE(out.find("size:           10002 keys"), std::string::npos) << out;
 }
 
@@ -236,11 +232,11 @@ TEST(ServeTools, RedisCliOnAUint64Kind) {
   ASSERT_TRUE(srv.Start(pool.path(), {"--index", "turbo"}));
   const std::string cli = "redis-cli -p " + srv.port_str() + " ";
   std::string out;
-  Shell(cli + "SET 0042 7", &out);
+  RunShell(cli + "SET 0042 7", &out);
   EXPECT_EQ(out, "OK\n");
-  Shell(cli + "GET 42", &out);
+  RunShell(cli + "GET 42", &out);
   EXPECT_EQ(out, "7\n");
-  Shell(cli + "SET name alice", &out);
+  RunShell(cli + "SET name alice", &out);
   EXPECT_NE(out.find("is not a decimal unsigned 64-bit integer"), std::string::npos) << out;
 }
 
@@ -257,11 +253,11 @@ TEST(ServeTools, RedisBenchmarkRuns) {
         "redis-benchmark -p " + srv.port_str() + " -n 20000 -r 5000 -c 20 -P 8 -q ";
     std::string out;
     if (kind == "reh") {
-      EXPECT_EQ(Shell(bench + "SET __rand_int__ __rand_int__", &out), 0) << out;
+      EXPECT_EQ(RunShell(bench + "SET __rand_int__ __rand_int__", &out), 0) << out;
       EXPECT_NE(out.find("requests per second"), std::string::npos) << out;
-      EXPECT_EQ(Shell(bench + "GET __rand_int__", &out), 0) << out;
+      EXPECT_EQ(RunShell(bench + "GET __rand_int__", &out), 0) << out;
     } else {
-      EXPECT_EQ(Shell(bench + "-t set,get,incr,mset,ping", &out), 0) << out;
+      EXPECT_EQ(RunShell(bench + "-t set,get,incr,mset,ping", &out), 0) << out;
       for (const char* test : {"SET: ", "GET: ", "INCR: ", "MSET (10 keys): "}) {
         EXPECT_NE(out.find(test), std::string::npos) << test << out;
       }
@@ -278,7 +274,7 @@ TEST(ServeTools, RedisBenchmarkRuns) {
     EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << srv.child().output();
     EXPECT_NE(srv.child().output().find("Terminated: closed the pool cleanly"), std::string::npos)
         << srv.child().output();
-    EXPECT_EQ(Shell(std::string(PMHASH_CLI) + " check " + pool.path(), &out), 0) << out;
+    EXPECT_EQ(RunShell(std::string(PMHASH_CLI) + " check " + pool.path(), &out), 0) << out;
   }
 }
 
@@ -288,7 +284,7 @@ TEST(ServeTools, RedisBenchmarkRuns) {
 TEST(ServeTools, KillNineKeepsEveryAcknowledgedWrite) {
   REQUIRE_TOOL("redis-benchmark");
   std::string kinds_out;
-  ASSERT_EQ(Shell(std::string(PMHASH_CLI) + " list | grep -v '^ '", &kinds_out), 0);
+  ASSERT_EQ(RunShell(std::string(PMHASH_CLI) + " list | grep -v '^ '", &kinds_out), 0);
   std::vector<std::string> kinds;
   for (size_t at = 0; at < kinds_out.size();) {
     const size_t nl = kinds_out.find('\n', at);
@@ -318,7 +314,7 @@ TEST(ServeTools, KillNineKeepsEveryAcknowledgedWrite) {
                                      : "SET __rand_int__ __rand_int__";
     std::thread bench([&] {
       std::string out;
-      Shell("redis-benchmark -p " + srv.port_str() + " -n 2000000 -r 100000 -c 4 -P 16 -q " + load,
+      RunShell("redis-benchmark -p " + srv.port_str() + " -n 2000000 -r 100000 -c 4 -P 16 -q " + load,
           &out, 20);
     });
     RespConn c;
@@ -381,7 +377,7 @@ TEST(ServeTools, KillNineKeepsEveryAcknowledgedWrite) {
     again.child().Signal(SIGTERM);
     EXPECT_EQ(again.child().Wait(), 0) << again.child().output();
     std::string out;
-    EXPECT_EQ(Shell(std::string(PMHASH_CLI) + " check " + pool.path(), &out), 0) << out;
+    EXPECT_EQ(RunShell(std::string(PMHASH_CLI) + " check " + pool.path(), &out), 0) << out;
     std::printf("%-11s acknowledged %llu, in flight %llu (kept %llu)\n", kind.c_str(),
                 static_cast<unsigned long long>(acked),
                 static_cast<unsigned long long>(sent - acked),
@@ -436,7 +432,7 @@ TEST(ServeTools, TwemproxyShardsAcrossThreeServers) {
     ASSERT_TRUE(r && r->ok()) << i << ": " << (r ? r->str : "no reply");
   }
   std::string out;
-  EXPECT_EQ(Shell("redis-benchmark -p " + std::to_string(proxy) +
+  EXPECT_EQ(RunShell("redis-benchmark -p " + std::to_string(proxy) +
                     " -t set -n 20000 -r 2000 -c 10 -P 4 -q",
                 &out),
             0)

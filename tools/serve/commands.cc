@@ -74,13 +74,6 @@ bool ParseU64Dec(std::string_view s, uint64_t* v) {
   return ec == std::errc() && p == s.data() + s.size();
 }
 
-// Redis's integer arguments and values: optional '-', digits, no leading '+' or spaces.
-bool ParseI64(std::string_view s, int64_t* v) {
-  if (s.empty() || s.size() > 32) return false;
-  auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), *v);
-  return ec == std::errc() && p == s.data() + s.size();
-}
-
 std::string U64Text(uint64_t v) {
   char buf[24];
   auto [p, ec] = std::to_chars(buf, buf + sizeof(buf), v);
@@ -232,7 +225,7 @@ std::string_view Executor::key_space() const {
 }
 
 void Executor::Execute(Args args, Session* session, std::string* out) {
-  counters_.commands_processed.fetch_add(1, std::memory_order_relaxed);
+  counters_.commands_processed.Add(1);
   if (args.empty()) return;
   const std::string name = Lower(args[0]);
   const Spec* spec = nullptr;
@@ -568,7 +561,7 @@ void Executor::IncrBy(Args a, Session*, std::string* out) {
   const std::string cmd = Lower(a[0]);
   int64_t delta = 1;
   if (cmd == "incrby" || cmd == "decrby") {
-    if (!ParseI64(a[2], &delta)) return AppendNotInteger(out);
+    if (!ParseInteger(a[2], &delta)) return AppendNotInteger(out);
     if (cmd == "decrby") {
       if (delta == INT64_MIN) return AppendError(out, "ERR decrement would overflow");
       delta = -delta;
@@ -595,7 +588,7 @@ void Executor::IncrBy(Args a, Session*, std::string* out) {
   } else {
     // Byte-string values: a decimal signed 64-bit integer, as in Redis.
     int64_t v = 0;
-    if (found.ok() && !ParseI64(cur, &v)) return AppendNotInteger(out);
+    if (found.ok() && !ParseInteger(cur, &v)) return AppendNotInteger(out);
     int64_t r = 0;
     if (__builtin_add_overflow(v, delta, &r)) {
       return AppendError(out, "ERR increment or decrement would overflow");
@@ -634,7 +627,7 @@ void Executor::Scan(Args a, Session*, std::string* out) {
     if (IEquals(a[i], "match")) {
       pattern = a[++i];
     } else if (IEquals(a[i], "count")) {
-      if (!ParseI64(a[++i], &count)) return AppendNotInteger(out);
+      if (!ParseInteger(a[++i], &count)) return AppendNotInteger(out);
       if (count < 1) return AppendSyntax(out);
     } else if (IEquals(a[i], "type")) {
       type = a[++i];
@@ -855,7 +848,7 @@ std::string Executor::InfoText(std::string_view section) const {
   if (all || section == "stats") {
     r += "# Stats\r\n";
     num("total_connections_received", counters_.connections_received.load());
-    num("total_commands_processed", counters_.commands_processed.load());
+    num("total_commands_processed", static_cast<uint64_t>(counters_.commands_processed.Sum()));
     num("rejected_connections", counters_.rejected_connections.load());
     num("protocol_errors", counters_.protocol_errors.load());
     num("idle_timeouts", counters_.idle_timeouts.load());
@@ -1044,7 +1037,7 @@ void Executor::Hello(Args a, Session* s, std::string* out) {
   int proto = s->proto;
   if (a.size() > 1) {
     int64_t v = 0;
-    if (!ParseI64(a[1], &v)) {
+    if (!ParseInteger(a[1], &v)) {
       return AppendError(out, "ERR Protocol version is not an integer or out of range");
     }
     if (v != 2 && v != 3) return AppendError(out, "NOPROTO unsupported protocol version");
@@ -1084,7 +1077,7 @@ void Executor::Hello(Args a, Session* s, std::string* out) {
 
 void Executor::Select(Args a, Session*, std::string* out) {
   int64_t db = 0;
-  if (!ParseI64(a[1], &db)) return AppendNotInteger(out);
+  if (!ParseInteger(a[1], &db)) return AppendNotInteger(out);
   if (db != 0) return AppendError(out, "ERR DB index is out of range");
   AppendSimple(out, "OK");
 }

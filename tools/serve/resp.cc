@@ -27,13 +27,6 @@ int HeaderLine(std::string_view in, size_t from, std::string_view* line, size_t*
   return 1;
 }
 
-// A signed decimal integer, the whole of s, no '+', no leading spaces.
-bool ParseInt(std::string_view s, int64_t* v) {
-  if (s.empty()) return false;
-  auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), *v);
-  return ec == std::errc() && p == s.data() + s.size();
-}
-
 int HexDigit(char c) {
   if (c >= '0' && c <= '9') return c - '0';
   if (c >= 'a' && c <= 'f') return c - 'a' + 10;
@@ -95,6 +88,12 @@ bool SplitInline(std::string_view line, std::vector<std::string>* words) {
 
 }  // namespace
 
+bool ParseInteger(std::string_view s, int64_t* v) {
+  if (s.empty()) return false;
+  auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), *v);
+  return ec == std::errc() && p == s.data() + s.size();
+}
+
 void RequestParser::Reset() {
   pos_ = 0;
   expected_ = -1;
@@ -124,7 +123,7 @@ RequestParser::Outcome RequestParser::ParseMultibulk(std::string_view in, size_t
     const int r = HeaderLine(in, 0, &line, &next);
     if (r == 0) return Outcome::kNeedMore;
     int64_t n = 0;
-    if (r < 0 || !ParseInt(line.substr(1), &n) ||
+    if (r < 0 || !ParseInteger(line.substr(1), &n) ||
         n > static_cast<int64_t>(limits_.max_args)) {
       return Fail("invalid multibulk length");
     }
@@ -149,7 +148,7 @@ RequestParser::Outcome RequestParser::ParseMultibulk(std::string_view in, size_t
       const int r = HeaderLine(in, pos_, &line, &next);
       if (r == 0) return Outcome::kNeedMore;
       int64_t len = 0;
-      if (r < 0 || !ParseInt(line.substr(1), &len) || len < 0 ||
+      if (r < 0 || !ParseInteger(line.substr(1), &len) || len < 0 ||
           len > static_cast<int64_t>(limits_.max_bulk)) {
         return Fail("invalid bulk length");
       }

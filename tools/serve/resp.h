@@ -68,6 +68,10 @@ class RequestParser {
   std::string error_;
 };
 
+// A signed decimal 64-bit integer that is the whole of s (optional '-', no '+', no spaces): the
+// lengths of the wire and Redis's integer arguments and values.
+bool ParseInteger(std::string_view s, int64_t* v);
+
 // Reply encoders. `proto` is the connection's protocol version (HELLO): 2 (RESP2, the default)
 // or 3 (RESP3), which has a null type and a map type of its own; every other reply is the same
 // in both.
