@@ -24,6 +24,7 @@ namespace {
 
 constexpr int kMaxThreads = 1024;
 constexpr uint64_t kMaxKeys = uint64_t{1} << 36;
+constexpr uint32_t kMaxBatch = 1024;
 
 std::string DirOf(const std::string& path) {
   const auto slash = path.rfind('/');
@@ -60,6 +61,26 @@ bool PhaseUpdates(const std::string& name, const OpMix& mix) {
     return w.mix.update > 0 || w.mix.rmw > 0;
   }
   return false;
+}
+
+// "find+@B" / "find-@B": the find phase with B keys per FindBatch call, B in [1, 1024].
+// False for every other name; true and *batch = 0 for a malformed B.
+bool ParseBatchPhase(std::string_view name, Op* op, uint32_t* batch) {
+  const size_t at = name.find('@');
+  if (at == std::string_view::npos) return false;
+  const std::string_view base = name.substr(0, at);
+  if (base != "find+" && base != "find-") return false;
+  *op = base == "find+" ? Op::kFindHit : Op::kFindMiss;
+  *batch = 0;
+  const std::string_view digits = name.substr(at + 1);
+  uint32_t b = 0;
+  if (digits.empty() || digits.size() > 4) return true;
+  for (char ch : digits) {
+    if (ch < '0' || ch > '9') return true;
+    b = b * 10 + static_cast<uint32_t>(ch - '0');
+  }
+  if (b >= 1 && b <= kMaxBatch) *batch = b;
+  return true;
 }
 
 bool IsMultiKind(const std::string& index) {
@@ -134,10 +155,17 @@ Status ResolveConfig(BenchConfig* c) {
     if (p == "ycsb-e") {
       return Status::NotSupported("ycsb-e needs range scans, which hash indexes do not offer");
     }
-    if (std::find(std::begin(kKnown), std::end(kKnown), p) == std::end(kKnown)) {
+    Op batch_op;
+    uint32_t batch = 0;
+    if (ParseBatchPhase(p, &batch_op, &batch)) {
+      if (batch == 0) {
+        return Status::InvalidArgument("phase '" + p + "': the batch size must be in [1, " +
+                                       std::to_string(kMaxBatch) + "]");
+      }
+    } else if (std::find(std::begin(kKnown), std::end(kKnown), p) == std::end(kKnown)) {
       return Status::InvalidArgument("unknown phase '" + p +
-                                     "' (insert, find+, find-, update, rmw, erase, ycsb-a|b|c|d|f, "
-                                     "mix)");
+                                     "' (insert, find+, find-, find+@B, find-@B, update, rmw, "
+                                     "erase, ycsb-a|b|c|d|f, mix)");
     }
     if (i == 0 && p != "insert") return Status::InvalidArgument("the first phase must be insert");
     if (p == "erase" && i + 1 != c->phases.size()) {
@@ -306,6 +334,10 @@ Status RunBench(const BenchConfig& config, BenchListener* listener, BenchReport*
       p.name = name;
       if (name == "insert") {
         p = KeyPhase(name, Op::kInsert, keys.insert_order);
+      } else if (Op op; ParseBatchPhase(name, &op, &p.batch)) {
+        const uint32_t batch = p.batch;
+        p = KeyPhase(name, op, op == Op::kFindHit ? present_keys : keys.negative_order);
+        p.batch = batch;
       } else if (name == "find+") {
         p = KeyPhase(name, Op::kFindHit, present_keys);
       } else if (name == "find-") {

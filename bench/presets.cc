@@ -69,6 +69,10 @@ constexpr std::array kPresets = {
            "load 2M keys, then 2M operations of each YCSB core workload (E is unsupported: "
            "scans); 1 and 2 threads",
            ""},
+    Preset{"batch", "batched finds (issue 16)",
+           "find+ and find- one key at a time and with FindBatch of 1, 2, 4, 8, 16, 32, 64 keys "
+           "(software prefetch across keys); absl loops Find; 2M keys",
+           ""},
     Preset{"skew", "skewed accesses",
            "find+ and update under zipfian 0.99 (other skews: --dist zipf:0.5, selfsimilar:0.2, "
            "latest); 2M keys",
@@ -179,6 +183,13 @@ Status ApplyPreset(std::string_view name, BenchConfig* c, std::vector<std::strin
     c->count_keys = 0;
     c->persist_probe = false;
     notes->push_back("ycsb-e skipped: it needs range scans, which hash indexes do not offer");
+  } else if (name == "batch") {
+    c->keys = 2'000'000;
+    c->phases = {"insert",   "find+",    "find+@1",  "find+@2", "find+@4", "find+@8",
+                 "find+@16", "find+@32", "find+@64", "find-",   "find-@16"};
+    c->count_keys = 0;
+    c->persist_probe = false;
+    c->latency_every = 0;
   } else if (name == "skew") {
     c->keys = 2'000'000;
     c->phases = {"insert", "find+", "update"};

@@ -16,6 +16,7 @@
 // result and the phase reports it: a benchmark of a wrong answer is not a result.
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <concepts>
 #include <cstdint>
@@ -67,6 +68,10 @@ struct PhaseSpec {
   // in sequence. size_delta: the phase's net change of Size().
   std::vector<std::span<const OpKey>> mixed;
   int64_t size_delta = 0;
+  // kFindHit / kFindMiss: 0 finds one key per call; B > 0 calls the table's FindBatch with B keys
+  // at a time (phase names "find+@B", "find-@B"; a table without FindBatch, such as the absl
+  // reference, loops Find over the B keys). Batched phases record no latency.
+  uint32_t batch = 0;
   // A warm-up phase runs and is checked like any other, but is not reported (its result is
   // dropped from the row): it touches caches and TLBs before the measured phases.
   bool warmup = false;
@@ -237,6 +242,39 @@ void RunSlice(T& table, std::span<const Item> items, uint32_t every, ThreadOutco
   out->ops = n;
 }
 
+// The batched finds of kFindHit / kFindMiss: `batch` keys per call, every result checked.
+template <Op kOp, BenchTable T>
+void RunBatchSlice(T& table, std::span<const uint64_t> keys, size_t batch, ThreadOutcome* out) {
+  static_assert(kOp == Op::kFindHit || kOp == Op::kFindMiss);
+  std::vector<uint64_t> values(batch);
+  std::vector<Status> statuses(batch);
+  const T& ct = table;
+  for (size_t first = 0; first < keys.size(); first += batch) {
+    const auto group = keys.subspan(first, std::min(batch, keys.size() - first));
+    if constexpr (requires { ct.FindBatch(group, std::span(values), std::span(statuses)); }) {
+      if (Status s = ct.FindBatch(group, values, statuses); !s.ok()) [[unlikely]] {
+        out->ops = first;
+        out->failure = s;
+        return;
+      }
+    } else {
+      for (size_t i = 0; i < group.size(); i++) statuses[i] = ct.Find(group[i], &values[i]);
+    }
+    for (size_t i = 0; i < group.size(); i++) {
+      const uint64_t k = group[i];
+      const Status& s = statuses[i];
+      const bool ok = kOp == Op::kFindHit ? s.ok() && values[i] == ValueOf(k) : s.IsNotFound();
+      if (!ok) [[unlikely]] {
+        out->ops = first + i;
+        out->failure = s.ok() ? (kOp == Op::kFindHit ? WrongValue(k, values[i]) : UnexpectedHit(k))
+                              : Unexpected(kOp, k, s);
+        return;
+      }
+    }
+  }
+  out->ops = keys.size();
+}
+
 }  // namespace detail
 
 // Runs one phase of `spec` on `table` with ro.threads threads.
@@ -264,6 +302,12 @@ PhaseResult RunPhase(T& table, const PhaseSpec& spec, const RunnerOptions& ro) {
       return detail::RunSlice<Op::kMixed>(table, list, every, out);
     }
     const auto keys = detail::Slice(spec.keys, t, ro.threads);
+    if (spec.batch > 0 && spec.op == Op::kFindHit) {
+      return detail::RunBatchSlice<Op::kFindHit>(table, keys, spec.batch, out);
+    }
+    if (spec.batch > 0 && spec.op == Op::kFindMiss) {
+      return detail::RunBatchSlice<Op::kFindMiss>(table, keys, spec.batch, out);
+    }
     switch (spec.op) {
       case Op::kInsert:
         return detail::RunSlice<Op::kInsert>(table, keys, every, out);

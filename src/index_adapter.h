@@ -120,6 +120,10 @@ class IndexAdapter final : public Index {
   Status Update(Key k, Value v) override { return Live() ? impl_->Update(k, v) : Closed(); }
   Status Upsert(Key k, Value v) override { return Live() ? impl_->Upsert(k, v) : Closed(); }
   Status Find(Key k, Value* v) const override { return Live() ? impl_->Find(k, v) : Closed(); }
+  Status FindBatch(std::span<const Key> keys, std::span<Value> values,
+                   std::span<Status> statuses) const override {
+    return Live() ? impl_->FindBatch(keys, values, statuses) : Closed();
+  }
   Status Erase(Key k) override { return Live() ? impl_->Erase(k) : Closed(); }
   uint64_t Size() const override { return Live() ? impl_->Size() : 0; }
   Status ForEach(const std::function<void(Key, Value)>& fn) const override {

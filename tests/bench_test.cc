@@ -525,6 +525,40 @@ TEST(Kinds, EveryRegisteredKindRunsTheDefaultPhases) {
   EXPECT_TRUE(report.ok());
 }
 
+// Batched find phases ("find+@B", "find-@B") run on every kind, one thread and two, with batch
+// sizes that are not multiples of each other or of the key count; every result is checked by the
+// runner, so a wrong FindBatch answer fails the phase. Malformed sizes are refused.
+TEST(Kinds, BatchedFindPhases) {
+  BenchConfig c;  // every registered kind
+  c.durabilities = {Durability::kAdr};
+  c.keys = 3001;
+  c.threads = {1, 2};
+  c.count_keys = 0;
+  c.persist_probe = false;
+  c.phases = {"insert", "find+@1", "find+@7", "find+@64", "find-@16", "erase"};
+  BenchReport report;
+  const Status s = RunBench(c, nullptr, &report);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  ASSERT_EQ(report.tables.size(), 2u);
+  for (const TableResult& t : report.tables) {
+    ASSERT_EQ(t.rows.size(), RegisteredIndexes().size());
+    for (const RowResult& row : t.rows) {
+      SCOPED_TRACE(row.Label());
+      EXPECT_TRUE(row.error.ok()) << row.error.ToString();
+      ASSERT_EQ(row.phases.size(), 6u);
+      for (const PhaseResult& p : row.phases) {
+        EXPECT_TRUE(p.ok()) << p.name << ": " << p.failure.ToString();
+        EXPECT_EQ(p.ops, c.keys) << p.name;
+      }
+    }
+  }
+  for (const char* bad : {"find+@0", "find+@", "find-@1025", "find+@x", "erase@4"}) {
+    BenchConfig b = c;
+    b.phases = {"insert", bad};
+    EXPECT_TRUE(RunBench(b, nullptr, &report).IsInvalidArgument()) << bad;
+  }
+}
+
 // A multimap kind (Capabilities::multi: pea-multi) has no Update: the phases that update (update,
 // rmw, the YCSB mixes with updates, a mix with update or rmw) are left out of its rows, with a
 // note, and the others run; the unique-key kinds still run every phase.

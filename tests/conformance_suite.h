@@ -242,6 +242,54 @@ class ConformanceTest : public ::testing::Test {
       ASSERT_TRUE(s.ok()) << "Find(" << k << "): " << s.ToString();
       ASSERT_EQ(got, v) << "Find(" << k << ")";
     }
+    ASSERT_NO_FATAL_FAILURE(ExpectBatchMatches(m));
+  }
+
+  // FindBatch over every key of the model and as many absent ones, interleaved, in batches of
+  // varied sizes (1, partial groups, whole groups, several groups): each result as the model's.
+  void ExpectBatchMatches(const Model& m) {
+    std::vector<Key> keys;
+    keys.reserve(2 * m.size());
+    uint64_t absent = 0x9e3779b97f4a7c15;
+    for (const auto& kv : m) {
+      keys.push_back(kv.first);
+      while (m.contains(absent)) absent = SplitMix64(absent);
+      keys.push_back(absent);
+      absent = SplitMix64(absent);
+    }
+    constexpr Value kUntouched = 0xDEADBEEF;
+    std::vector<Value> values(keys.size(), kUntouched);
+    std::vector<Status> statuses(keys.size(), Status::Corruption("not written"));
+    static constexpr size_t kSizes[] = {1, 5, 16, 17, 64, 3, 33};
+    for (size_t first = 0, n = 0; first < keys.size(); first += n) {
+      n = std::min(kSizes[(first / 7) % std::size(kSizes)], keys.size() - first);
+      Status s = idx_->FindBatch(std::span<const Key>(keys).subspan(first, n),
+                                 std::span<Value>(values).subspan(first, n),
+                                 std::span<Status>(statuses).subspan(first, n));
+      ASSERT_TRUE(s.ok()) << "FindBatch: " << s.ToString();
+    }
+    for (size_t i = 0; i < keys.size(); i++) {
+      const auto it = m.find(keys[i]);
+      if (it != m.end()) {
+        ASSERT_TRUE(statuses[i].ok()) << "FindBatch, key " << keys[i] << ": "
+                                      << statuses[i].ToString();
+        ASSERT_EQ(values[i], it->second) << "FindBatch, key " << keys[i];
+      } else {
+        ASSERT_TRUE(statuses[i].IsNotFound()) << "FindBatch, absent key " << keys[i] << ": "
+                                              << statuses[i].ToString();
+        ASSERT_EQ(values[i], kUntouched) << "FindBatch wrote the value of absent key " << keys[i];
+      }
+    }
+    // Spans shorter than the keys: refused, nothing written.
+    if (!keys.empty()) {
+      Value v = kUntouched;
+      Status st;
+      Status s = idx_->FindBatch(keys, std::span<Value>(&v, 1), std::span<Status>(&st, 1));
+      if (keys.size() > 1) {
+        ASSERT_TRUE(s.IsInvalidArgument()) << s.ToString();
+        ASSERT_EQ(v, kUntouched);
+      }
+    }
   }
 
   enum Op { kInsert, kUpdate, kUpsert, kFind, kErase, kNumOps };

@@ -18,6 +18,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -101,6 +102,14 @@ class OracleIndex {
     auto it = map_.find(k);
     if (it == map_.end()) return Status::NotFound();
     *v = it->second;
+    return Status::OK();
+  }
+  Status FindBatch(std::span<const Key> keys, std::span<Value> values,
+                   std::span<Status> statuses) const {
+    if (values.size() < keys.size() || statuses.size() < keys.size()) {
+      return Status::InvalidArgument("oracle: FindBatch spans shorter than the keys");
+    }
+    for (size_t i = 0; i < keys.size(); i++) statuses[i] = Find(keys[i], &values[i]);
     return Status::OK();
   }
   Status Erase(Key k) {

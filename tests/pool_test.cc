@@ -820,6 +820,10 @@ TEST(PoolOpen, DestructorClosesAndAbandonDoesNot) {
   ASSERT_TRUE((*r)->Close().ok());
   Value v = 0;
   EXPECT_TRUE((*r)->Find(1, &v).IsInvalidArgument());
+  const Key one = 1;
+  Status found;
+  EXPECT_TRUE((*r)->FindBatch({&one, 1}, {&v, 1}, {&found, 1}).IsInvalidArgument());
+  EXPECT_EQ(v, 0u);
   EXPECT_TRUE((*r)->Insert(9, 9).IsInvalidArgument());
   EXPECT_EQ((*r)->Size(), 0u);
   EXPECT_TRUE((*r)->CheckInvariants().IsInvalidArgument());

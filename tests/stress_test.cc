@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <iostream>
 #include <memory>
@@ -329,7 +330,35 @@ TYPED_TEST(StressTest, StableKeysVisible) {
     ts.emplace_back([&, r] {
       std::mt19937_64 rng(seed + r);
       uint64_t n = 0;
+      // Every other round is one FindBatch of 12 stable and 4 absent keys (a prefetched group:
+      // its stages read directory entries and buckets that the writers' splits are moving).
+      constexpr size_t kBatch = 16;
+      std::array<Key, kBatch> keys{};
+      std::array<Value, kBatch> values{};
+      std::array<Status, kBatch> statuses;
       while ((writing.load() > 0 || n < 1000) && !errors.any()) {
+        if (n % 2 == 1) {
+          for (size_t i = 0; i < kBatch; i++) {
+            keys[i] = i % 4 == 3 ? absent_key(rng() % 100000) : stable_key(rng() % stable);
+          }
+          Status s = ix->FindBatch(keys, values, statuses);
+          if (!s.ok()) errors.Add("FindBatch: " + s.ToString());
+          for (size_t i = 0; i < kBatch && s.ok(); i++) {
+            if (i % 4 == 3) {
+              if (!statuses[i].IsNotFound()) {
+                errors.Add("FindBatch found an absent key: " + statuses[i].ToString());
+              }
+            } else if (!statuses[i].ok()) {
+              errors.Add("FindBatch: stable key " + std::to_string(keys[i]) +
+                         " not found: " + statuses[i].ToString());
+            } else if (values[i] != stable_val(keys[i])) {
+              errors.Add("FindBatch: stable key " + std::to_string(keys[i]) + " has value " +
+                         std::to_string(values[i]));
+            }
+          }
+          n++;
+          continue;
+        }
         const Key k = stable_key(rng() % stable);
         Value v = 0;
         Status s = ix->Find(k, &v);

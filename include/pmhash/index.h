@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -46,15 +47,22 @@ using Value = uint64_t;
 //   Close marks a clean shutdown (idempotent); writes after it return kInvalidArgument. The
 //   destructor closes an index that was not closed, unless Abandon() was called: then the pool
 //   is left as a crash at that instant would leave it (crash tests, tools).
+//   FindBatch sets statuses[i] = Find(keys[i], &values[i]) for every i (values[i] is written
+//   only when statuses[i] is OK) and returns OK; kInvalidArgument, with nothing done, if values
+//   or statuses are shorter than keys. Each key's find is linearizable as a Find is; the batch
+//   is not a snapshot. Engines may overlap the keys' cache misses (src/index/batch.h).
 template <class T>
 concept HashIndex = requires(T& t, const T& ct, Key k, Value v, Value* out,
-                             const std::function<void(Key, Value)>& fn) {
+                             const std::function<void(Key, Value)>& fn,
+                             std::span<const Key> keys, std::span<Value> values,
+                             std::span<Status> statuses) {
   { T::kKindName } -> std::convertible_to<std::string_view>;
   { T::Open(Options{}) } -> std::same_as<Result<std::unique_ptr<T>>>;
   { t.Insert(k, v) } -> std::same_as<Status>;
   { t.Update(k, v) } -> std::same_as<Status>;
   { t.Upsert(k, v) } -> std::same_as<Status>;
   { ct.Find(k, out) } -> std::same_as<Status>;
+  { ct.FindBatch(keys, values, statuses) } -> std::same_as<Status>;
   { t.Erase(k) } -> std::same_as<Status>;
   { ct.Size() } -> std::same_as<uint64_t>;
   { ct.ForEach(fn) } -> std::same_as<Status>;
@@ -168,6 +176,11 @@ class Index {
   virtual Status Update(Key k, Value v) = 0;
   virtual Status Upsert(Key k, Value v) = 0;
   virtual Status Find(Key k, Value* v) const = 0;
+  // Many finds in one call (the HashIndex contract above). On reh, pea and turbo the keys' cache
+  // misses overlap, 16 keys at a time: several times the throughput of a loop of Find on a table
+  // larger than the cache. Use it wherever keys come in groups (MGET, joins, a list of ids).
+  virtual Status FindBatch(std::span<const Key> keys, std::span<Value> values,
+                           std::span<Status> statuses) const = 0;
   virtual Status Erase(Key k) = 0;
   virtual uint64_t Size() const = 0;
   virtual Status ForEach(const std::function<void(Key, Value)>& fn) const = 0;

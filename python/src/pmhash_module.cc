@@ -242,8 +242,10 @@ class Pool {
     {
       Guard g(this);
       py::gil_scoped_release nogil;
-      for (size_t i = 0; i < n; i++) {
-        st[i] = bytes_ ? bytes_->Find(bkeys[i], &bvals[i]) : index_->Find(nkeys[i], &nvals[i]);
+      if (bytes_) {
+        for (size_t i = 0; i < n; i++) st[i] = bytes_->Find(bkeys[i], &bvals[i]);
+      } else if (Status s = index_->FindBatch(nkeys, nvals, st); !s.ok()) {
+        st.assign(n, s);  // (the spans match: only a closed index refuses)
       }
     }
     py::list out(n);

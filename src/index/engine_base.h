@@ -30,10 +30,12 @@
 #include <functional>
 #include <memory>
 #include <new>
+#include <span>
 #include <string>
 #include <string_view>
 
 #include "common/hash.h"
+#include "index/batch.h"
 #include "common/resize_log.h"
 #include "common/striped_counter.h"
 #include "index/descriptor.h"
@@ -196,6 +198,7 @@ class EngineBase {
 #define PMHASH_ENGINE_BASE(P, CONFIG, ...)                                                      \
   using Base = ::pmhash::index::EngineBase<__VA_ARGS__, P, CONFIG>;                             \
   friend Base;                                                                                  \
+  friend struct ::pmhash::index::BatchCalls;                                                    \
   using Base::pool_, Base::params_, Base::hash_, Base::persist_, Base::size_, Base::splits_,    \
       Base::doublings_, Base::resize_log_, Base::recovered_, Base::recovery_seconds_, Base::life_
 
@@ -205,6 +208,8 @@ class EngineBase {
 //   Open(options)                                open or create, then recover
 //   Find(k, &v)  Erase(k)  ForEach(fn)           the uint64 reads and erase (Insert, Update and
 //                                                Upsert are the base's, over the engine's Write)
+//   FindBatch(keys, values, statuses)            src/index/batch.h: prefetched when the engine
+//                                                has the hooks, else one Find per key
 //   Stats()  CheckInvariants()                   for tools and tests
 // It leaves the class body in a public section. The destructor stays the engine's own
 // (`this->CloseUnlessAbandoned()` first: src/index/lifecycle.h).
@@ -215,6 +220,11 @@ class EngineBase {
     return Base::template OpenAs<DESCRIPTOR>(options);                                       \
   }                                                                                          \
   ::pmhash::Status Find(::pmhash::Key k, ::pmhash::Value* v) const;                         \
+  ::pmhash::Status FindBatch(std::span<const ::pmhash::Key> keys,                            \
+                             std::span<::pmhash::Value> values,                              \
+                             std::span<::pmhash::Status> statuses) const {                   \
+    return ::pmhash::index::BatchCalls::Find(*this, keys, values, statuses);                 \
+  }                                                                                          \
   ::pmhash::Status Erase(::pmhash::Key k);                                                   \
   ::pmhash::Status ForEach(const std::function<void(::pmhash::Key, ::pmhash::Value)>& fn)    \
       const;                                                                                 \

@@ -43,6 +43,18 @@ int main() {
     std::fprintf(stderr, "consumer: Find(5000) found an absent key\n");
     return 1;
   }
+  // The batched find: a present and an absent key.
+  const pmhash::Key keys[] = {7, 5000};
+  pmhash::Value values[2] = {};
+  pmhash::Status found[2];
+  if (pmhash::Status s = index.FindBatch(keys, values, found); !s.ok()) {
+    return Failed("FindBatch", s);
+  }
+  if (!found[0].ok() || values[0] != 70 || !found[1].IsNotFound()) {
+    std::fprintf(stderr, "consumer: FindBatch gave %s / %s\n", found[0].ToString().c_str(),
+                 found[1].ToString().c_str());
+    return 1;
+  }
   if (pmhash::Status s = index.Erase(42); !s.ok()) return Failed("Erase", s);
   if (index.Size() != 999) {
     std::fprintf(stderr, "consumer: Size() = %lu, expected 999\n",

@@ -357,6 +357,27 @@ TEST(ServeExecutor, Uint64KindsTakeDecimalKeysAndValues) {
   EXPECT_EQ(e.Int({"DECRBY", "42", "7"}), 0);
   EXPECT_EQ(e.ScanAll(1), (std::set<std::string>{"9", "42"}));
   EXPECT_TRUE(e.Run({"SADD", "1", "2"}).is_error());
+  // MGET of numeric keys is one FindBatch: more keys than one pipeline stage, present and not.
+  std::vector<std::string> mget = {"MGET"};
+  for (int k = 100; k < 140; k++) {
+    if (k % 3 == 0) {
+      EXPECT_TRUE(e.Run({"SET", std::to_string(k), std::to_string(k * 2)}).ok());
+    }
+    mget.push_back(std::to_string(k));
+  }
+  mget.push_back("0042");
+  const Reply all = e.Run(mget);
+  ASSERT_EQ(all.elems.size(), 41u);
+  for (int k = 100; k < 140; k++) {
+    const Reply& r = all.elems[static_cast<size_t>(k - 100)];
+    if (k % 3 == 0) {
+      EXPECT_EQ(r.str, std::to_string(k * 2)) << "MGET key " << k;
+    } else {
+      EXPECT_EQ(r.type, Reply::kNull) << "MGET key " << k;
+    }
+  }
+  EXPECT_EQ(all.elems[40].str, "0");
+  EXPECT_TRUE(e.Run({"MGET", "1", "x"}).is_error());
 }
 
 TEST(ServeExecutor, MultiValuePoolsAreSets) {

@@ -435,6 +435,27 @@ class Pea : public index::EngineBase<Pea<P, kRecords, kMulti>, P, Config> {
   // Optimistic read of p's slot: true and its value word (pea-kv: the record offset) if p is
   // present. REQUIRES: an epoch guard (pea-kv: held while the caller uses the record).
   PMHASH_ALWAYS_INLINE bool Search(const Probe& p, uint64_t* word) const;
+  // Batched finds (src/index/batch.h; pea only: pea-kv copies records, pea-multi collects
+  // values): the directory entry, then the first bucket whole and the second one's header, as
+  // Search asks for them; one epoch guard per group of keys.
+  static constexpr int kBatchStages = kRecords || kMulti ? 0 : 2;
+  template <int kStage>
+  PMHASH_ALWAYS_INLINE void BatchPrefetch(const Probe& p) const {
+    const Directory* d = dir_.load(std::memory_order_acquire);
+    const std::atomic<uint64_t>& entry = d->entries[DirIndex(p.h, d->depth)];
+    if constexpr (kStage == 0) {
+      PrefetchLine(&entry);
+    } else {
+      const uint64_t e = entry.load(std::memory_order_acquire);
+      const uint32_t b1 = Bucket1(p.h);
+      PrefetchBucket(BucketAt(EntrySid(e), b1));
+      if (EntryStrategy(e) >= kTwoChoice) PrefetchLine(BucketAt(EntrySid(e), Bucket2(p.h, b1)));
+    }
+  }
+  EpochManager::Guard BatchGuard() const { return EpochManager::Guard(epoch_); }
+  PMHASH_ALWAYS_INLINE Status BatchFind(const Probe& p, Value* v) const {
+    return Search(p, v) ? Status::OK() : Status::NotFound();
+  }
   // The value to store: `value` (pea) or a new record of p.s and value_bytes (pea-kv).
   PMHASH_ALWAYS_INLINE Status Write(const Probe& p, std::string_view value_bytes, Value value,
                                     WriteMode mode);

@@ -319,6 +319,27 @@ class Reh : public index::EngineBase<Reh<P, kRecords>, P, Config> {
   // Optimistic read of p's slot: true and its value word (reh-kv: the record offset) if p is
   // present. REQUIRES (reh-kv): the caller holds an epoch guard while it uses the record.
   PMHASH_ALWAYS_INLINE bool Search(const Probe& p, uint64_t* word) const;
+  // Batched finds (src/index/batch.h): the directory entry, then the metadata, then the line of
+  // the first fingerprint candidate (none for most absent keys).
+  static constexpr int kBatchStages = 3;
+  static constexpr size_t kBatchDistance = 16;  // one line per stage: room for more keys
+  template <int kStage>
+  PMHASH_ALWAYS_INLINE void BatchPrefetch(const Probe& p) const {
+    if constexpr (kStage == 0) {
+      const Directory* d = dir_.load(std::memory_order_acquire);
+      PrefetchLine(&d->entries[DirIndex(p.h, d)]);
+    } else if constexpr (kStage == 1) {
+      PrefetchLine(Lookup(p.h));
+    } else {
+      const Meta* m = Lookup(p.h);
+      if (const uint32_t c = m->Candidates(static_cast<uint8_t>(p.h))) {
+        PrefetchLine(&Bucket(m)->slots[std::countr_zero(c)]);
+      }
+    }
+  }
+  PMHASH_ALWAYS_INLINE Status BatchFind(const Probe& p, Value* v) const {
+    return Search(p, v) ? Status::OK() : Status::NotFound();
+  }
   // The value to store: `value` (reh) or a new record of p.s and value_bytes (reh-kv).
   PMHASH_ALWAYS_INLINE Status Write(const Probe& p, std::string_view value_bytes, Value value,
                                     WriteMode mode);

@@ -519,6 +519,19 @@ class SmartHt : public index::EngineBase<SmartHt<P, kRecords>, P, Config> {
   // p's value word (smartht-kv: its record's offset), under its stripe's lock shared; false if
   // absent. REQUIRES (smartht-kv): an epoch guard while the caller reads the record.
   PMHASH_ALWAYS_INLINE bool Search(const Probe& p, uint64_t* word) const;
+  // Batched finds (src/index/batch.h; smartht only, smartht-kv copies records): the stripe's
+  // lock and the head bucket, both known from the hash. (The filter block is not prefetched: a
+  // rebuild may swap the filter, which only the stripe lock makes safe to read.)
+  static constexpr int kBatchStages = kRecords ? 0 : 1;
+  template <int kStage>
+  PMHASH_ALWAYS_INLINE void BatchPrefetch(const Probe& p) const {
+    static_assert(kStage == 0);
+    PrefetchLine(&StripeLock(p.h));
+    PrefetchLine(HeadFor(p.h));
+  }
+  PMHASH_ALWAYS_INLINE Status BatchFind(const Probe& p, Value* v) const {
+    return Search(p, v) ? Status::OK() : Status::NotFound();
+  }
   // Calls take(slot) for every live slot, one head's chain at a time under its stripe's lock,
   // and done() after each head, unlocked (ForEach, ForEachBytes).
   template <class Take, class Done>

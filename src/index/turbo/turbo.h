@@ -361,6 +361,7 @@ class Turbo : public index::EngineBase<Turbo<P, kRecords>, P, Config> {
   // A key as the probe compares it: the inline key, or hash + bytes (turbo-kv).
   using Probe = index::KeyProbe;
   using Keys = index::ProbeKeys<kRecords>;  // make a probe, match a slot (src/index/records.h)
+  Probe MakeProbe(Key k) const { return Keys::Make(hash_, k); }
 
   Turbo(std::unique_ptr<pm::Pool> pool, const Config& config);
 
@@ -409,6 +410,21 @@ class Turbo : public index::EngineBase<Turbo<P, kRecords>, P, Config> {
   // Lock-free search; calls fn(slot value) under the sequence check, once validated.
   template <class OnFound>
   bool Search(const Probe& p, OnFound&& on_found) const;
+  // Batched finds (src/index/batch.h; turbo only, turbo-kv copies records): the shard's word,
+  // then the home bucket whole, as Search asks for it.
+  static constexpr int kBatchStages = kRecords ? 0 : 2;
+  template <int kStage>
+  PMHASH_ALWAYS_INLINE void BatchPrefetch(const Probe& p) const {
+    const ShardRef& r = shards_[ShardOf(p.h)];
+    if constexpr (kStage == 0) {
+      PrefetchLine(&r.word);
+    } else {
+      const View v = MakeView(r.word.load(std::memory_order_acquire));
+      const char* hb = reinterpret_cast<const char*>(v.base + Home(p.h, v.log2n));
+      for (int l = 0; l < 4; l++) PrefetchLine(hb + 64 * l);
+    }
+  }
+  Status BatchFind(const Probe& p, Value* v) const;
 
   // REQUIRES: r.lock held. Rebuilds the shard at twice its size, or the same size (GC).
   Status Rehash(ShardRef& r, bool force_gc) PMHASH_REQUIRES(r.lock);
@@ -616,16 +632,20 @@ Status Turbo<P, R>::Find(Key k, Value* out) const {
   if constexpr (R) {
     return index::FindU64AsBytes(*this, k, out);
   } else {
-    const Probe p = Keys::Make(hash_, k);
-    Value val = 0;
-    const bool found = Search(p, [&](const Slot& s) {
-      val = s.value.load(std::memory_order_relaxed);
-      return true;
-    });
-    if (!found) return Status::NotFound();
-    *out = val;
-    return Status::OK();
+    return BatchFind(MakeProbe(k), out);
   }
+}
+
+template <pm::PersistPolicy P, bool R>
+Status Turbo<P, R>::BatchFind(const Probe& p, Value* out) const {
+  Value val = 0;
+  const bool found = Search(p, [&](const Slot& s) {
+    val = s.value.load(std::memory_order_relaxed);
+    return true;
+  });
+  if (!found) return Status::NotFound();
+  *out = val;
+  return Status::OK();
 }
 
 template <pm::PersistPolicy P, bool R>
