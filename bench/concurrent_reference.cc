@@ -1,51 +1,76 @@
 #include "bench/concurrent_reference.h"
 
+#include <absl/container/flat_hash_map.h>
+#include <absl/hash/hash.h>
+
+#include <array>
+#include <cstdint>
+#include <mutex>
+#include <shared_mutex>
 #include <string>
 
 #include "bench/row.h"
 
-#if PMHASH_HAVE_TBB
-#include <tbb/concurrent_hash_map.h>
-#endif
-
 namespace pmhash::bench {
-
-#if PMHASH_HAVE_TBB
 
 namespace {
 
-class TbbReference {
+class ShardedAbslReference {
  public:
+  static constexpr int kShardBits = 8;  // kConcurrentReferenceName says 256
+
   Status Insert(uint64_t k, uint64_t v) {
-    Map::accessor a;
-    if (!map_.insert(a, k)) return Status::Exists();
-    a->second = v;
-    return Status::OK();
+    Shard& s = ShardOf(k);
+    std::lock_guard l(s.mu);
+    return s.map.try_emplace(k, v).second ? Status::OK() : Status::Exists();
   }
   Status Update(uint64_t k, uint64_t v) {
-    Map::accessor a;
-    if (!map_.find(a, k)) return Status::NotFound();
-    a->second = v;
+    Shard& s = ShardOf(k);
+    std::lock_guard l(s.mu);
+    auto it = s.map.find(k);
+    if (it == s.map.end()) return Status::NotFound();
+    it->second = v;
     return Status::OK();
   }
   Status Find(uint64_t k, uint64_t* v) const {
-    Map::const_accessor a;
-    if (!map_.find(a, k)) return Status::NotFound();
-    *v = a->second;
+    const Shard& s = ShardOf(k);
+    std::shared_lock l(s.mu);
+    auto it = s.map.find(k);
+    if (it == s.map.end()) return Status::NotFound();
+    *v = it->second;
     return Status::OK();
   }
-  Status Erase(uint64_t k) { return map_.erase(k) ? Status::OK() : Status::NotFound(); }
-  uint64_t Size() const { return map_.size(); }
-  uint64_t Buckets() const { return map_.bucket_count(); }
+  Status Erase(uint64_t k) {
+    Shard& s = ShardOf(k);
+    std::lock_guard l(s.mu);
+    return s.map.erase(k) ? Status::OK() : Status::NotFound();
+  }
+  // REQUIRES: no other call in flight (between phases).
+  double LoadFactor() const {
+    uint64_t size = 0, buckets = 0;
+    for (const Shard& s : shards_) {
+      std::shared_lock l(s.mu);
+      size += s.map.size();
+      buckets += s.map.bucket_count();
+    }
+    return buckets ? static_cast<double>(size) / static_cast<double>(buckets) : 0;
+  }
 
  private:
-  using Map = tbb::concurrent_hash_map<uint64_t, uint64_t>;
-  Map map_;
+  struct alignas(64) Shard {
+    mutable std::shared_mutex mu;
+    absl::flat_hash_map<uint64_t, uint64_t> map;
+  };
+  // The top bits of absl's own hash: its tables place keys by the low bits (H1 = hash >> 7, H2
+  // = the low 7), so the keys of one shard stay spread over its table.
+  static size_t Index(uint64_t k) { return absl::Hash<uint64_t>{}(k) >> (64 - kShardBits); }
+  Shard& ShardOf(uint64_t k) { return shards_[Index(k)]; }
+  const Shard& ShardOf(uint64_t k) const { return shards_[Index(k)]; }
+
+  std::array<Shard, size_t{1} << kShardBits> shards_;
 };
 
 }  // namespace
-
-bool HaveConcurrentReference() { return true; }
 
 RowResult RunConcurrentReferenceRow(std::span<const PhaseSpec> phases, const RunnerOptions& ro,
                                     const std::function<void(std::string_view)>& progress) {
@@ -54,30 +79,10 @@ RowResult RunConcurrentReferenceRow(std::span<const PhaseSpec> phases, const Run
   row.durability = "dram";
   row.kind = RowKind::kReference;
   row.threads = ro.threads;
-  TbbReference table;
-  RunReferencePhases(table, phases, ro, progress, &row, [&row](const TbbReference& t) {
-    if (t.Buckets() > 0) {
-      row.load_factor = static_cast<double>(t.Size()) / static_cast<double>(t.Buckets());
-    }
-  });
+  auto table = std::make_unique<ShardedAbslReference>();
+  RunReferencePhases(*table, phases, ro, progress, &row,
+                     [&row](const ShardedAbslReference& t) { row.load_factor = t.LoadFactor(); });
   return row;
 }
-
-#else
-
-bool HaveConcurrentReference() { return false; }
-
-RowResult RunConcurrentReferenceRow(std::span<const PhaseSpec>, const RunnerOptions& ro,
-                                    const std::function<void(std::string_view)>&) {
-  RowResult row;
-  row.index = std::string(kConcurrentReferenceName);
-  row.durability = "dram";
-  row.kind = RowKind::kReference;
-  row.threads = ro.threads;
-  row.error = Status::NotSupported("built without TBB (install libtbb-dev and reconfigure)");
-  return row;
-}
-
-#endif
 
 }  // namespace pmhash::bench

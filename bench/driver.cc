@@ -288,7 +288,7 @@ Status RunBench(const BenchConfig& config, BenchListener* listener, BenchReport*
                               updating + " not applicable, not run on it (shown as '-')");
     }
   }
-  const bool concurrent_reference = HaveConcurrentReference() && !items.on();
+  const bool concurrent_reference = !items.on();
   if (c.table && c.reference) {
     bool multi = false;
     for (int t : c.threads) multi |= t > 1;
@@ -296,14 +296,11 @@ Status RunBench(const BenchConfig& config, BenchListener* listener, BenchReport*
       report->notes.push_back(
           "T > 1: no concurrent reference for variable-size items: ratios compare T index "
           "threads with one absl::flat_hash_map<string,string> thread");
-    } else if (multi && concurrent_reference) {
-      report->notes.push_back(
-          "T > 1: ratios are against tbb::concurrent_hash_map with the same T threads "
-          "(absl::flat_hash_map, one thread, is shown too)");
     } else if (multi) {
-      report->notes.push_back(
-          "no concurrent reference in this build (libtbb-dev not found at configure time): "
-          "ratios at T > 1 compare T index threads with one absl::flat_hash_map thread");
+      report->notes.push_back("T > 1: ratios are against " +
+                              std::string(kConcurrentReferenceName) +
+                              " with the same T threads (absl::flat_hash_map, one thread, is "
+                              "shown too)");
     }
   }
   l.OnStart(*report);

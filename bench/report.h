@@ -17,7 +17,7 @@
 //            growth, growth_steps, sample_ops, recovery_keys[]}
 //   notes[] strings (skipped parts of a preset, unsupported workloads, the reference used)
 //   tables[] {threads, reference: row|null (absl, 1 thread), concurrent_reference: row|null
-//             (tbb::concurrent_hash_map, same threads; T > 1 with TBB only, not with
+//             (sharded absl::flat_hash_map, same threads; T > 1, not with
 //             variable-size items), rows[]: row,
 //             persist_limits[]: probe}
 //   row     {index, durability, kind, threads, pool_size, kept_pool, error: string|null,

@@ -184,8 +184,8 @@ struct TableResult {
     return nullptr;
   }
 
-  // In a build with TBB, when any table has T > 1: tbb::concurrent_hash_map run by this
-  // table's T threads (concurrent_reference.h); ratios use it for T > 1 (at T = 1 it is shown
+  // When any table has T > 1: the sharded absl map run by this table's T threads
+  // (concurrent_reference.h); ratios use it for T > 1 (at T = 1 it is shown
   // as the start of its scaling curve, and ratios stay against absl).
   std::optional<RowResult> concurrent_reference;
 
