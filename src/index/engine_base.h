@@ -208,8 +208,11 @@ class EngineBase {
 //   Open(options)                                open or create, then recover
 //   Find(k, &v)  Erase(k)  ForEach(fn)           the uint64 reads and erase (Insert, Update and
 //                                                Upsert are the base's, over the engine's Write)
-//   FindBatch(keys, values, statuses)            src/index/batch.h: prefetched when the engine
-//                                                has the hooks, else one Find per key
+//   FindBatch(keys, values, statuses)            index::BatchCalls::Find (src/index/batch.h):
+//                                                prefetched when the engine has the hooks, else
+//                                                one Find per key. Defined out of the class, like
+//                                                Find, so that only the engine's .cc instantiates
+//                                                the pipeline (the extern template elsewhere)
 //   Stats()  CheckInvariants()                   for tools and tests
 // It leaves the class body in a public section. The destructor stays the engine's own
 // (`this->CloseUnlessAbandoned()` first: src/index/lifecycle.h).
@@ -222,9 +225,7 @@ class EngineBase {
   ::pmhash::Status Find(::pmhash::Key k, ::pmhash::Value* v) const;                         \
   ::pmhash::Status FindBatch(std::span<const ::pmhash::Key> keys,                            \
                              std::span<::pmhash::Value> values,                              \
-                             std::span<::pmhash::Status> statuses) const {                   \
-    return ::pmhash::index::BatchCalls::Find(*this, keys, values, statuses);                 \
-  }                                                                                          \
+                             std::span<::pmhash::Status> statuses) const;                    \
   ::pmhash::Status Erase(::pmhash::Key k);                                                   \
   ::pmhash::Status ForEach(const std::function<void(::pmhash::Key, ::pmhash::Value)>& fn)    \
       const;                                                                                 \

@@ -1008,6 +1008,12 @@ bool ElimDA<P, R>::Search(const Probe& p, uint64_t* word) const {
 }
 
 template <pm::PersistPolicy P, bool R>
+Status ElimDA<P, R>::FindBatch(std::span<const Key> keys, std::span<Value> values,
+                               std::span<Status> statuses) const {
+  return index::BatchCalls::Find(*this, keys, values, statuses);
+}
+
+template <pm::PersistPolicy P, bool R>
 Status ElimDA<P, R>::Find(Key k, Value* v) const {
   return index::ProbeCalls::Find(*this, k, v);
 }

@@ -761,6 +761,12 @@ void Pea<P, R, M>::InsertIntoBucket(PmBucket* b, Key k, Value v, uint8_t f) {
 }
 
 template <pm::PersistPolicy P, bool R, bool M>
+Status Pea<P, R, M>::FindBatch(std::span<const Key> keys, std::span<Value> values,
+                               std::span<Status> statuses) const {
+  return index::BatchCalls::Find(*this, keys, values, statuses);
+}
+
+template <pm::PersistPolicy P, bool R, bool M>
 Status Pea<P, R, M>::Find(Key k, Value* out) const {
   if constexpr (M) {
     FirstValue first;  // one of k's values, without collecting them all

@@ -630,6 +630,12 @@ bool Turbo<P, R>::Search(const Probe& p, OnFound&& on_found) const {
 }
 
 template <pm::PersistPolicy P, bool R>
+Status Turbo<P, R>::FindBatch(std::span<const Key> keys, std::span<Value> values,
+                              std::span<Status> statuses) const {
+  return index::BatchCalls::Find(*this, keys, values, statuses);
+}
+
+template <pm::PersistPolicy P, bool R>
 Status Turbo<P, R>::Find(Key k, Value* out) const {
   if constexpr (R) {
     return index::FindU64AsBytes(*this, k, out);
