@@ -1,6 +1,7 @@
 #include "bench/driver.h"
 
 #include <algorithm>
+#include <charconv>
 #include <chrono>
 #include <memory>
 #include <span>
@@ -74,12 +75,10 @@ bool ParseBatchPhase(std::string_view name, Op* op, uint32_t* batch) {
   *batch = 0;
   const std::string_view digits = name.substr(at + 1);
   uint32_t b = 0;
-  if (digits.empty() || digits.size() > 4) return true;
-  for (char ch : digits) {
-    if (ch < '0' || ch > '9') return true;
-    b = b * 10 + static_cast<uint32_t>(ch - '0');
+  const auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), b);
+  if (ec == std::errc() && end == digits.data() + digits.size() && b >= 1 && b <= kMaxBatch) {
+    *batch = b;
   }
-  if (b >= 1 && b <= kMaxBatch) *batch = b;
   return true;
 }
 
