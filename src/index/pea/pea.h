@@ -437,7 +437,7 @@ class Pea : public index::EngineBase<Pea<P, kRecords, kMulti>, P, Config> {
   PMHASH_ALWAYS_INLINE bool Search(const Probe& p, uint64_t* word) const;
   // Batched finds (src/index/batch.h; pea only: pea-kv copies records, pea-multi collects
   // values): the directory entry, then the first bucket whole and the second one's header, as
-  // Search asks for them; one epoch guard per group of keys.
+  // Search asks for them; one epoch guard per 256 keys (kBatchChunk).
   static constexpr int kBatchStages = kRecords || kMulti ? 0 : 2;
   template <int kStage>
   PMHASH_ALWAYS_INLINE void BatchPrefetch(const Probe& p) const {
