@@ -32,6 +32,47 @@ std::string Field(const std::string& out, const std::string& key) {
   return out.substr(v, out.find('\n', v) - v);
 }
 
+// scripts/bench-keys (issue 16, the headline over several key counts): one interleaved-rounds run
+// per key count, then each row's ratio per count and their geometric mean. A count that is not a
+// count, or a --from directory without results, is refused.
+TEST(Cli, BenchKeysSweepsKeyCounts) {
+  std::string out;
+  if (RunCli("bench --help", &out) != 0) GTEST_SKIP() << "this pmhash is built without bench";
+  char dir[] = "/tmp/pmhash-bench-keys-test-XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  const std::string script = std::string(PMHASH_SOURCE_DIR) + "/scripts/bench-keys ";
+  ASSERT_EQ(RunShell(script + "--pmhash " PMHASH_CLI " --keys 3K,6000 --out " + dir +
+                         " -- --index reh,pea --repeat 2 --phases insert,find+ --no-probe",
+                     &out, 120),
+            0)
+      << out;
+  EXPECT_TRUE(FileExists(std::string(dir) + "/keys-3000.json"));
+  EXPECT_TRUE(FileExists(std::string(dir) + "/keys-6000.json"));
+  // "  insert  3K  6K  geomean", then one line per row with two ratios [spread] and the mean.
+  const size_t summary = out.find("and the geometric mean over the counts");
+  ASSERT_NE(summary, std::string::npos) << out;
+  EXPECT_NE(out.find("geomean", summary), std::string::npos) << out;
+  for (const char* row : {"reh/adr", "pea/adr"}) {
+    const size_t at = out.find(std::string("\n  ") + row, summary);
+    ASSERT_NE(at, std::string::npos) << row << "\n" << out;
+    const std::string line = out.substr(at + 1, out.find('\n', at + 1) - at - 1);
+    EXPECT_EQ(std::count(line.begin(), line.end(), '['), 2) << line;
+    EXPECT_EQ(line.find(" -"), std::string::npos) << "a count or the mean is missing: " << line;
+  }
+  const size_t begin = out.rfind("\n==", summary), end = out.find("\nresults:", summary);
+  ASSERT_TRUE(begin != std::string::npos && end != std::string::npos) << out;
+  const std::string table = out.substr(begin, end - begin);
+  EXPECT_NE(RunShell(script + "--keys 3X --pmhash " PMHASH_CLI, &out), 0);
+  EXPECT_NE(out.find("bad key count"), std::string::npos) << out;
+  std::string again;
+  ASSERT_EQ(RunShell(script + "--from " + dir, &again), 0) << again;
+  EXPECT_NE(again.find(table), std::string::npos) << "--from prints the same table\n" << again;
+  ASSERT_EQ(std::system(("rm -f " + std::string(dir) + "/keys-*.json").c_str()), 0);
+  EXPECT_NE(RunShell(script + "--from " + dir, &out), 0);
+  EXPECT_NE(out.find("no keys-*.json"), std::string::npos) << out;
+  rmdir(dir);
+}
+
 // Regression test: `pmhash info|get|put|check` on a FIFO hung forever (the header was read
 // through an O_RDONLY open, which waits for a writer). The file type is now checked by stat.
 TEST(Cli, FifoIsRefusedWithoutHanging) {
