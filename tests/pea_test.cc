@@ -423,6 +423,10 @@ TEST_F(PeaRecovery, BadDescriptors) {
     auto r = Reopen();
     ASSERT_FALSE(r.ok()) << "descriptor " << v;
     EXPECT_TRUE(r.status().IsCorruption()) << r.status().ToString();
+    // The failed open was abandoned, not closed: no clean mark for what it did not recover.
+    uint64_t clean = 1;
+    ASSERT_TRUE(ReadAt(path_.path(), offsetof(pm::PoolHeader, clean_shutdown), &clean, 8));
+    EXPECT_EQ(clean, 0u) << "descriptor " << v;
     ASSERT_NO_FATAL_FAILURE(Restore());
   }
   ASSERT_NO_FATAL_FAILURE(SetRoot(0, 0));
@@ -457,6 +461,45 @@ TEST_F(PeaRecovery, HalfDoneTwoStepUpdateIsUndone) {
   auto r = Reopen();
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   ASSERT_NO_FATAL_FAILURE(ExpectIntact(**r));
+}
+
+// Close saves the live count (root kSavedSizeRoot) and an open after a clean shutdown takes it
+// instead of scanning the buckets; after a crash the saved count is stale and never used; a
+// hostile count is taken but CheckInvariants' recount refuses it.
+TEST_F(PeaRecovery, SavedSizeOnlyAfterACleanShutdown) {
+  constexpr int kRoot = pea::Pea<pm::Adr>::kSavedSizeRoot;
+  uint64_t saved = 0;
+  ASSERT_TRUE(ReadAt(path_.path(), RootAt(kRoot), &saved, 8));
+  EXPECT_EQ(saved, kKeys + 1) << "Close saves Size() + 1 (0 = none)";
+  ASSERT_NO_FATAL_FAILURE(SetRoot(kRoot, kKeys + 1 + 5));
+  {
+    auto r = Reopen();
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    EXPECT_EQ((*r)->Size(), kKeys + 5) << "the saved count was not taken";
+    const Status s = (*r)->CheckInvariants();
+    EXPECT_TRUE(s.IsCorruption()) << s.ToString();
+    (*r)->Abandon();  // a crash: the pool keeps no clean mark
+  }
+  {
+    auto r = Reopen();
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    EXPECT_EQ((*r)->Size(), kKeys) << "a count saved before a crash was used";
+    for (uint64_t i = 0; i < 10; i++) ASSERT_TRUE((*r)->Erase(keys_[i]).ok());
+    (*r)->Abandon();
+  }
+  {
+    auto r = Reopen();
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    EXPECT_EQ((*r)->Size(), kKeys - 10);
+    const Status s = (*r)->CheckInvariants();
+    EXPECT_TRUE(s.ok()) << s.ToString();
+    ASSERT_TRUE((*r)->Close().ok());
+  }
+  ASSERT_TRUE(ReadAt(path_.path(), RootAt(kRoot), &saved, 8));
+  EXPECT_EQ(saved, kKeys - 10 + 1);
+  auto r = Reopen();
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ((*r)->Size(), kKeys - 10);
 }
 
 TEST(PeaKv, LargeRecords) {

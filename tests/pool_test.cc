@@ -1920,7 +1920,9 @@ TEST_F(PeaHostile, GarbageBucketsDoNotCrash) {
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   uint64_t n = 0;
   ASSERT_TRUE((*r)->ForEach([&](Key, Value) { n++; }).ok());
-  EXPECT_EQ(n, (*r)->Size());
+  // The pool was closed cleanly, so Size() is the count Close saved, not a walk of the garbage;
+  // CheckInvariants' recount refuses the difference.
+  EXPECT_EQ((*r)->Size(), kKeys) << "ForEach walked " << n << " pairs of garbage";
   Status s = (*r)->CheckInvariants();
   EXPECT_TRUE(s.IsCorruption()) << s.ToString();
   for (Key k = 0; k < 2000; k++) {

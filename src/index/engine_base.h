@@ -108,11 +108,20 @@ class EngineBase {
     auto r = NewEngine<D>(options);
     if (!r.ok()) return r;
     Engine& e = **r;
-    if constexpr (requires { e.Init(); }) PMHASH_RETURN_IF_ERROR(e.Init());
-    if (e.pool_->created()) PMHASH_RETURN_IF_ERROR(e.Create());
+    Status s = Status::OK();
+    if constexpr (requires { e.Init(); }) s = e.Init();
+    if (s.ok() && e.pool_->created()) s = e.Create();
     const auto t0 = std::chrono::steady_clock::now();
-    e.pool_->allocator().Reset();
-    PMHASH_RETURN_IF_ERROR(e.Recover());
+    if (s.ok()) {
+      e.pool_->allocator().Reset();
+      s = e.Recover();
+    }
+    if (!s.ok()) {
+      // A failed open is abandoned: its destructor must not Close (no Quiesce over half-built
+      // state, and no clean mark, which would make the next open trust what Close saves).
+      e.Abandon();
+      return s;
+    }
     e.recovered_ = !e.pool_->created() && !e.pool_->was_clean();
     e.recovery_seconds_ =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

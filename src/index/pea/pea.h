@@ -43,7 +43,8 @@
 // Layout
 // ============================================================================================
 //   Pool roots: 0, 1 = directory descriptors [G:8 | region offset:56] (0 = unused),
-//               2 = offset of the StashSid array.  Chunk size = segment size.
+//               2 = offset of the StashSid array, 4 = plain pea's live count + 1 written by
+//               Close (0 = none; trusted only after a clean shutdown). Chunk size = segment size.
 //
 //   Directory region (chunk-aligned, 2^G entries):
 //     entry = [ strategy:8 | local depth:8 | segment id:48 ]  (segment id = heap chunk index)
@@ -212,7 +213,11 @@
 //   * Durable erase is not described: bitmap clear + one flush (I4).
 //   * "Recovery in ms" has no live-key count to rebuild: Size() after a crash is computed lazily
 //     by the first Size()/Stats() call (one scan of the bucket headers, exact when no writer runs
-//     concurrently with that first call); recovery itself is O(directory + StashSid).
+//     concurrently with that first call); recovery itself is O(directory + StashSid). After a
+//     clean shutdown there is nothing to scan: Close saves the count in root 4 before the pool's
+//     clean mark, and an open that finds the mark takes it (a crash after the save leaves no mark,
+//     so a stale count is never used; a hostile one is caught by CheckInvariants' recount).
+//     pea-kv and pea-multi count at open anyway (their recovery walks every live slot).
 //   * A transition rewrites every directory entry of the segment, not "one atomic write": we use
 //     the split's two-step rule (lowest entry last) so that one 8-byte write still commits it.
 //   * The directory is not preallocated for a maximum table size (the paper's region capacity);
@@ -302,6 +307,7 @@ class Pea : public index::EngineBase<Pea<P, kRecords, kMulti>, P, Config> {
   uint32_t LocalDepthOf(Key k) const;
   // Which root (0 or 1) holds the current directory descriptor.
   int DirectoryRoot() const { return dir_.load(std::memory_order_acquire)->root; }
+  static constexpr int kSavedSizeRoot = 4;  // plain pea's live count + 1, saved by Close
 
  private:
   using WriteMode = index::WriteMode;
@@ -493,6 +499,7 @@ class Pea : public index::EngineBase<Pea<P, kRecords, kMulti>, P, Config> {
 
   Status Create();
   Status Recover();
+  Status Quiesce();  // Close(): plain pea saves its live count (root kSavedSizeRoot)
   Status RecoverRecords();
   uint64_t CountLive() const;
 

@@ -178,8 +178,26 @@ Status Pea<P, R, M>::Recover() {
   size_.Reset(0);
   size_base_.store(0);
   size_known_.store(pool_->created());
+  if constexpr (!R && !M) {
+    // The count Close saved, if this open follows a clean shutdown (the design note, "Recovery
+    // in ms").
+    const uint64_t saved = pool_->root(kSavedSizeRoot);
+    if (!pool_->created() && pool_->was_clean() && saved != 0) {
+      size_base_.store(static_cast<int64_t>(saved - 1));
+      size_known_.store(true);
+    }
+  }
   if constexpr (R) return RecoverRecords();
   if constexpr (M) return RecoverMulti();
+  return Status::OK();
+}
+
+// Close(), before the pool's clean mark (Lifecycle): plain pea's live count, for the next open.
+// Epoch-retired chunks need no drain here: after a clean shutdown, as after a crash, the chunk
+// allocator is rebuilt by reachability.
+template <pm::PersistPolicy P, bool R, bool M>
+Status Pea<P, R, M>::Quiesce() {
+  if constexpr (!R && !M && P::kPersistent) pool_->SetRoot(kSavedSizeRoot, Size() + 1);
   return Status::OK();
 }
 
