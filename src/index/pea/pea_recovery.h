@@ -180,9 +180,10 @@ Status Pea<P, R, M>::Recover() {
   size_known_.store(pool_->created());
   if constexpr (!R && !M) {
     // The count Close saved, if this open follows a clean shutdown (the design note, "Recovery
-    // in ms").
+    // in ms"). One above the pool's byte size is hostile (and could overflow Size()'s sum): the
+    // first Size() counts instead.
     const uint64_t saved = pool_->root(kSavedSizeRoot);
-    if (!pool_->created() && pool_->was_clean() && saved != 0) {
+    if (!pool_->created() && pool_->was_clean() && saved != 0 && saved - 1 <= pool_->size()) {
       size_base_.store(static_cast<int64_t>(saved - 1));
       size_known_.store(true);
     }
