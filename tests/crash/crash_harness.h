@@ -70,6 +70,7 @@
 #include <vector>
 
 #include "common/hash.h"
+#include "crash/image_file.h"
 #include "crash/store_tracer.h"
 #include "pm/background.h"
 #include "pm/crash_sim.h"
@@ -291,6 +292,7 @@ class Harness {
     const std::string tag = name_ + "-" + std::to_string(cfg_.seed);
     path_ = TempPoolPath(tag);
     image_path_ = TempPoolPath(tag + "-img");
+    image_.emplace(image_path_);
     unlink(path_.c_str());
     start_ = std::chrono::steady_clock::now();
 
@@ -551,24 +553,8 @@ class Harness {
   }
   Report Finish() {
     unlink(path_.c_str());
-    unlink(image_path_.c_str());
+    if (image_) image_->Remove();
     return report_;
-  }
-
-  Status WriteImage(const std::vector<char>& img, const std::string& path) {
-    const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_TRUNC, 0644);
-    if (fd < 0) return Status::IOError("open image file " + path);
-    size_t done = 0;
-    while (done < img.size()) {
-      const ssize_t w = pwrite(fd, img.data() + done, img.size() - done, static_cast<off_t>(done));
-      if (w <= 0) {
-        close(fd);
-        return Status::IOError("write image file");
-      }
-      done += static_cast<size_t>(w);
-    }
-    close(fd);
-    return Status::OK();
   }
 
   // Recovers the pool at `path` with a fresh index object and checks it against the oracle.
@@ -678,19 +664,19 @@ class Harness {
       }
     }
     pm::SetThreadSimHook(prev);
-    const std::string nested = TempPoolPath(name_ + "-rec");
+    ImageFile nested(TempPoolPath(name_ + "-rec"));
     std::string err;
     for (const auto& st : states) {
       pm::ForEachCrashChoice(
           st, cfg_.seed ^ st.point, 1, 4, [&](const pm::CrashSimulator::Choice& c) {
             std::vector<char> img(st.persisted.size());
             pm::CrashSimulator::BuildImage(st, c, img.data());
-            if (Status s = WriteImage(img, nested); !s.ok()) {
+            if (Status s = nested.Write(img); !s.ok()) {
               err = s.ToString();
               return false;
             }
             report_.recovery_images_checked++;
-            err = CheckRecovered(nested, before, after, creation, false);
+            err = CheckRecovered(nested.path(), before, after, creation, false);
             if (!err.empty())
               err = "crash during recovery (recovery point " + std::to_string(st.point) + ", " +
                     pm::CrashSimulator::DescribeChoice(st, c) + "): " + err;
@@ -698,7 +684,7 @@ class Harness {
           });
       if (!err.empty()) break;
     }
-    unlink(nested.c_str());
+    nested.Remove();
     return err;
   }
 
@@ -739,7 +725,7 @@ class Harness {
           st, cfg_.seed ^ (st.point * 0x9E3779B97F4A7C15ULL), cfg_.random_images, cfg_.max_pairs,
           [&](const pm::CrashSimulator::Choice& c) {
             pm::CrashSimulator::BuildImage(st, c, img.data());
-            if (Status s = WriteImage(img, image_path_); !s.ok()) {
+            if (Status s = image_->Write(img); !s.ok()) {
               report_.failure = s.ToString();
               return false;
             }
@@ -748,7 +734,7 @@ class Harness {
                 CheckRecovered(image_path_, before, after, creation, true, after_only);
             if (err.empty() && cfg_.recovery_crash_every > 0 &&
                 report_.images_checked % cfg_.recovery_crash_every == 0) {
-              if (Status s = WriteImage(img, image_path_); s.ok()) {
+              if (Status s = image_->Write(img); s.ok()) {
                 err = CheckRecoveryCrashes(before, after, creation);
               }
             }
@@ -780,7 +766,7 @@ class Harness {
     std::vector<char> img(st.persisted.size());
     auto fails = [&](const pm::CrashSimulator::Choice& x) {
       pm::CrashSimulator::BuildImage(st, x, img.data());
-      if (!WriteImage(img, image_path_).ok()) return false;
+      if (!image_->Write(img).ok()) return false;
       return !CheckRecovered(image_path_, before, after, creation, true, after_only).empty();
     };
     for (size_t i = 0; i < st.lines.size(); i++) {
@@ -811,6 +797,7 @@ class Harness {
   const Options base_;
   const std::string name_;
   std::string path_, image_path_;
+  std::optional<ImageFile> image_;  // the file at image_path_ (image_file.h)
   std::chrono::steady_clock::time_point start_;
   pm::CrashSimulator* sim_ = nullptr;
   std::vector<Captured> captured_;

@@ -75,7 +75,10 @@ TYPED_TEST(CrashSuite, AdrSkewed) {
   c.ops = 900;
   c.key_range = 6000;
   c.skewed = true;
-  c.budget_seconds = 8;  // image checks (every op still runs: coverage holds); CI minutes
+  // Image checks (every op still runs: coverage holds); CI minutes. Since the image file is kept
+  // mapped (image_file.h), 6 s check 80-100% of the images 8 s checked before (smartht-kv: 6891
+  // against 8412; turbo: 6756 in 5 s against 7702).
+  c.budget_seconds = 6;
   const Report r = Harness<TypeParam::template Index>(c, TypeParam::Deep(HashMode::kStrong),
                                                       std::string(TypeParam::kName) + "Skewed")
                        .Run();
