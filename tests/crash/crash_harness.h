@@ -86,6 +86,10 @@ struct Config {
   int random_images = 3;
   size_t max_pairs = 12;
   double budget_seconds = 20;
+  // Whether PMHASH_CRASH_BUDGET (and PMHASH_TEST_SCALE) may change budget_seconds. A run that
+  // must find a failure (a seeded bug, a torn one-flush write) sets false: a short budget would
+  // stop it before the failing image and fail it for the wrong reason.
+  bool budget_from_env = true;
   uint64_t max_images = 1000000;
   // At most this many crash states checked per operation (evenly spaced over its crash points);
   // 0: every one.
@@ -118,13 +122,13 @@ struct Config {
     if (const char* s = std::getenv("PMHASH_CRASH_SEED")) c.seed = std::strtoull(s, nullptr, 10);
     if (const char* s = std::getenv("PMHASH_CRASH_POINT"))
       c.only_point = std::strtoll(s, nullptr, 10);
-    if (const char* s = std::getenv("PMHASH_CRASH_BUDGET"))
+    if (const char* s = std::getenv("PMHASH_CRASH_BUDGET"); s && budget_from_env)
       c.budget_seconds = std::strtod(s, nullptr);
     if (const char* s = std::getenv("PMHASH_TEST_SCALE")) {
       const double f = std::strtod(s, nullptr);
       if (f > 0) {
         c.ops = static_cast<int>(c.ops * f);
-        c.budget_seconds *= f;
+        if (budget_from_env) c.budget_seconds *= f;
       }
     }
     return c;
