@@ -446,6 +446,10 @@ extern "C" int LLVMFuzzerInitialize(int* argc, char*** argv) {
       std::exit(0);
     }
   }
+  // ThePath()'s string first: statics are destroyed in the reverse order of their construction
+  // and atexit registration, so the handler must be registered after the string exists (it ran
+  // on a destroyed string before, and every run left its pool file behind).
+  (void)ThePath();
   std::atexit([] { ::unlink(ThePath().c_str()); });
   return 0;
 }
