@@ -295,8 +295,7 @@ class Harness {
   Report Run() {
     const std::string tag = name_ + "-" + std::to_string(cfg_.seed);
     path_ = TempPoolPath(tag);
-    image_path_ = TempPoolPath(tag + "-img");
-    image_.emplace(image_path_);
+    image_.emplace(TempPoolPath(tag + "-img"));
     unlink(path_.c_str());
     start_ = std::chrono::steady_clock::now();
 
@@ -647,7 +646,7 @@ class Harness {
     return "";
   }
 
-  // Crash during recovery: recover `image_path_` under a second simulator and check every image
+  // Crash during recovery: recover the image file under a second simulator and check every image
   // of every crash point of that recovery.
   std::string CheckRecoveryCrashes(const Model& before, const Model& after, bool creation) {
     pm::CrashSimulator rsim(pm::CrashSimConfig{cfg_.eadr, cfg_.tear_words});
@@ -656,7 +655,7 @@ class Harness {
     pm::SimHook* prev = pm::SetThreadSimHook(&rsim);
     {
       Options o = base_;
-      o.path = image_path_;
+      o.path = image_->path();
       o.durability = Durability::kSim;
       o.mode = creation ? OpenMode::kOpenOrCreate : OpenMode::kOpenExisting;
       auto r = SimIndex::Open(o);
@@ -735,7 +734,7 @@ class Harness {
             }
             report_.images_checked++;
             std::string err =
-                CheckRecovered(image_path_, before, after, creation, true, after_only);
+                CheckRecovered(image_->path(), before, after, creation, true, after_only);
             if (err.empty() && cfg_.recovery_crash_every > 0 &&
                 report_.images_checked % cfg_.recovery_crash_every == 0) {
               if (Status s = image_->Write(img); s.ok()) {
@@ -771,7 +770,7 @@ class Harness {
     auto fails = [&](const pm::CrashSimulator::Choice& x) {
       pm::CrashSimulator::BuildImage(st, x, img.data());
       if (!image_->Write(img).ok()) return false;
-      return !CheckRecovered(image_path_, before, after, creation, true, after_only).empty();
+      return !CheckRecovered(image_->path(), before, after, creation, true, after_only).empty();
     };
     for (size_t i = 0; i < st.lines.size(); i++) {
       pm::CrashSimulator::Choice t = c;
@@ -800,8 +799,8 @@ class Harness {
   const Config cfg_;
   const Options base_;
   const std::string name_;
-  std::string path_, image_path_;
-  std::optional<ImageFile> image_;  // the file at image_path_ (image_file.h)
+  std::string path_;
+  std::optional<ImageFile> image_;  // where crash images are written (image_file.h)
   std::chrono::steady_clock::time_point start_;
   pm::CrashSimulator* sim_ = nullptr;
   std::vector<Captured> captured_;
