@@ -2393,37 +2393,55 @@ TEST(SmartHtKvHostile, BadRecords) {
 
 // elimda-kv: the same, on a live item of an active log block that also has a free slot (records
 // share the segments' and logs' chunk allocator).
+// An elimda-kv pool of 300 keys (uint64 keys and values as 8-byte records); returns the record
+// of a live item in an active log block, in its first line (slots 0-2, where an append's record
+// is checked at recovery: I11 in elimda.h) or not, and sets *slot_value to the file offset of the
+// item's record-offset word.
+uint64_t MakeElimdaKvPool(const std::string& path, bool first_line, uint64_t* slot_value) {
+  Options o;
+  o.path = path;
+  o.pool_size = 4 << 20;
+  o.durability = Durability::kAdr;
+  o.elimda.bucket_items = 32;
+  o.elimda.dbucket_items = 16;
+  o.elimda.segment_buckets = 2;
+  o.elimda.logs = 16;
+  auto r = elimda::ElimDA<pm::Adr, true>::Open(o);
+  EXPECT_TRUE(r.ok()) << r.status().ToString();
+  if (!r.ok()) return 0;
+  for (uint64_t i = 0; i < 300; i++) EXPECT_TRUE((*r)->Insert(SplitMix64(i), i).ok());
+  const pm::Pool& pool = (*r)->pool();
+  const auto* table = pool.template At<uint64_t>(pool.root(1));
+  uint64_t rec = 0;
+  for (uint32_t li = 0; li < 16 && rec == 0; li++) {
+    if (table[li] == 0) continue;
+    const auto* blk = pool.template At<elimda::LogBlock>(table[li]);
+    const uint32_t bits =
+        static_cast<uint32_t>(blk->header.load(std::memory_order_relaxed) & elimda::kFullBits) &
+        (first_line ? elimda::kFirstLineBits : ~elimda::kFirstLineBits);
+    if (bits == 0) continue;
+    const int j = std::countr_zero(bits);
+    *slot_value = table[li] + 16 + 16 * j + 8;
+    rec = blk->slots[j].value.load(std::memory_order_relaxed);
+  }
+  EXPECT_NE(rec, 0u) << "no live item " << (first_line ? "in" : "outside")
+                     << " the first line of an active block";
+  EXPECT_TRUE((*r)->Close().ok());
+  return rec;
+}
+
+// Items outside the first line, and first-line items whose record offset is itself impossible,
+// are refused like every other kind's.
 TEST(ElimdaKvHostile, BadRecords) {
   using T = elimda::ElimDA<pm::Adr, true>;
-  auto make = [](const std::string& path, uint64_t* slot_value) -> uint64_t {
-    Options o;
-    o.path = path;
-    o.pool_size = 4 << 20;
-    o.durability = Durability::kAdr;
-    o.elimda.bucket_items = 32;
-    o.elimda.dbucket_items = 16;
-    o.elimda.segment_buckets = 2;
-    o.elimda.logs = 16;
-    auto r = T::Open(o);
-    EXPECT_TRUE(r.ok()) << r.status().ToString();
-    if (!r.ok()) return 0;
-    for (uint64_t i = 0; i < 300; i++) EXPECT_TRUE((*r)->Insert(SplitMix64(i), i).ok());
-    const pm::Pool& pool = (*r)->pool();
-    const auto* table = pool.template At<uint64_t>(pool.root(1));
-    uint64_t rec = 0;
-    for (uint32_t li = 0; li < 16 && rec == 0; li++) {
-      if (table[li] == 0) continue;
-      const auto* blk = pool.template At<elimda::LogBlock>(table[li]);
-      const uint32_t bits =
-          static_cast<uint32_t>(blk->header.load(std::memory_order_relaxed) & elimda::kFullBits);
-      if (bits == 0 || bits == elimda::kFullBits) continue;
-      const int j = std::countr_zero(bits);
-      *slot_value = table[li] + 16 + 16 * j + 8;
-      rec = blk->slots[j].value.load(std::memory_order_relaxed);
-    }
-    EXPECT_TRUE((*r)->Close().ok());
-    return rec;
+  auto make = [](const std::string& path, uint64_t* slot_value) {
+    return MakeElimdaKvPool(path, /*first_line=*/false, slot_value);
   };
+  auto make_first_line = [](const std::string& path, uint64_t* slot_value) {
+    return MakeElimdaKvPool(path, /*first_line=*/true, slot_value);
+  };
+  ExpectRecordCasesRefused<T>("elimdakv_hostile_first", make_first_line,
+                              {kRecordCases[0], kRecordCases[1]});
   std::vector<RecordCase> cases(std::begin(kRecordCases), std::end(kRecordCases));
   cases.push_back({"record shared by two slots", [](const std::string& p, uint64_t sv, uint64_t) {
                      // A free slot of the block (made live) holds the same key word and record.
@@ -2435,6 +2453,43 @@ TEST(ElimdaKvHostile, BadRecords) {
                      WriteU64(p, blk, hdr | (uint64_t{1} << other));
                    }});
   ExpectRecordCasesRefused<T>("elimdakv_hostile_rec", make, std::move(cases));
+}
+
+// I11 (elimda.h): an append's record is persisted by the append's own fence, so a crash can leave
+// a first-line item of an active block whose record never reached the media whole. Recovery
+// drops that item (an insert that was not acknowledged), durably, and frees its record; it
+// refuses no pool for it.
+TEST(ElimdaKvRecovery, TornFirstLineRecordIsDropped) {
+  using T = elimda::ElimDA<pm::Adr, true>;
+  struct Tear {
+    const char* what;
+    uint64_t at;  // byte of the record flipped: the check word, the key, the value
+  };
+  for (const Tear& t : {Tear{"check word", 8}, Tear{"key byte", 16}, Tear{"value byte", 24}}) {
+    SCOPED_TRACE(t.what);
+    ScopedPath p("elimdakv_torn");
+    uint64_t sv = 0;
+    const uint64_t rec = MakeElimdaKvPool(p.path(), /*first_line=*/true, &sv);
+    ASSERT_NE(rec, 0u);
+    const uint64_t key = ReadU64(p.path(), rec + 16);  // [klen | vlen | check | key | value]
+    WriteU64(p.path(), rec + t.at, ReadU64(p.path(), rec + t.at) ^ 1);
+    Options o;
+    o.path = p.path();
+    o.mode = OpenMode::kOpenExisting;
+    for (int open = 0; open < 2; open++) {  // the drop is durable: the second open finds no tear
+      auto r = T::Open(o);
+      ASSERT_TRUE(r.ok()) << r.status().ToString();
+      T& ix = **r;
+      EXPECT_EQ(Detail(ix.Stats(), "elimda.torn_appends_dropped"), open == 0 ? 1 : 0);
+      EXPECT_EQ(ix.Size(), 299u);
+      Value v = 0;
+      for (uint64_t i = 0; i < 300; i++) {
+        EXPECT_EQ(ix.Find(SplitMix64(i), &v).ok(), SplitMix64(i) != key) << i;
+      }
+      EXPECT_TRUE(ix.CheckInvariants().ok()) << ix.CheckInvariants().ToString();  // no leak
+      ASSERT_TRUE(ix.Close().ok());
+    }
+  }
 }
 
 // pea-multi: a pointer slot's value list (pea_multi.h, I13) and the redo logs (I12), corrupted,

@@ -1,7 +1,27 @@
 // The out-of-line part of src/index/records.h: recovery, invariant checks and statistics.
 #include "index/records.h"
 
+#include <xxhash.h>
+
 namespace pmhash::index {
+
+uint64_t Records::CheckOf(uint64_t off) const {
+  // XXH3-64 of the key and value bytes, seeded with the lengths word (so that a record cut
+  // short or stretched by a torn length does not keep its check); never the configured Hasher,
+  // whose collision-heavy test mode would make a weak check.
+  const RecordHeader* r = Header(off);
+  const uint64_t lengths = (uint64_t{r->value_len} << 32) | r->key_len;
+  return XXH3_64bits_withSeed(reinterpret_cast<const char*>(r) + kCheckedRecordHeader,
+                              uint64_t{r->key_len} + r->value_len,
+                              lengths ^ 0x9E3779B97F4A7C15ULL);
+}
+
+bool Records::Intact(uint64_t off, uint64_t h, const Hasher& hash) const {
+  if (!Plausible(off)) return false;
+  const uint64_t bytes = Bytes(off);
+  return bytes <= max_bytes_ && heap_.Contains(off, bytes) && hash(Key(off)) == h &&
+         CheckMatches(off);
+}
 
 Status Records::Recover(uint64_t off, uint64_t h, const Hasher& hash) {
   // Called for every live record at open: the messages are built only on failure.
@@ -9,7 +29,7 @@ Status Records::Recover(uint64_t off, uint64_t h, const Hasher& hash) {
     return Status::Corruption(std::string(kind_) + ": record at " + std::to_string(off) + " " +
                               std::string(what));
   };
-  if (!heap_.PlausibleRecord(off, kRecordHeader)) {
+  if (!Plausible(off)) {
     return corrupt("is outside the heap or misaligned");
   }
   const uint64_t bytes = Bytes(off);
@@ -20,6 +40,7 @@ Status Records::Recover(uint64_t off, uint64_t h, const Hasher& hash) {
     return Status::Corruption(std::string(kind_) + ": " + std::string(st.message()));
   }
   if (hash(Key(off)) != h) return corrupt("does not match its slot's hash");
+  if (hdr_ == kCheckedRecordHeader && !CheckMatches(off)) return corrupt("fails its check word");
   return Status::OK();
 }
 
@@ -27,6 +48,7 @@ std::string Records::Check(uint64_t off, uint64_t h, const Hasher& hash, Tally* 
   const uint64_t bytes = Bytes(off);
   if (!heap_.IsAllocated(off, bytes)) return "record not marked allocated";
   if (hash(Key(off)) != h) return "record hash mismatch";
+  if (hdr_ == kCheckedRecordHeader && !CheckMatches(off)) return "record check word mismatch";
   if (const uint64_t slab = heap_.SlabOf(off, bytes)) {
     t->slabs.insert(slab);
   } else {

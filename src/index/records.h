@@ -5,6 +5,15 @@
 //
 //     slot   = [ hash(key):64 | record offset:64 ]
 //     record = [ klen:32 | vlen:32 | key bytes | value bytes ]   (8 + klen + vlen bytes)
+//     checked record (format 2, elimda-kv):
+//              [ klen:32 | vlen:32 | check:64 | key bytes | value bytes ]   (16 + klen + vlen)
+//
+// A plain record must be durable before the store that publishes it (its own fence: two per
+// insert). A checked record carries check = XXH3-64 of its key and value bytes, seeded with its
+// lengths, so that recovery can tell a record that reached the media whole from one a crash
+// tore: an engine may then publish it under the same fence that persists it (NewChecked), if its
+// recovery drops a slot whose record is not Intact() wherever an unfenced publish can be found
+// (elimda-kv: the first line of a log's active block), as an insert that was never acknowledged.
 //
 // with the record in the pool's record heap (src/pm/record_heap.h: a slot of the smallest size
 // class that holds it, or whole chunks). This file is what such a kind needs of its records,
@@ -49,11 +58,18 @@
 namespace pmhash::index {
 
 inline constexpr uint64_t kRecordHeader = 8;
+inline constexpr uint64_t kCheckedRecordHeader = 16;  // the header and the check word
 struct RecordHeader {
   uint32_t key_len;
   uint32_t value_len;
 };
 static_assert(sizeof(RecordHeader) == kRecordHeader);
+static_assert(kCheckedRecordHeader == kRecordHeader + sizeof(uint64_t));
+
+// The `records` word a pool stores: which record format its slots point at.
+inline constexpr uint32_t kNoRecords = 0;
+inline constexpr uint32_t kPlainRecords = 1;    // [klen | vlen | key | value]
+inline constexpr uint32_t kCheckedRecords = 2;  // [klen | vlen | check | key | value]
 static_assert(pm::kRecordAlign % alignof(RecordHeader) == 0, "read in place at any record start");
 
 // A uint64 key or value as the 8 little-endian bytes a records kind stores.
@@ -81,11 +97,12 @@ struct KeyProbe {
   std::string_view s;
 };
 
-// The stored words of a new pool of the kind: `records` set for a records kind.
+// The stored words of a new pool of the kind: `records` = its record format (kNoRecords,
+// kPlainRecords, kCheckedRecords; a bool says none or plain).
 template <class Stored>
-Stored WithRecordsWord(bool records_kind) {
+Stored WithRecordsWord(uint32_t format) {
   Stored s;
-  s.records = records_kind ? 1 : 0;
+  s.records = format;
   return s;
 }
 
@@ -100,11 +117,16 @@ constexpr auto WithRecordProperty(std::string_view name, std::optional<uint32_t>
   }
 }
 
-// Check() of its two stored words: "" or why they are impossible for `kind`.
-inline std::string CheckRecordWords(bool records_kind, uint32_t records, uint32_t max_record_bytes,
+// Check() of its two stored words: "" or why they are impossible for `kind`, whose record format
+// is `format` (as for WithRecordsWord).
+inline std::string CheckRecordWords(uint32_t format, uint32_t records, uint32_t max_record_bytes,
                                     std::string_view kind) {
-  if (records != (records_kind ? 1u : 0u)) {
-    return "records = " + std::to_string(records) + " in a '" + std::string(kind) + "' pool";
+  const bool records_kind = format != kNoRecords;
+  if (records != format) {
+    std::string e = "records = " + std::to_string(records) + " in a '" + std::string(kind) +
+                    "' pool (its record format is " + std::to_string(format) + ")";
+    if (records_kind && records != kNoRecords) e += ": made by another version of pmhash";
+    return e;
   }
   if (records_kind && (max_record_bytes < 64 || max_record_bytes > (1u << 30))) {
     return "max_record_bytes must be in [64, 2^30]";
@@ -196,45 +218,47 @@ struct ProbeCalls;
 class Records {
  public:
   // `kind` names the engine in errors; the heap lies over the pool's chunk allocator.
-  Records(pm::Pool& pool, EpochManager& epoch, uint64_t max_record_bytes, std::string_view kind)
+  // `checked`: the records carry a check word (kCheckedRecords).
+  Records(pm::Pool& pool, EpochManager& epoch, uint64_t max_record_bytes, std::string_view kind,
+          bool checked = false)
       : pool_(pool),
         epoch_(epoch),
         heap_(pool.base(), &pool.allocator(), &epoch),
         max_bytes_(max_record_bytes),
-        kind_(kind) {}
+        kind_(kind),
+        hdr_(checked ? kCheckedRecordHeader : kRecordHeader) {}
 
   std::string_view Key(uint64_t off) const {
     const RecordHeader* r = Header(off);
-    return {reinterpret_cast<const char*>(r) + kRecordHeader, r->key_len};
+    return {reinterpret_cast<const char*>(r) + hdr_, r->key_len};
   }
   std::string_view Value(uint64_t off) const {
     const RecordHeader* r = Header(off);
-    return {reinterpret_cast<const char*>(r) + kRecordHeader + r->key_len, r->value_len};
+    return {reinterpret_cast<const char*>(r) + hdr_ + r->key_len, r->value_len};
   }
   // Key(off) == s, for a lock-free reader that may hold a stale offset (its version check comes
   // after): reads no byte outside the pool whatever the header says.
   bool KeyEquals(uint64_t off, std::string_view s) const {
-    if (off == 0 || s.size() > pool_.size() - kRecordHeader ||
-        off > pool_.size() - kRecordHeader - s.size()) {
+    if (off == 0 || s.size() > pool_.size() - hdr_ || off > pool_.size() - hdr_ - s.size()) {
       return false;
     }
     const RecordHeader* r = Header(off);
     return r->key_len == s.size() &&
            (s.empty() ||
-            std::memcmp(reinterpret_cast<const char*>(r) + kRecordHeader, s.data(), s.size()) == 0);
+            std::memcmp(reinterpret_cast<const char*>(r) + hdr_, s.data(), s.size()) == 0);
   }
   // *out = Value(off), for a lock-free reader whose version check comes after: false, and
   // nothing read outside the pool, if the header does not fit in it (a stale offset).
   bool ReadValue(uint64_t off, std::string* out) const {
-    if (off == 0 || off > pool_.size() - kRecordHeader) return false;
+    if (off == 0 || off > pool_.size() - hdr_) return false;
     const RecordHeader* r = Header(off);
-    if (uint64_t{r->key_len} + r->value_len > pool_.size() - kRecordHeader - off) return false;
-    out->assign(reinterpret_cast<const char*>(r) + kRecordHeader + r->key_len, r->value_len);
+    if (uint64_t{r->key_len} + r->value_len > pool_.size() - hdr_ - off) return false;
+    out->assign(reinterpret_cast<const char*>(r) + hdr_ + r->key_len, r->value_len);
     return true;
   }
   uint64_t Bytes(uint64_t off) const {
     const RecordHeader* r = Header(off);
-    return kRecordHeader + uint64_t{r->key_len} + r->value_len;
+    return hdr_ + uint64_t{r->key_len} + r->value_len;
   }
 
   // A new record of k and v, flushed but not fenced: the fence of the slot write that publishes
@@ -242,27 +266,41 @@ class Records {
   // even after the erased records waiting for the epoch have been freed.
   template <pm::PersistPolicy P>
   Result<uint64_t> New(std::string_view k, std::string_view v, const pm::Persister<P>& persist) {
-    const uint64_t bytes = kRecordHeader + k.size() + v.size();
-    if (k.size() > UINT32_MAX || v.size() > UINT32_MAX || bytes > max_bytes_) {
-      return Status::InvalidArgument(std::string(kind_) +
-                                     ": key + value exceed max_record_bytes (" +
-                                     std::to_string(max_bytes_) + ")");
-    }
-    auto off = heap_.Allocate(bytes, persist);
-    if (!off.ok() && off.status().IsOutOfSpace() && epoch_.pending() != 0) {
-      epoch_.Reclaim();  // erased records may be waiting for the epoch to move
-      epoch_.Reclaim();
-      off = heap_.Allocate(bytes, persist);
-    }
-    if (!off.ok()) return off.status();
-    char* dst = pool_.At<char>(off.value());
-    const RecordHeader h{static_cast<uint32_t>(k.size()), static_cast<uint32_t>(v.size())};
-    std::memcpy(dst, &h, sizeof(h));
-    if (!k.empty()) std::memcpy(dst + kRecordHeader, k.data(), k.size());
-    if (!v.empty()) std::memcpy(dst + kRecordHeader + k.size(), v.data(), v.size());
-    persist.Flush(dst, bytes);
-    return off.value();
+    Result<uint64_t> off = Allocate(k, v, persist);
+    if (off.ok()) Write(off.value(), k, v, persist);
+    return off;
   }
+  // A new checked record of k (whose slot hash is h) and v, flushed, that the caller may publish
+  // before the fence that persists both, if its recovery drops a slot whose record is not
+  // Intact() there. Fenced here (then the caller's fence orders nothing more) when a torn copy
+  // could still pass for it: a large record (whole chunks), or a slot whose old bytes do not
+  // fit it or hold a key of hash h. Those old bytes are what the media holds (every record
+  // written here was persisted before it was freed), so without that fence any mix of them
+  // with the new bytes that a crash leaves either fails the check or names another key hash.
+  // REQUIRES: checked records.
+  template <pm::PersistPolicy P>
+  Result<uint64_t> NewChecked(std::string_view k, std::string_view v, uint64_t h,
+                              const Hasher& hash, const pm::Persister<P>& persist) {
+    Result<uint64_t> off = Allocate(k, v, persist);
+    if (!off.ok()) return off;
+    const uint64_t bytes = hdr_ + k.size() + v.size();
+    const RecordHeader* old = Header(off.value());
+    const uint32_t c = heap_.ClassOf(bytes);
+    const uint64_t room = c == pm::RecordHeap::kLarge ? 0 : heap_.class_bytes(c);
+    const bool fence = room == 0 || hdr_ + uint64_t{old->key_len} + old->value_len > room ||
+                       hash(Key(off.value())) == h;
+    Write(off.value(), k, v, persist);
+    if (fence) persist.Fence();
+    return off;
+  }
+  // Recovery of a slot that NewChecked may have published unfenced: true if its record at `off`
+  // reached the media whole (lengths inside the heap and max_record_bytes, key hash h, check
+  // word); false for a record a crash tore. Reads nothing outside the pool. REQUIRES: checked
+  // records, Plausible(off) (the offset itself is never torn: the slot holds it).
+  bool Intact(uint64_t off, uint64_t h, const Hasher& hash) const;
+  // The offset lies inside the heap, aligned, with room for a header: its lengths may be read.
+  bool Plausible(uint64_t off) const { return heap_.PlausibleRecord(off, hdr_); }
+
   // Frees the record once no epoch reader can hold it. REQUIRES: it is no longer reachable.
   void Retire(uint64_t off) { heap_.Retire(off, Bytes(off)); }
 
@@ -306,12 +344,54 @@ class Records {
 
  private:
   const RecordHeader* Header(uint64_t off) const { return pool_.At<RecordHeader>(off); }
+  // The check word of the record at `off` as its bytes say it should be.
+  uint64_t CheckOf(uint64_t off) const;
+  bool CheckMatches(uint64_t off) const {
+    uint64_t c;
+    std::memcpy(&c, pool_.At<char>(off) + kRecordHeader, sizeof(c));
+    return c == CheckOf(off);
+  }
+
+  // A slot for a record of k and v (New's checks: max_record_bytes, a full heap).
+  template <pm::PersistPolicy P>
+  Result<uint64_t> Allocate(std::string_view k, std::string_view v,
+                            const pm::Persister<P>& persist) {
+    const uint64_t bytes = hdr_ + k.size() + v.size();
+    if (k.size() > UINT32_MAX || v.size() > UINT32_MAX || bytes > max_bytes_) {
+      return Status::InvalidArgument(std::string(kind_) +
+                                     ": key + value exceed max_record_bytes (" +
+                                     std::to_string(max_bytes_) + ")");
+    }
+    auto off = heap_.Allocate(bytes, persist);
+    if (!off.ok() && off.status().IsOutOfSpace() && epoch_.pending() != 0) {
+      epoch_.Reclaim();  // erased records may be waiting for the epoch to move
+      epoch_.Reclaim();
+      off = heap_.Allocate(bytes, persist);
+    }
+    return off;
+  }
+  // Writes the record (and its check word) at `off` and flushes it; no fence.
+  template <pm::PersistPolicy P>
+  void Write(uint64_t off, std::string_view k, std::string_view v,
+             const pm::Persister<P>& persist) {
+    char* dst = pool_.At<char>(off);
+    const RecordHeader h{static_cast<uint32_t>(k.size()), static_cast<uint32_t>(v.size())};
+    std::memcpy(dst, &h, sizeof(h));
+    if (!k.empty()) std::memcpy(dst + hdr_, k.data(), k.size());
+    if (!v.empty()) std::memcpy(dst + hdr_ + k.size(), v.data(), v.size());
+    if (hdr_ == kCheckedRecordHeader) {
+      const uint64_t c = CheckOf(off);
+      std::memcpy(dst + kRecordHeader, &c, sizeof(c));
+    }
+    persist.Flush(dst, hdr_ + k.size() + v.size());
+  }
 
   pm::Pool& pool_;
   EpochManager& epoch_;
   pm::RecordHeap heap_;
   const uint64_t max_bytes_;
   const std::string_view kind_;
+  const uint64_t hdr_;  // kRecordHeader, or kCheckedRecordHeader
 };
 
 // The epoch and the records of a records kind's engine (reh-kv, smartht-kv, elimda-kv), made at
@@ -319,10 +399,10 @@ class Records {
 // are retired through the epoch, `reclaim_batch` at a time (Options::reclaim_batch).
 inline void MakeRecords(pm::Pool& pool, uint32_t reclaim_batch, uint64_t max_record_bytes,
                         std::string_view kind, std::unique_ptr<EpochManager>* epoch,
-                        std::unique_ptr<Records>* records) {
+                        std::unique_ptr<Records>* records, bool checked = false) {
   *epoch = std::make_unique<EpochManager>();
   (*epoch)->set_reclaim_batch(reclaim_batch);
-  *records = std::make_unique<Records>(pool, **epoch, max_record_bytes, kind);
+  *records = std::make_unique<Records>(pool, **epoch, max_record_bytes, kind, checked);
 }
 
 // How an engine whose slots hold inline items (kRecords false) or [hash | record offset] compares

@@ -236,6 +236,24 @@ TEST(ElimdaCrash, CompactionAtOutOfSpace) {
                      {"alloc.reused", 1, "freed chunks reused"}});
 }
 
+// I11 in elimda.h: an elimda-kv append's record is persisted by the append's own fence, so a
+// crash before it can leave the item without its record. When the record slot last held a record
+// of the same key (erased, or replaced by an update, then freed), that old record is what the
+// media still holds there, and recovery must not take it for the new one (NewChecked fences such
+// a slot at once). A dozen keys, updated, erased and inserted again, with retired records reused
+// at once, land new records on old ones of the same key.
+TEST(ElimdaKvCrash, RecordSlotOfTheSameKeyIsNotResurrected) {
+  Config c;
+  c.seed = 31;
+  c.ops = 300;
+  c.key_range = 12;
+  const Report r = Harness<ElimdaKvTraits::Index>(c, ElimdaKvTraits::Small(HashMode::kStrong),
+                                                 "ElimdaKvReuse")
+                       .Run();
+  Expect(r);
+  ExpectCoverage(r, {{"records.reused_slots", 20, "record slots of erased keys reused"}});
+}
+
 // The one-flush writes of REH, SmartHT and Pea (their papers) and of our ElimDA append put an
 // item and the word that makes it live in one cache line and flush it once, so they assume that
 // a line reaches the media whole; CrashSuite.AdrTornWords runs each with its tear_safe option.

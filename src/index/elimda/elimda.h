@@ -122,6 +122,18 @@
 //       bucket is the one that counts (Find, ForEach, recovery, CheckInvariants); a later copy
 //       is never returned, Erase tombstones every copy (newest first), and the next compaction
 //       or split drops it.
+//   I11 (elimda-kv) An append's record is a checked record (src/index/records.h: a check word
+//       over its key and value) written and flushed but not fenced before the item and its bit
+//       are stored: the append's one fence persists all three (one fence per insert, not two).
+//       A crash may leave a set bit whose record is torn, but only in the first line of a log's
+//       active block: every other logged item was appended, and fenced, before it moved out of
+//       the first line or its block was sealed (and a tear_safe append's item persist fences the
+//       record before the bit is stored). Recovery drops such an item (its record not Intact:
+//       key hash and check word) and clears its bit durably: that insert was never
+//       acknowledged. A slot whose old bytes could pass for the new record (a record of the
+//       same key hash, or lengths too long to tell) is fenced at once by NewChecked, so no stale
+//       record is ever taken for the new one. An update's record is fenced before the value
+//       store, as before: dropping a torn update would lose the old value.
 //
 // Recovery (paper 3.6): walk the segment chain (tiling and tags checked, every offset
 // validated, MarkReachable), rebuild directory, counts and fingerprints; walk every log chain
@@ -146,17 +158,17 @@
 //
 // elimda-kv (variable-size keys and values; the paper's 3.7 value pool, in the shared record
 // heap): the same engine with kRecords. An item holds [hash(key) | record offset] and the record
-// [klen | vlen | key | value] lives in the pool's record heap (src/index/records.h), allocated
-// from the same chunk allocator. Fingerprints, logs, buckets, splits and tombstones (the words
-// 0 and 2^63, like reh-kv's) work on the hash as elimda works on the key; keys are compared by
-// hash, then the record's bytes. A record is flushed and fenced before the store that publishes
-// it (the append's header store, an update's value store); an update or an erase retires the old
-// record through the epoch (FindBytes copies a value after leaving the locks, under an epoch
-// guard). Relocation and compaction copy items, never records: every copy of a pair names the
+// [klen | vlen | check | key | value] lives in the pool's record heap (src/index/records.h),
+// allocated from the same chunk allocator. Fingerprints, logs, buckets, splits and tombstones
+// (the words 0 and 2^63, like reh-kv's) work on the hash as elimda works on the key; keys are
+// compared by hash, then the record's bytes. An update's record is flushed and fenced before the
+// value store that publishes it; an append's is persisted by the append's own fence and checked
+// at recovery (I11). An update or an erase retires the old record through the epoch (FindBytes
+// copies a value after leaving the locks, under an epoch guard). Relocation and compaction copy items, never records: every copy of a pair names the
 // same record, so copies are told apart by their record offset (Identity()), and recovery finds
 // a relocated item still logged (I5) by its record offset among the PM table's live ones, before
 // it reads any record byte. Open rebuilds the record heap from the live items (Records::Recover:
-// offset, lengths, slab, sharing and key hash validated before use).
+// offset, lengths, slab, sharing, key hash and check word validated before use).
 //
 // Thread safety: all public operations may run concurrently. Close() requires quiescence.
 #pragma once
@@ -235,7 +247,7 @@ struct PersistentParams : index::LayoutWords<kBlockBytes, kBlockSlots> {
   uint32_t logs = 0;
   uint32_t initial_depth = 0;
   uint32_t max_depth = 0;
-  uint32_t records = 0;           // 1: elimda-kv
+  uint32_t records = 0;           // 2: elimda-kv (checked records, src/index/records.h)
   uint32_t max_record_bytes = 0;  // elimda-kv only
 };
 
@@ -359,9 +371,10 @@ struct DescriptorFor
                               &Stored::initial_depth, 1u},
           index::PoolProperty{"elimda.max_depth", &Params::max_depth, &Stored::max_depth, 32u},
       });
-  static Stored Base() { return index::WithRecordsWord<Stored>(kRecords); }
+  static constexpr uint32_t kRecordFormat = kRecords ? index::kCheckedRecords : index::kNoRecords;
+  static Stored Base() { return index::WithRecordsWord<Stored>(kRecordFormat); }
   static std::string Check(const Stored& s) {
-    if (std::string e = index::CheckRecordWords(kRecords, s.records, s.max_record_bytes, kName);
+    if (std::string e = index::CheckRecordWords(kRecordFormat, s.records, s.max_record_bytes, kName);
         !e.empty()) {
       return e;
     }
@@ -596,7 +609,8 @@ class ElimDA : public index::EngineBase<ElimDA<P, kRecords>, P, Config> {
   std::vector<BlockInfo*> empty_blocks_;  // sealed blocks an erase left without items
 
   std::atomic<uint64_t> log_swaps_{0}, relocations_{0}, relocated_items_{0}, dups_dropped_{0},
-      blocks_freed_{0}, segments_{0}, blocks_{0}, compactions_{0}, line_moves_{0};
+      blocks_freed_{0}, segments_{0}, blocks_{0}, compactions_{0}, line_moves_{0},
+      torn_dropped_{0};  // elimda-kv: unacknowledged appends whose record a crash tore (I11)
 
   std::unique_ptr<index::Records> records_;  // elimda-kv only (src/index/records.h)
   // elimda-kv only, after pool_ and records_: its destructor frees into them.
@@ -630,7 +644,7 @@ ElimDA<P, R>::ElimDA(std::unique_ptr<pm::Pool> pool, const Config& config)
       seg_chunks_(SegmentChunks(config)) {
   if constexpr (R) {
     index::MakeRecords(*pool_, config.reclaim_batch, config.max_record_bytes, kKindName, &epoch_,
-                       &records_);
+                       &records_, /*checked=*/true);
   }
 }
 
@@ -865,6 +879,17 @@ Status ElimDA<P, R>::Recover() {
         if (relocated) {
           bits &= ~(1u << j);
           continue;
+        }
+        if constexpr (R) {
+          // I11: an append to the active block's first line whose record a crash tore was not
+          // acknowledged: drop it (its bit is cleared durably below, its slot is free). An
+          // offset outside the heap is no tear (the item holds it): Recover refuses it below.
+          if (bi == logs_[li].head && j < kFirstLineSlots && records_->Plausible(v) &&
+              !records_->Intact(v, k, hash_)) {
+            bits &= ~(1u << j);
+            torn_dropped_.fetch_add(1, std::memory_order_relaxed);
+            continue;
+          }
         }
         if (!logged.insert(Identity(k, v)).second) {
           return bad("key " + std::to_string(k) + " is logged twice");
@@ -1131,11 +1156,22 @@ Status ElimDA<P, R>::Write(const Probe& p, std::string_view value_bytes, Value v
   const uint64_t h = p.h;
   const uint32_t li = LogOf(h);
   LogState& log = logs_[li];
-  // The value word to store: the value, or a new record's offset, flushed and fenced before the
-  // store that publishes it (the header store of an append, the value store of an update).
+  // The value word to store: the value, or a new record's offset. An update's record is fenced
+  // before the value store that publishes it; an append's checked record is persisted by the
+  // append's own fence (I11).
   uint64_t v = 0;
   auto value_word = [&] {
     return index::ValueWord<R>(records_.get(), p.s, value_bytes, value, persist_, &v);
+  };
+  auto append_word = [&]() -> Status {
+    if constexpr (R) {
+      Result<uint64_t> rec = records_->NewChecked(p.s, value_bytes, h, hash_, persist_);
+      if (!rec.ok()) return rec.status();
+      v = rec.value();
+    } else {
+      v = value;
+    }
+    return Status::OK();
   };
   for (;;) {
     {
@@ -1169,7 +1205,7 @@ Status ElimDA<P, R>::Write(const Probe& p, std::string_view value_bytes, Value v
         const uint64_t hdr = blk->header.load(std::memory_order_relaxed);
         const uint32_t bits = static_cast<uint32_t>(hdr & kFullBits);
         if (bits != kFullBits) {
-          PMHASH_RETURN_IF_ERROR(value_word());
+          PMHASH_RETURN_IF_ERROR(append_word());
           Append(&log, blk, hdr, h, Keys::KeyWord(p), v);
           size_.Add(1);
           return Status::OK();
@@ -1661,6 +1697,7 @@ IndexStats ElimDA<P, R>::Stats() const PMHASH_NO_THREAD_SAFETY_ANALYSIS {
   add("elimda.log_blocks", static_cast<double>(blocks));
   add("elimda.log_swaps", static_cast<double>(log_swaps_.load()));
   add("elimda.first_line_moves", static_cast<double>(line_moves_.load()));
+  if constexpr (R) add("elimda.torn_appends_dropped", static_cast<double>(torn_dropped_.load()));
   add("elimda.relocations", static_cast<double>(relocations_.load()));
   add("elimda.relocated_items", static_cast<double>(relocated_items_.load()));
   add("elimda.split_duplicates_dropped", static_cast<double>(dups_dropped_.load()));
