@@ -295,8 +295,9 @@ class Records {
   }
   // Recovery of a slot that NewChecked may have published unfenced: true if its record at `off`
   // reached the media whole (lengths inside the heap and max_record_bytes, key hash h, check
-  // word); false for a record a crash tore. Reads nothing outside the pool. REQUIRES: checked
-  // records, Plausible(off) (the offset itself is never torn: the slot holds it).
+  // word); false for a record a crash tore, and for an offset that is not Plausible (a caller
+  // that must tell an impossible offset, which no tear makes, from a torn record checks
+  // Plausible first). Reads nothing outside the pool. REQUIRES: checked records.
   bool Intact(uint64_t off, uint64_t h, const Hasher& hash) const;
   // The offset lies inside the heap, aligned, with room for a header: its lengths may be read.
   bool Plausible(uint64_t off) const { return heap_.PlausibleRecord(off, hdr_); }
