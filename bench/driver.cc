@@ -405,7 +405,7 @@ Status RunBench(const BenchConfig& config, BenchListener* listener, BenchReport*
         const std::string prefix = tag + "absl: ";
         RowResult ref = RunReferenceRow(
             phases, ro, [&](std::string_view what) { l.OnProgress(prefix + std::string(what)); },
-            items);
+            items, c.huge_pages);
         if (rep == 0) {
           table.reference = std::move(ref);
           StartSamples(&*table.reference);
@@ -438,6 +438,7 @@ Status RunBench(const BenchConfig& config, BenchListener* listener, BenchReport*
           // Pools get a random hash seed by default; a benchmark derives it from its own seed,
           // so a run (and its printed seed) is reproducible.
           rc.options.hash_seed = c.seed * 0x9E3779B97F4A7C15ULL + 1;
+          rc.options.huge_pages = c.huge_pages;
           rc.runner = ro;
           rc.phases = IsMultiKind(index) ? std::span<const PhaseSpec>(multi_phases)
                                          : std::span<const PhaseSpec>(phases);

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "bench/git_version.h"
+#include "bench/pages.h"
 #include "bench/runner.h"
 #include "common/fingerprint.h"
 #include "pm/persist.h"
@@ -93,6 +94,7 @@ MachineInfo CollectMachineInfo(const std::string& pool_dir) {
   struct utsname u;
   if (uname(&u) == 0) m.kernel = std::string(u.sysname) + " " + u.release;
   m.pool_fs = FsName(pool_dir);
+  m.huge_pages = HugePageSettings(pool_dir);
   // What an empty timed region measures (t1 - t0 of two back-to-back steady_clock reads): the
   // overhead included in every latency sample. Median of 101 batches of 1000.
   std::vector<double> batch;

@@ -42,6 +42,13 @@ std::string Mib(uint64_t bytes) {
   return Fixed(static_cast<double>(bytes) / (1 << 20), 1) + " MiB";
 }
 
+// ", pool 142.5 MiB resident, 140.0 MiB on huge pages" ("" when smaps told nothing).
+std::string PagesNote(const PageUse& p, std::string_view what) {
+  if (!p.known) return "";
+  return ", " + std::string(what) + " " + Mib(p.resident) + " resident, " + Mib(p.huge) +
+         " on huge pages";
+}
+
 std::string ShortCommit(const BuildInfo& b) {
   std::string c = b.git_commit.size() > 12 ? b.git_commit.substr(0, 12) : b.git_commit;
   if (b.git_dirty) c += " (dirty)";
@@ -273,6 +280,19 @@ void JsonRow(JsonWriter& j, const TableResult& t, const RowResult& row, uint32_t
   j.StatusOrNullMember("error", row.error);
   j.NumberMember("load_factor", row.load_factor);
   j.UintMember("dram_bytes", row.dram_bytes);
+  // After the insert phase: the table's resident bytes and those on huge pages (null: unknown).
+  j.Key("resident_bytes");
+  if (row.pages.known) {
+    j.Uint(row.pages.resident);
+  } else {
+    j.Null();
+  }
+  j.Key("huge_page_bytes");
+  if (row.pages.known) {
+    j.Uint(row.pages.huge);
+  } else {
+    j.Null();
+  }
   j.Key("phases");
   j.BeginArray();
   for (const auto& p : row.phases) {
@@ -383,6 +403,8 @@ void WriteBanner(std::ostream& os, const BenchReport& r) {
      << m.flush_instruction << " | simd " << m.simd << " | " << m.kernel << "\n";
   os << "pool:    " << c.pool_path << " (" << m.pool_fs << ")"
      << (c.keep_pool ? ", kept" : ", removed at exit") << "\n";
+  os << "pages:   " << (c.huge_pages ? "huge pages asked (--huge-pages)" : "default")
+     << (m.huge_pages.empty() ? "" : " | " + m.huge_pages) << "\n";
   os << "build:   pmhash " << r.build.version << " " << ShortCommit(r.build) << ", "
      << r.build.build_type << ", " << r.build.compiler << "\n";
   os << "started: " << r.started_at << "\n";
@@ -498,11 +520,12 @@ void WriteTable(std::ostream& os, const BenchReport& r, const TableResult& t) {
       const IndexStats& s = *row.stats;
       os << "  " << PadRight(row.Label(), label_w - 2) << "PM " << Mib(s.pm_bytes) << ", DRAM "
          << Mib(s.dram_bytes) << ", " << s.buckets << " buckets, depth " << s.global_depth << ", "
-         << s.splits << " splits, " << s.doublings << " doublings\n";
+         << s.splits << " splits, " << s.doublings << " doublings" << PagesNote(row.pages, "pool")
+         << "\n";
     }
     if (t.reference && t.reference->error.ok()) {
       os << "  " << PadRight(t.reference->index, label_w - 2) << "DRAM "
-         << Mib(t.reference->dram_bytes) << "\n";
+         << Mib(t.reference->dram_bytes) << PagesNote(t.reference->pages, "array") << "\n";
     }
   }
 
@@ -706,6 +729,7 @@ std::string ToJson(const BenchReport& r) {
   j.StringMember("simd", r.machine.simd);
   j.StringMember("kernel", r.machine.kernel);
   j.StringMember("pool_fs", r.machine.pool_fs);
+  j.StringMember("huge_pages", r.machine.huge_pages);
   j.NumberMember("clock_overhead_ns", r.machine.clock_overhead_ns);
   j.EndObject();
   j.Key("config");
@@ -728,6 +752,7 @@ std::string ToJson(const BenchReport& r) {
   j.BoolMember("keep_pool", c.keep_pool);
   j.UintMember("pool_size", c.pool_size);
   j.BoolMember("pin", c.pin);
+  j.BoolMember("huge_pages", c.huge_pages);
   j.BoolMember("reference", c.reference);
   j.UintMember("key_bytes", c.key_bytes);
   j.UintMember("value_bytes", c.value_bytes);

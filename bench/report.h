@@ -9,9 +9,10 @@
 //   schema, started_at, key_generation_seconds,
 //   build   {version, git_commit, git_dirty, build_type, compiler}
 //   machine {cpu_model, logical_cpus, flush_instruction, simd, kernel, pool_fs,
+//            huge_pages (THP modes and the pool tmpfs's huge= option, bench/pages.h),
 //            clock_overhead_ns (two steady_clock reads: included in every latency sample)}
 //   config  {indexes[], durabilities[], keys, threads[], seed, pool_path, keep_pool, pool_size,
-//            pin, reference, key_bytes, value_bytes (0: uint64 items), count_keys, check,
+//            pin, huge_pages, reference, key_bytes, value_bytes (0: uint64 items), count_keys, check,
 //            persist_probe, repeat,
 //            experiment, phases[], distribution, mix, ops, warmup_ops, latency_every, table,
 //            growth, growth_steps, sample_ops, recovery_keys[]}
@@ -22,6 +23,8 @@
 //             persist_limits[]: probe}
 //   row     {index, durability, kind, threads, pool_size, kept_pool, error: string|null,
 //            load_factor, dram_bytes,
+//            resident_bytes, huge_page_bytes: number|null (after insert: the pool file's, or
+//              the reference's array's, resident bytes and those on huge pages),
 //            phases[] {name, op, threads, ops, seconds, mops, error,
 //                      ratio: number|null (vs concurrent_reference if present, else absl),
 //                      ratio_absl: number|null (vs absl, 1 thread),

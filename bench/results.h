@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "bench/histogram.h"
+#include "bench/pages.h"
 #include "bench/persist_probe.h"
 #include "bench/runner.h"
 #include "bench/workload.h"
@@ -46,6 +47,10 @@ struct BenchConfig {
   uint64_t pool_size = 0;  // bytes; 0: estimated from the key count per index
   bool pin = false;
   bool reference = true;  // run the absl::flat_hash_map row
+  // Back every table with 2 MiB pages where the system allows (bench/pages.h): the pools open with
+  // Options::huge_pages, the reference's array is advised MADV_HUGEPAGE. A pool file still needs
+  // a tmpfs that allows huge pages (mount -o huge=always or huge=advise).
+  bool huge_pages = false;
   // Variable-size items (bench/bytes_table.h): keys of key_bytes and values of value_bytes
   // bytes, expanded from the generator's 64-bit keys, through the bytes API of the kinds whose
   // Capabilities have `bytes` (the others are skipped with a note); the reference row is then
@@ -107,6 +112,7 @@ struct MachineInfo {
   std::string simd;
   std::string kernel;
   std::string pool_fs;           // file system of the pool directory ("tmpfs", "ext4", ...)
+  std::string huge_pages;        // THP settings and the pool tmpfs's huge= (HugePageSettings)
   double clock_overhead_ns = 0;  // two steady_clock reads: included in each latency sample
 };
 
@@ -156,6 +162,9 @@ struct RowResult {
   double load_factor = 0;
   std::optional<IndexStats> stats;
   uint64_t dram_bytes = 0;
+  // How much of the table was resident on huge pages after the insert phase (bench/pages.h): the
+  // pool file's mappings for an index row, the table's backing array for the reference.
+  PageUse pages;
   // Resize events during the row's phases (IndexStats::resize_ns after the last insert phase).
   std::optional<DurationSummary> resize;
   std::optional<CountingPass> counting;

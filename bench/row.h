@@ -153,6 +153,7 @@ RowResult RunRowWith(OpenFn&& open, RowKind kind, const RowConfig& c) {
       row.resize = Summarize(s.resize_ns);
       row.resize->count = s.splits + s.doublings;  // exact even when resize_ns is capped
       row.stats = s;
+      row.pages = PagesOfFile(o.path);
       if (c.check) {
         detail::Progress(c, "CheckInvariants");
         if (Status st = table.CheckInvariants(); !st.ok()) {

@@ -69,7 +69,8 @@ RowResult RunIndexRow(const RowConfig& c) {
 }
 
 RowResult RunReferenceRow(std::span<const PhaseSpec> phases, const RunnerOptions& ro,
-                          const std::function<void(std::string_view)>& progress, ItemBytes items) {
+                          const std::function<void(std::string_view)>& progress, ItemBytes items,
+                          bool huge_pages) {
   RowResult row;
   row.index = std::string(items.on() ? AbslBytesReference::kName : AbslReference::kName);
   row.durability = "dram";
@@ -87,8 +88,11 @@ RowResult RunReferenceRow(std::span<const PhaseSpec> phases, const RunnerOptions
     RunReferencePhases(table, phases, one, progress, &row,
                        [&](const auto& view) { measure(view.owner()); });
   } else {
-    AbslReference table;
-    RunReferencePhases(table, phases, one, progress, &row, measure);
+    AbslReference table(huge_pages);
+    RunReferencePhases(table, phases, one, progress, &row, [&](const AbslReference& t) {
+      measure(t);
+      row.pages = t.Pages();
+    });
   }
   return row;
 }

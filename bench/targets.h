@@ -64,9 +64,10 @@ uint64_t EstimatePoolBytes(std::string_view index, uint64_t keys);
 RowResult RunIndexRow(const RowConfig& c);
 
 // The reference row: absl::flat_hash_map, one thread (pinned if ro.pin), same phases; with
-// items.on(), AbslBytesReference (string keys and values of those sizes).
+// items.on(), AbslBytesReference (string keys and values of those sizes). `huge_pages`: the
+// uint64 table's array on 2 MiB pages (BenchConfig::huge_pages).
 RowResult RunReferenceRow(std::span<const PhaseSpec> phases, const RunnerOptions& ro,
                           const std::function<void(std::string_view)>& progress,
-                          ItemBytes items = {});
+                          ItemBytes items = {}, bool huge_pages = false);
 
 }  // namespace pmhash::bench

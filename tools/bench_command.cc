@@ -171,6 +171,7 @@ int BenchMain(const ParsedArgs& args) {
       if (c.pool_size == 0) return Status::InvalidArgument("--pool-size must be positive");
     }
     if (args.Has("pin")) c.pin = true;
+    if (args.Has("huge-pages")) c.huge_pages = true;
     if (args.Has("no-reference")) c.reference = false;
     if (auto v = args.Value("count-keys")) {
       uint64_t n = 0;

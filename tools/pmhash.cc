@@ -81,6 +81,10 @@ constexpr FlagSpec kBenchFlags[] = {
      "(several rows: PATH.INDEX-MODE-tT)"},
     {"pool-size", "BYTES", "pool size (default: from the key count; K, M, G, T = 2^10...)"},
     {"pin", "", "pin thread i to the i-th allowed CPU"},
+    {"huge-pages", "",
+     "2 MiB pages for every table: pools and absl's array advised MADV_HUGEPAGE\n"
+     "(a pool file also needs a tmpfs mounted with -o huge=always or huge=advise);\n"
+     "each row reports how much of its table got them"},
     {"json", "FILE", "also write the results as JSON"},
     {"csv", "FILE", "also write the results as CSV (one line per row and phase)"},
     {"no-reference", "", "skip the absl::flat_hash_map reference row"},

@@ -199,6 +199,14 @@ struct Options {
   // not be durable); set this to map it without MAP_SYNC anyway.
   bool allow_no_map_sync = false;
 
+  // Advise the kernel to back the pool's mapping with transparent huge pages (2 MiB;
+  // madvise(MADV_HUGEPAGE)). PM exposed through a DAX device or file system is mapped with 2 MiB
+  // pages; a pool on 4 KiB pages pays a TLB miss on nearly every random probe of a large table.
+  // Honoured for an anonymous pool when THP is in "madvise" or "always" mode, for a tmpfs file when
+  // the mount allows it (huge=within_size or advise; huge=always needs no advice). A hint: a
+  // kernel that refuses it leaves the pool on small pages. Open-time.
+  bool huge_pages = false;
+
   // Where to try to map the pool (a hint, never MAP_FIXED). Tests use it to prove that a pool
   // reopens at another address; nullptr lets the kernel choose.
   void* map_address_hint = nullptr;

@@ -282,6 +282,10 @@ Result<std::unique_ptr<Pool>> Pool::Open(const Options& o, const PoolSpec& spec)
   }
   std::unique_ptr<Pool> pool(new Pool(o, spec.durability));
   PMHASH_RETURN_IF_ERROR(pool->MapFile(o, spec));
+  if (o.huge_pages) {
+    // A hint (Options::huge_pages): EINVAL where THP is compiled out changes nothing that works.
+    (void)madvise(pool->base_, pool->size_, MADV_HUGEPAGE);
+  }
   if (pool->created_) {
     PMHASH_RETURN_IF_ERROR(pool->InitHeader(o, spec));
   }
