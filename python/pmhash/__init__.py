@@ -35,6 +35,7 @@ def open(path, kind=None, **options):  # noqa: A001 (shadows the builtin on purp
     missing pool is created (create=False: only open). Options: durability ("adr", "eadr",
     "dram"; default: the pool's, adr for a new one), pool_size (bytes, for a new pool; default
     1 GiB, sparse), create, counters (count persists and fences: stats()["traffic"]),
-    background_threads.
+    background_threads, huge_pages (advise the mapping MADV_HUGEPAGE: 2 MiB pages on a tmpfs
+    mounted with huge=advise or huge=always).
     """
     return _pmhash.open(_os.fspath(path), kind, **options)

@@ -462,10 +462,12 @@ class Pool {
 std::unique_ptr<Pool> OpenPool(const std::string& path, std::optional<std::string> kind,
                                std::optional<std::string> durability,
                                std::optional<uint64_t> pool_size, std::optional<bool> create,
-                               bool counters, std::optional<uint32_t> background_threads) {
+                               bool counters, std::optional<uint32_t> background_threads,
+                               bool huge_pages) {
   pmhash::Options o;
   o.path = path;
   o.counters = counters;
+  o.huge_pages = huge_pages;
   if (pool_size) o.pool_size = *pool_size;
   if (background_threads) o.background_threads = *background_threads;
   if (durability) {
@@ -557,7 +559,7 @@ PYBIND11_MODULE(_pmhash, m) {
   m.def("open", &OpenPool, py::arg("path"), py::arg("kind") = py::none(), py::kw_only(),
         py::arg("durability") = py::none(), py::arg("pool_size") = py::none(),
         py::arg("create") = py::none(), py::arg("counters") = false,
-        py::arg("background_threads") = py::none());
+        py::arg("background_threads") = py::none(), py::arg("huge_pages") = false);
   m.def("kinds", [] {
     py::list out;
     for (const pmhash::IndexInfo& i : pmhash::RegisteredIndexes()) {

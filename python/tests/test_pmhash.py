@@ -262,3 +262,31 @@ def test_threads_share_a_pool(path):
         for t in threads:
             t.join()
         assert len(db) == 8000
+
+
+def _advised(pool_path):
+    """Whether this process maps pool_path advised MADV_HUGEPAGE ("hg" in its smaps VmFlags)."""
+    with open("/proc/self/smaps") as f:
+        lines = f.read().splitlines()
+    found, advised, inside = False, False, False
+    for line in lines:
+        head = line.split()
+        if head and "-" in head[0] and ":" not in head[0]:  # a mapping's header line
+            inside = line.endswith(pool_path) or line.endswith(pool_path + " (deleted)")
+            found = found or inside
+        elif inside and line.startswith("VmFlags:"):
+            advised = advised or "hg" in line.split()[1:]
+    assert found, "the pool is not mapped"
+    return advised
+
+
+def test_huge_pages_option_advises_the_mapping(path):
+    thp = "/sys/kernel/mm/transparent_hugepage/enabled"
+    if not os.path.exists(thp) or "[never]" in open(thp).read():
+        pytest.skip("no transparent huge pages on this kernel")
+    for huge in (False, True):
+        with pmhash.open(path, "reh", pool_size=SMALL, huge_pages=huge) as db:
+            db[1] = 2
+            assert _advised(path) == huge
+            assert db[1] == 2
+        os.unlink(path)
