@@ -79,8 +79,7 @@ class AbslReference {
 
   explicit AbslReference(bool huge_pages = false)
       : state_(std::make_unique<PageAllocatorState>(PageAllocatorState{huge_pages, nullptr, 0})),
-        map_(0, absl::Hash<uint64_t>(),
-             std::equal_to<uint64_t>(), Alloc(state_.get())) {}
+        map_(0, absl::Hash<uint64_t>(), std::equal_to<uint64_t>(), Alloc(state_.get())) {}
 
   Status Insert(uint64_t k, uint64_t v) {
     return map_.try_emplace(k, v).second ? Status::OK() : Status::Exists();
@@ -110,9 +109,9 @@ class AbslReference {
  private:
   using Alloc = PageAllocator<std::pair<const uint64_t, uint64_t>>;
   std::unique_ptr<PageAllocatorState> state_;  // first: the map's allocator points into it
-  absl::flat_hash_map<uint64_t, uint64_t, absl::Hash<uint64_t>,
-                      std::equal_to<uint64_t>, Alloc>
-      map_;
+  using Map =
+      absl::flat_hash_map<uint64_t, uint64_t, absl::Hash<uint64_t>, std::equal_to<uint64_t>, Alloc>;
+  Map map_;
 };
 
 }  // namespace pmhash::bench

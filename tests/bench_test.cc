@@ -794,7 +794,8 @@ TEST(Pages, ParseSmapsSumsTheMatchingMappings) {
   EXPECT_EQ(anon.huge, 0u);
   EXPECT_FALSE(anon.advised);
 
-  const PageUse all = ParseSmaps(kSmaps, [](uintptr_t, uintptr_t, std::string_view) { return true; });
+  const PageUse all =
+      ParseSmaps(kSmaps, [](uintptr_t, uintptr_t, std::string_view) { return true; });
   EXPECT_EQ(all.resident, (4096u + 1024u + 100u) << 10);
   EXPECT_EQ(all.huge, (2048u + 2048u) << 10);
 
