@@ -123,7 +123,7 @@ class KillTest : public ::testing::TestWithParam<std::string_view> {
 
 TEST_P(KillTest, AcknowledgedOpsSurviveSigkill) {
   const std::string_view kind = GetParam();
-  const int rounds = static_cast<int>(std::max<uint64_t>(5, Scaled(20, 2)));
+  const int rounds = static_cast<int>(std::max<uint64_t>(5, Scaled(12, 2)));
   const uint64_t seed = TestSeed(0x411);
   SCOPED_TRACE(SeedTrace(seed));
   std::mt19937_64 rng(seed);
