@@ -1,5 +1,7 @@
 #include "bench/pages.h"
 
+#include <algorithm>
+#include <charconv>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -23,22 +25,10 @@ std::string Selected(const std::string& text) {
   return text.substr(open + 1, close - open - 1);
 }
 
-bool ParseHex(std::string_view s, uintptr_t* out) {
-  if (s.empty() || s.size() > 16) return false;
-  uintptr_t v = 0;
-  for (const char c : s) {
-    int d;
-    if (c >= '0' && c <= '9') {
-      d = c - '0';
-    } else if (c >= 'a' && c <= 'f') {
-      d = c - 'a' + 10;
-    } else {
-      return false;
-    }
-    v = v * 16 + static_cast<uintptr_t>(d);
-  }
-  *out = v;
-  return true;
+// The whole of `s` as a number in `base`.
+bool ParseNumber(std::string_view s, int base, uint64_t* out) {
+  const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), *out, base);
+  return !s.empty() && ec == std::errc() && end == s.data() + s.size();
 }
 
 // A mapping's header line: "start-end perms offset dev inode [pathname]". False for the
@@ -47,8 +37,8 @@ bool ParseHeader(std::string_view line, uintptr_t* start, uintptr_t* end, std::s
   const auto dash = line.find('-');
   const auto sp = line.find(' ');
   if (dash == std::string_view::npos || sp == std::string_view::npos || dash > sp) return false;
-  if (!ParseHex(line.substr(0, dash), start) ||
-      !ParseHex(line.substr(dash + 1, sp - dash - 1), end)) {
+  if (!ParseNumber(line.substr(0, dash), 16, start) ||
+      !ParseNumber(line.substr(dash + 1, sp - dash - 1), 16, end)) {
     return false;
   }
   // Skip perms, offset, dev, inode; the rest (after spaces) is the pathname.
@@ -72,23 +62,11 @@ bool ParseHeader(std::string_view line, uintptr_t* start, uintptr_t* end, std::s
 
 // "Rss:   1234 kB" -> bytes, if the line is `field`.
 bool FieldBytes(std::string_view line, std::string_view field, uint64_t* bytes) {
-  if (line.size() <= field.size() || line.substr(0, field.size()) != field ||
-      line[field.size()] != ':') {
-    return false;
-  }
-  uint64_t v = 0;
-  bool digits = false;
-  for (size_t i = field.size() + 1; i < line.size(); i++) {
-    const char c = line[i];
-    if (c >= '0' && c <= '9') {
-      v = v * 10 + static_cast<uint64_t>(c - '0');
-      digits = true;
-    } else if (digits) {
-      break;
-    }
-  }
-  if (!digits) return false;
-  *bytes = v * 1024;  // smaps sizes are in kB
+  if (!line.starts_with(field) || line.substr(field.size(), 1) != ":") return false;
+  std::string_view rest = line.substr(field.size() + 1);
+  rest.remove_prefix(std::min(rest.find_first_not_of(' '), rest.size()));
+  if (!ParseNumber(rest.substr(0, rest.find(' ')), 10, bytes)) return false;
+  *bytes *= 1024;  // smaps sizes are in kB
   return true;
 }
 

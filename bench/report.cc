@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <optional>
 #include <sstream>
 #include <string_view>
 #include <vector>
@@ -140,6 +141,14 @@ class JsonWriter {
   void StatusOrNullMember(std::string_view k, const Status& s) {
     Key(k);
     StatusOrNull(s);
+  }
+  void UintOrNullMember(std::string_view k, std::optional<uint64_t> v) {
+    Key(k);
+    if (v) {
+      Uint(*v);
+    } else {
+      Null();
+    }
   }
 
  private:
@@ -281,18 +290,9 @@ void JsonRow(JsonWriter& j, const TableResult& t, const RowResult& row, uint32_t
   j.NumberMember("load_factor", row.load_factor);
   j.UintMember("dram_bytes", row.dram_bytes);
   // After the insert phase: the table's resident bytes and those on huge pages (null: unknown).
-  j.Key("resident_bytes");
-  if (row.pages.known) {
-    j.Uint(row.pages.resident);
-  } else {
-    j.Null();
-  }
-  j.Key("huge_page_bytes");
-  if (row.pages.known) {
-    j.Uint(row.pages.huge);
-  } else {
-    j.Null();
-  }
+  const auto known = [&](uint64_t v) { return row.pages.known ? std::optional(v) : std::nullopt; };
+  j.UintOrNullMember("resident_bytes", known(row.pages.resident));
+  j.UintOrNullMember("huge_page_bytes", known(row.pages.huge));
   j.Key("phases");
   j.BeginArray();
   for (const auto& p : row.phases) {
