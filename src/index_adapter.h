@@ -125,6 +125,9 @@ class IndexAdapter final : public Index {
     return Live() ? impl_->FindBatch(keys, values, statuses) : Closed();
   }
   Status Erase(Key k) override { return Live() ? impl_->Erase(k) : Closed(); }
+  Status WriteBatch(std::span<const WriteOp> ops, std::span<Status> statuses) override {
+    return Live() ? impl_->WriteBatch(ops, statuses) : Closed();
+  }
   uint64_t Size() const override { return Live() ? impl_->Size() : 0; }
   Status ForEach(const std::function<void(Key, Value)>& fn) const override {
     return Live() ? impl_->ForEach(fn) : Closed();

@@ -360,6 +360,53 @@ class ConformanceTest : public ::testing::Test {
     }
   }
 
+  // `ops` random writes over keys[], sent through WriteBatch in batches of 1..48 (a key often
+  // twice in one batch), each status checked against `model` applied op by op in batch order.
+  void RunBatchedWrites(std::mt19937_64& rng, const std::vector<Key>& keys, uint64_t ops,
+                        Model& model) {
+    std::vector<WriteOp> batch;
+    std::vector<Status> statuses;
+    for (uint64_t done = 0; done < ops;) {
+      const size_t n = std::min<uint64_t>(1 + rng() % 48, ops - done);
+      batch.clear();
+      for (size_t i = 0; i < n; i++) {
+        WriteOp op;
+        op.kind = static_cast<WriteKind>(rng() % 4);
+        // One op in four reuses a key of this batch: ops on one key apply in order.
+        op.key = (i > 0 && rng() % 4 == 0) ? batch[rng() % i].key : keys[rng() % keys.size()];
+        op.value = rng();
+        batch.push_back(op);
+      }
+      statuses.assign(n, Status::Corruption("not written"));
+      Status s = idx_->WriteBatch(batch, statuses);
+      ASSERT_TRUE(s.ok()) << "WriteBatch: " << s.ToString();
+      for (size_t i = 0; i < n; i++) {
+        const WriteOp& op = batch[i];
+        auto it = model.find(op.key);
+        const bool present = it != model.end();
+        Status want = Status::OK();
+        switch (op.kind) {
+          case WriteKind::kInsert:
+            if (present) want = Status::Exists(); else model.emplace(op.key, op.value);
+            break;
+          case WriteKind::kUpdate:
+            if (present) it->second = op.value; else want = Status::NotFound();
+            break;
+          case WriteKind::kUpsert:
+            model[op.key] = op.value;
+            break;
+          case WriteKind::kErase:
+            if (present) model.erase(it); else want = Status::NotFound();
+            break;
+        }
+        ASSERT_EQ(statuses[i].code(), want.code())
+            << "batch op " << i << " of " << n << " (kind " << static_cast<int>(op.kind)
+            << ", key " << op.key << "): " << statuses[i].ToString();
+      }
+      done += n;
+    }
+  }
+
   void RandomOps(HashMode mode, uint64_t seed) {
     SCOPED_TRACE(SeedTrace(seed));
     std::mt19937_64 rng(seed);
@@ -961,11 +1008,57 @@ TYPED_TEST_P(ConformanceTest, CheckInvariantsFindsALeakedChunk) {
   }
 }
 
+TYPED_TEST_P(ConformanceTest, WriteBatchMatchesTheCalls) {
+  const uint64_t seed = TestSeed(0x5eed0003);
+  SCOPED_TRACE(SeedTrace(seed));
+  std::mt19937_64 rng(seed);
+  Options o = this->MakeOptions();
+  ASSERT_NO_FATAL_FAILURE(this->OpenIdx(o));
+  auto& ix = *this->idx_;
+  Model model;
+  // One key through every kind, in one batch: each op sees the ones before it.
+  const WriteOp ops[] = {{WriteKind::kInsert, 7, 1}, {WriteKind::kInsert, 7, 2},
+                         {WriteKind::kUpdate, 7, 3}, {WriteKind::kErase, 7, 0},
+                         {WriteKind::kUpdate, 7, 4}, {WriteKind::kErase, 7, 0},
+                         {WriteKind::kUpsert, 7, 5}, {WriteKind::kUpsert, 8, 6}};
+  Status st[std::size(ops)];
+  ASSERT_TRUE(ix.WriteBatch(ops, st).ok());
+  using C = Status::Code;
+  const C want[] = {C::kOk,       C::kExists,   C::kOk, C::kOk,
+                    C::kNotFound, C::kNotFound, C::kOk, C::kOk};
+  for (size_t i = 0; i < std::size(ops); i++) EXPECT_EQ(st[i].code(), want[i]) << "op " << i;
+  model = {{7, 5}, {8, 6}};
+  ASSERT_NO_FATAL_FAILURE(this->ExpectMatches(model));
+  // Fewer statuses than ops: refused, nothing done.
+  const WriteOp more[] = {{WriteKind::kUpsert, 9, 1}, {WriteKind::kUpsert, 10, 1}};
+  EXPECT_TRUE(ix.WriteBatch(more, std::span<Status>(st, 1)).IsInvalidArgument());
+  ASSERT_NO_FATAL_FAILURE(this->ExpectMatches(model));
+
+  // Random batches, through splits and (persistent policies) a clean and a crashed reopen.
+  const uint64_t total = Scaled(40000, 4);
+  std::vector<Key> keys(std::max<uint64_t>(64, total / 4));
+  for (size_t i = 0; i < keys.size(); i++) keys[i] = SplitMix64(seed ^ (i * 0x9e37));
+  ASSERT_NO_FATAL_FAILURE(this->RunBatchedWrites(rng, keys, total / 2, model));
+  ASSERT_NO_FATAL_FAILURE(this->ExpectMatches(model));
+  EXPECT_GT(ix.Stats().splits, 0u);
+  if (TestFixture::Traits::kReopenable) {
+    ASSERT_NO_FATAL_FAILURE(this->Reopen(o, /*clean=*/false));
+    ASSERT_NO_FATAL_FAILURE(this->ExpectMatches(model));
+  }
+  ASSERT_NO_FATAL_FAILURE(this->RunBatchedWrites(rng, keys, total / 2, model));
+  ASSERT_NO_FATAL_FAILURE(this->ExpectMatches(model));
+  if (TestFixture::Traits::kReopenable) {
+    ASSERT_NO_FATAL_FAILURE(this->Reopen(o, /*clean=*/true));
+    ASSERT_NO_FATAL_FAILURE(this->ExpectMatches(model));
+  }
+}
+
 REGISTER_TYPED_TEST_SUITE_P(ConformanceTest, BasicSemantics, SpecialKeysAndValues,
                             RandomOpsStrongHash, RandomOpsCollideHash, SplitsAndDoublingsHappen,
                             TrafficCountersFollowPolicy, OpenModes, CloseAndReopen,
                             ReopenAtDifferentAddress, DestroyWithoutCloseRecovers, FacadeOpen,
-                            OutOfSpace, CheckInvariantsFindsALeakedChunk);
+                            OutOfSpace, CheckInvariantsFindsALeakedChunk,
+                            WriteBatchMatchesTheCalls);
 
 }  // namespace
 }  // namespace pmhash::testing

@@ -116,6 +116,21 @@ class OracleIndex {
     std::lock_guard<std::mutex> g(mu_);
     return map_.erase(k) ? Status::OK() : Status::NotFound();
   }
+  Status WriteBatch(std::span<const WriteOp> ops, std::span<Status> statuses) {
+    if (statuses.size() < ops.size()) {
+      return Status::InvalidArgument("oracle: WriteBatch statuses shorter than the ops");
+    }
+    for (size_t i = 0; i < ops.size(); i++) {
+      const WriteOp& op = ops[i];
+      switch (op.kind) {
+        case WriteKind::kInsert: statuses[i] = Insert(op.key, op.value); break;
+        case WriteKind::kUpdate: statuses[i] = Update(op.key, op.value); break;
+        case WriteKind::kUpsert: statuses[i] = Upsert(op.key, op.value); break;
+        case WriteKind::kErase: statuses[i] = Erase(op.key); break;
+      }
+    }
+    return Status::OK();
+  }
   uint64_t Size() const {
     std::lock_guard<std::mutex> g(mu_);
     return map_.size();

@@ -33,6 +33,14 @@ namespace pmhash {
 using Key = uint64_t;
 using Value = uint64_t;
 
+// One write of a WriteBatch: the call of its kind, on key (and value: ignored by kErase).
+enum class WriteKind : uint8_t { kInsert, kUpdate, kUpsert, kErase };
+struct WriteOp {
+  WriteKind kind = WriteKind::kUpsert;
+  Key key = 0;
+  Value value = 0;
+};
+
 // The contract of every concrete index.
 //   Insert: kExists if the key is present (value unchanged).
 //   Update: kNotFound if absent.  Upsert: insert or overwrite.
@@ -51,11 +59,18 @@ using Value = uint64_t;
 //   only when statuses[i] is OK) and returns OK; kInvalidArgument, with nothing done, if values
 //   or statuses are shorter than keys. Each key's find is linearizable as a Find is; the batch
 //   is not a snapshot. Engines may overlap the keys' cache misses (src/index/batch.h).
+//   WriteBatch applies ops[i] as Insert/Update/Upsert/Erase would, in order, sets statuses[i] to
+//   its status and returns OK (a failed op, kOutOfSpace say, does not stop the others);
+//   kInvalidArgument, with nothing done, if statuses is shorter than ops. Each op is
+//   linearizable as its call is, and no other thread observes it before it is durable. What a
+//   batch saves is fences: it is acknowledged as a whole, when WriteBatch returns, and a crash
+//   during the call may keep any subset of its ops (of one key's ops, a prefix). Engines may
+//   persist many ops under one fence (REH: up to 16 buckets' writes); the others run the calls.
 template <class T>
 concept HashIndex = requires(T& t, const T& ct, Key k, Value v, Value* out,
                              const std::function<void(Key, Value)>& fn,
                              std::span<const Key> keys, std::span<Value> values,
-                             std::span<Status> statuses) {
+                             std::span<Status> statuses, std::span<const WriteOp> ops) {
   { T::kKindName } -> std::convertible_to<std::string_view>;
   { T::Open(Options{}) } -> std::same_as<Result<std::unique_ptr<T>>>;
   { t.Insert(k, v) } -> std::same_as<Status>;
@@ -63,6 +78,7 @@ concept HashIndex = requires(T& t, const T& ct, Key k, Value v, Value* out,
   { t.Upsert(k, v) } -> std::same_as<Status>;
   { ct.Find(k, out) } -> std::same_as<Status>;
   { ct.FindBatch(keys, values, statuses) } -> std::same_as<Status>;
+  { t.WriteBatch(ops, statuses) } -> std::same_as<Status>;
   { t.Erase(k) } -> std::same_as<Status>;
   { ct.Size() } -> std::same_as<uint64_t>;
   { ct.ForEach(fn) } -> std::same_as<Status>;
@@ -182,6 +198,10 @@ class Index {
   virtual Status FindBatch(std::span<const Key> keys, std::span<Value> values,
                            std::span<Status> statuses) const = 0;
   virtual Status Erase(Key k) = 0;
+  // Many writes, acknowledged together (the HashIndex contract above): statuses[i] is ops[i]'s.
+  // Nothing is durable-for-sure until it returns; then all of it is. On reh the ops share their
+  // fences (one per up to 16 buckets written) instead of one each.
+  virtual Status WriteBatch(std::span<const WriteOp> ops, std::span<Status> statuses) = 0;
   virtual uint64_t Size() const = 0;
   virtual Status ForEach(const std::function<void(Key, Value)>& fn) const = 0;
   virtual IndexStats Stats() const = 0;

@@ -30,6 +30,11 @@
 // and `auto BatchGuard() const` if its finds need one: an object held across kBatchChunk keys
 // (Pea: one epoch guard per 256 keys instead of one per key). Records kinds, multimaps and
 // engines without the hooks find one key at a time.
+//
+// Batched writes (WriteBatch, include/pmhash/index.h) save fences, not misses: an engine whose
+// writes can share one fence opts in with
+//   void BatchWrite(std::span<const WriteOp>, std::span<Status>);   // sizes checked here
+// (REH: src/index/reh/reh.h). Every other engine runs the ops one call each.
 #pragma once
 
 #include <algorithm>
@@ -37,6 +42,7 @@
 #include <bit>
 #include <cstddef>
 #include <span>
+#include <string>
 
 #include "common/attributes.h"
 #include "pmhash/index.h"
@@ -66,6 +72,36 @@ struct BatchCalls {
       for (size_t i = 0; i < keys.size(); i++) statuses[i] = e.Find(keys[i], &values[i]);
     }
     return Status::OK();
+  }
+
+  template <class E>
+  static Status Write(E& e, std::span<const WriteOp> ops, std::span<Status> statuses) {
+    if (statuses.size() < ops.size()) {
+      return Status::InvalidArgument("WriteBatch: fewer statuses than ops");
+    }
+    if constexpr (requires { e.BatchWrite(ops, statuses); }) {
+      e.BatchWrite(ops, statuses);
+    } else {
+      for (size_t i = 0; i < ops.size(); i++) statuses[i] = WriteOne(e, ops[i]);
+    }
+    return Status::OK();
+  }
+
+  // One op as its own call.
+  template <class E>
+  static Status WriteOne(E& e, const WriteOp& op) {
+    switch (op.kind) {
+      case WriteKind::kInsert:
+        return e.Insert(op.key, op.value);
+      case WriteKind::kUpdate:
+        return e.Update(op.key, op.value);
+      case WriteKind::kUpsert:
+        return e.Upsert(op.key, op.value);
+      case WriteKind::kErase:
+        return e.Erase(op.key);
+    }
+    return Status::InvalidArgument("WriteBatch: unknown WriteKind " +
+                                   std::to_string(static_cast<int>(op.kind)));
   }
 
  private:

@@ -61,6 +61,10 @@ class EngineBase {
   Status Insert(Key k, Value v) { return self().Write(k, v, WriteMode::kInsert); }
   Status Update(Key k, Value v) { return self().Write(k, v, WriteMode::kUpdate); }
   Status Upsert(Key k, Value v) { return self().Write(k, v, WriteMode::kUpsert); }
+  // The engine's batched writes if it has them (src/index/batch.h), else one call per op.
+  Status WriteBatch(std::span<const WriteOp> ops, std::span<Status> statuses) {
+    return BatchCalls::Write(self(), ops, statuses);
+  }
   // Live pairs (an engine that counts otherwise declares its own Size()).
   uint64_t Size() const { return static_cast<uint64_t>(size_.Sum()); }
   // Clean shutdown (src/index/lifecycle.h): the engine's Quiesce() — epoch drain, background

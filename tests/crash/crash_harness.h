@@ -29,6 +29,10 @@
 // The reader's own flushes and fences (Turbo readers help persist) go to the same simulator:
 // a Sim pool keeps the hook it was opened under, for every thread.
 //
+// Batched writes (Config::write_batch): a step is one WriteBatch, and the acceptable answers are
+// per key (see Config). The concurrent reader looks up the batch's first key: once a completed
+// read saw it past its state before the batch, no image may recover it to an earlier state.
+//
 // Background work (pm::BackgroundWork, src/pm/background.h): an index that exposes
 // `pm::BackgroundWork& background()` is opened in manual mode (Options::background_threads =
 // Config::background_threads, default 0), so its background tasks never run on a thread of their
@@ -115,6 +119,11 @@ struct Config {
   // operation (0: never; Close() drains them).
   uint32_t background_threads = 0;
   int background_every = 1;
+  // > 0: every step of the workload is one WriteBatch of 1..write_batch ops (unique-key kinds;
+  // one op in four reuses a key of its batch). A crash inside it may keep any subset of its ops,
+  // of one key's ops a prefix: each key must recover to its state before the batch or after one
+  // of the batch's ops on it, every other key unchanged.
+  int write_batch = 0;
 
   // PMHASH_CRASH_SEED, PMHASH_CRASH_POINT, PMHASH_CRASH_BUDGET (seconds), PMHASH_TEST_SCALE.
   Config WithEnv() const {
@@ -379,11 +388,17 @@ class Harness {
       if (!kMulti) return rng() % cfg_.key_range;
       return rng() % 2 ? rng() % 2 : 2 + rng() % std::max<uint64_t>(cfg_.key_range / 4, 8);
     };
-    for (int i = 0; i < cfg_.ops && report_.failure.empty(); i++) {
+    int step = 0;  // the workload's operation (or batch) number
+    auto draw_key = [&] {
       Key k = draw();
-      if (cfg_.skewed && i < cfg_.ops * 2 / 3) {
+      if (cfg_.skewed && step < cfg_.ops * 2 / 3) {
         while (key_hash(k) >> 61) k = draw();
       }
+      return k;
+    };
+    for (int i = 0; i < cfg_.ops && report_.failure.empty(); i++) {
+      step = i;
+      Key k = draw_key();
       Value v = kMulti ? rng() % 16 : rng();
       const int r = static_cast<int>(rng() % 100);
       Model before = model;
@@ -410,6 +425,8 @@ class Harness {
           s = index->EraseAll(k);
           if (s.ok()) model.erase(k);
         }
+      } else if (cfg_.write_batch > 0) {
+        s = RunBatch(*index, rng, draw_key, k, model, d);
       } else if (r < 50) {
         d << "Insert(" << k << ")";
         s = index->Insert(k, v);
@@ -436,6 +453,7 @@ class Harness {
       }
       sim.CrashPoint();  // operation boundary (and: before the background tasks below)
       VerifyCaptured(before, model, false);
+      batch_states_.clear();
       if (cfg_.background_every > 0 && (i + 1) % cfg_.background_every == 0) {
         RunBackground(*index, sim, model);
       }
@@ -464,6 +482,89 @@ class Harness {
     o.hash_seed = seed * 0x9E3779B97F4A7C15ULL + 0x632BE59BD9B4E019ULL;
     o.background_threads = background_threads;
     return o;
+  }
+
+  // One WriteBatch step (Config::write_batch) whose first key is `first`: its ops, their expected
+  // statuses from `model` (applied op by op), and batch_states_ for the checks. Returns OK, or
+  // the first status that is neither OK, kExists nor kNotFound (the caller reports it).
+  template <class DrawKey>
+  Status RunBatch(SimIndex& index, std::mt19937_64& rng, DrawKey& draw_key, Key first,
+                  Model& model, std::ostringstream& d) {
+    const size_t n = 1 + rng() % static_cast<uint64_t>(cfg_.write_batch);
+    std::vector<WriteOp> ops;
+    std::vector<Status> want;
+    d << "WriteBatch(";
+    for (size_t i = 0; i < n; i++) {
+      WriteOp op;
+      op.key = i == 0 ? first : rng() % 4 == 0 ? ops[rng() % i].key : draw_key();
+      op.value = rng();
+      const int r = static_cast<int>(rng() % 100);
+      op.kind = r < 50   ? WriteKind::kInsert
+                : r < 65 ? WriteKind::kUpsert
+                : r < 75 ? WriteKind::kUpdate
+                         : WriteKind::kErase;
+      static constexpr const char* kNames[] = {"Insert", "Update", "Upsert", "Erase"};
+      d << (i ? ", " : "") << kNames[static_cast<int>(op.kind)] << "(" << op.key << ")";
+      auto& states = batch_states_[op.key];
+      auto it = model.find(op.key);
+      if (states.empty()) states.push_back(it == model.end() ? std::vector<Value>{} : it->second);
+      const bool present = it != model.end();
+      Status w = Status::OK();
+      if (op.kind == WriteKind::kErase) {
+        if (present) model.erase(it); else w = Status::NotFound();
+      } else if (op.kind == WriteKind::kInsert && present) {
+        w = Status::Exists();
+      } else if (op.kind == WriteKind::kUpdate && !present) {
+        w = Status::NotFound();
+      } else {
+        ModelSet(model, op.key, op.value);
+      }
+      states.push_back(model.count(op.key) ? model[op.key] : std::vector<Value>{});
+      want.push_back(w);
+      ops.push_back(op);
+    }
+    d << ")";
+    std::vector<Status> got(n, Status::Corruption("not written"));
+    batch_probe_key_ = first;
+    if (Status s = index.WriteBatch(ops, got); !s.ok()) return s;
+    for (size_t i = 0; i < n; i++) {
+      if (got[i].code() == want[i].code()) continue;
+      if (!got[i].ok() && !got[i].IsExists() && !got[i].IsNotFound()) return got[i];
+      report_.failure = d.str() + ": op " + std::to_string(i) + " returned " +
+                        got[i].ToString() + ", the model says " + want[i].ToString();
+      return Status::OK();
+    }
+    return Status::OK();
+  }
+
+  // The batch's answers (batch_states_): every key in one of its states, keys it did not touch
+  // as before it; the probed key from position `min_pos` on. "" or what is wrong.
+  std::string CheckBatchStates(const Model& got, const Model& before, size_t min_pos) const {
+    static const std::vector<Value> kAbsent;
+    auto state = [](const Model& m, Key k) -> const std::vector<Value>& {
+      auto it = m.find(k);
+      return it == m.end() ? kAbsent : it->second;
+    };
+    for (const Model* m : {&got, &before}) {
+      for (const auto& kv : *m) {
+        if (!batch_states_.count(kv.first) && state(got, kv.first) != state(before, kv.first)) {
+          return "key " + std::to_string(kv.first) +
+                 " changed, and the batch in flight has no op on it";
+        }
+      }
+    }
+    for (const auto& [k, states] : batch_states_) {
+      const size_t from = k == batch_probe_key_ ? min_pos : 0;
+      const auto& g = state(got, k);
+      if (std::find(states.begin() + static_cast<std::ptrdiff_t>(from), states.end(), g) ==
+          states.end()) {
+        return "key " + std::to_string(k) + " recovered to " +
+               (g.empty() ? std::string("absent") : std::to_string(g[0])) +
+               ", which no prefix of the batch's ops on it leaves" +
+               (from ? " after the state a completed read saw" : "");
+      }
+    }
+    return "";
   }
 
   // Runs the workload index's queued background tasks on this (the writer) thread, one at a
@@ -564,8 +665,9 @@ class Harness {
   // Returns "" if fine, else what is wrong.
   // `after_only`: a completed concurrent read saw the in-flight operation, so `before` is no
   // longer an acceptable answer.
+  // In a batch step, `after_only` holds the position of the state the read saw (batch_states_).
   std::string CheckRecovered(const std::string& path, const Model& before, const Model& after,
-                             bool creation, bool keep_working, bool after_only = false) {
+                             bool creation, bool keep_working, size_t after_only = 0) {
     Options o = base_;
     o.path = path;
     o.durability = Durability::kDram;
@@ -582,11 +684,13 @@ class Harness {
         if (vals.size() > 1) return "duplicate key " + std::to_string(k) + " after recovery";
       }
     }
-    if (after_only && got != after && got == before) {
+    if (!batch_states_.empty()) {
+      if (std::string e = CheckBatchStates(got, before, after_only); !e.empty()) return e;
+    } else if (after_only && got != after && got == before) {
       return "a completed concurrent read saw the in-flight operation, but recovery undid it "
              "(the read returned a write that was not yet durable)";
     }
-    if (got != before && got != after) {
+    if (batch_states_.empty() && got != before && got != after) {
       std::ostringstream m;
       m << "recovered contents match neither side of the in-flight op (got " << got.size()
         << " keys, before " << before.size() << ", after " << after.size() << ")";
@@ -712,8 +816,24 @@ class Harness {
         break;
       }
       report_.states_checked++;
-      bool after_only = false;
-      if (cap.seen) {
+      size_t after_only = 0;
+      if (cap.seen && !batch_states_.empty()) {
+        // The first of the probed key's states that the read matches: recovery may not go back
+        // before it.
+        const auto& states = batch_states_[cap.seen->key];
+        size_t pos = 0;
+        auto as_model = [&](const std::vector<Value>& vals) {
+          return vals.empty() ? Model{} : Model{{cap.seen->key, vals}};
+        };
+        while (pos < states.size() && !Matches(as_model(states[pos]), *cap.seen)) pos++;
+        if (states.empty() || pos == states.size()) {
+          report_.failure = "a concurrent read of key " + std::to_string(cap.seen->key) +
+                            " returned a state that no prefix of " + op_desc_ + " leaves";
+          break;
+        }
+        after_only = pos;
+        if (after_only) report_.reads_in_flight++;
+      } else if (cap.seen) {
         const bool as_before = Matches(before, *cap.seen), as_after = Matches(after, *cap.seen);
         if (!as_before && !as_after) {
           report_.failure = "a concurrent read of key " + std::to_string(cap.seen->key) +
@@ -765,7 +885,7 @@ class Harness {
   // Drops line versions from a failing choice while it keeps failing.
   pm::CrashSimulator::Choice Shrink(const pm::CrashSimulator::State& st,
                                     pm::CrashSimulator::Choice c, const Model& before,
-                                    const Model& after, bool creation, bool after_only) {
+                                    const Model& after, bool creation, size_t after_only) {
     std::vector<char> img(st.persisted.size());
     auto fails = [&](const pm::CrashSimulator::Choice& x) {
       pm::CrashSimulator::BuildImage(st, x, img.data());
@@ -808,6 +928,11 @@ class Harness {
   uint64_t capture_stride_ = 1;  // capture every Nth of them
   Prober<SimIndex*>* prober_ = nullptr;
   std::optional<Key> in_flight_;  // the key of the operation in flight (concurrent mode)
+  // A batch step (Config::write_batch): every state each of its keys may recover to, in order
+  // (before the batch, then after each of its ops on the key); empty between batches and in
+  // single-op runs. batch_probe_key_: its first key, the one the concurrent reader looks up.
+  std::map<Key, std::vector<std::vector<Value>>> batch_states_;
+  Key batch_probe_key_ = 0;
   std::string op_desc_;
   Report report_;
 };

@@ -74,6 +74,16 @@
 //       valid in a bucket by chance; the paper's "initialise buckets when first allocated").
 //   I8  No persistent memory leaks: the allocator's bitmap is DRAM only and rebuilt at open from
 //       the chain; a bucket allocated by a split that did not reach its link write is free again.
+//   I9  WriteBatch (not in the paper): each op writes and flushes exactly as I4-I6, but keeps its
+//       bucket locked instead of fencing; one fence then covers up to kBatchHeld buckets, and
+//       only after it are they unlocked. The lock is what publishes a write (readers wait while
+//       it is held, writers cannot reuse the slot), so no thread observes an op before it is
+//       durable, and no op's slot is written by two ops between two fences. While it holds
+//       locks the batch only TryLocks (never waits holding one: no deadlock with other writers,
+//       splits or doublings); a busy bucket, one it already holds (a key twice in a batch: the
+//       second op sees the first, and one key's ops persist in order) and a full bucket (the
+//       single-op split path) make it fence and unlock first. A crash before the fence keeps
+//       any subset of the held buckets' lines: each is a complete I4-I6 write or absent.
 //
 // reh-kv (variable-size keys and values; not in the paper): the same engine with kRecords, as
 // TurboHash's records (src/index/records.h). A slot holds [ hash(key):64 | record offset:64 ]
@@ -108,6 +118,7 @@
 #pragma once
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <bit>
 #include <chrono>
@@ -116,6 +127,7 @@
 #include <memory>
 #include <mutex>
 #include <new>
+#include <span>
 #include <string>
 #include <unordered_set>
 #include <vector>
@@ -344,6 +356,12 @@ class Reh : public index::EngineBase<Reh<P, kRecords>, P, Config> {
   PMHASH_ALWAYS_INLINE Status Write(const Probe& p, std::string_view value_bytes, Value value,
                                     WriteMode mode);
   PMHASH_ALWAYS_INLINE Status EraseProbe(const Probe& p);
+  // WriteBatch's hook (src/index/batch.h; I9 in the design comment). reh only: reh-kv's writes
+  // fence their records anyway, and run one call per op.
+  void BatchWrite(std::span<const WriteOp> ops, std::span<Status> statuses)
+    requires(!kRecords);
+  // The buckets a batch holds locked, their writes flushed but not yet fenced.
+  static constexpr size_t kBatchHeld = 16;
   // Calls take(slot) for every live slot, one bucket at a time under its lock, and bucket_done()
   // after each bucket, outside the lock.
   template <class Take, class Done>
@@ -756,6 +774,98 @@ Status Reh<P, R>::EraseProbe(const Probe& p) {
   if constexpr (R) records_->Retire(record);
   size_.Add(-1);
   return Status::OK();
+}
+
+template <pm::PersistPolicy P, bool R>
+void Reh<P, R>::BatchWrite(std::span<const WriteOp> ops, std::span<Status> statuses)
+  requires(!R)
+PMHASH_NO_THREAD_SAFETY_ANALYSIS {
+  if (life_.closed()) [[unlikely]] {
+    for (size_t i = 0; i < ops.size(); i++) statuses[i] = index::Lifecycle::ClosedError(kKindName);
+    return;
+  }
+  std::array<Meta*, kBatchHeld> held;
+  size_t n_held = 0;
+  int64_t size_delta = 0;
+  // One fence makes every held bucket's flushed lines durable; then they are published.
+  auto drain = [&] {
+    if (n_held == 0) return;
+    persist_.Fence();
+    for (size_t i = 0; i < n_held; i++) held[i]->lock.Unlock();
+    n_held = 0;
+    size_.Add(size_delta);
+    size_delta = 0;
+  };
+  for (size_t i = 0; i < ops.size(); i++) {
+    const WriteOp& op = ops[i];
+    const Probe p = MakeProbe(op.key);
+    // Lock p's bucket: by TryLock while others are held (a batch never waits holding a lock),
+    // else drain first and wait. A bucket the batch holds already fails the TryLock too, so it
+    // is drained: its earlier op is published, and this one sees it.
+    Meta* m = Lookup(p.h);
+    if (!m->lock.TryLock()) {
+      drain();
+      m = LockBucket(p.h);
+    } else if (Lookup(p.h) != m) {  // split away between the lookup and the lock
+      m->lock.UnlockUnchanged();
+      drain();
+      m = LockBucket(p.h);
+    }
+    PmBucket* b = Bucket(m);
+    const int j = FindSlot(m, p);
+    bool wrote = false;
+    Status st = Status::OK();
+    if (op.kind == WriteKind::kErase) {
+      if (j < 0) {
+        st = Status::NotFound();
+      } else {
+        b->slots[j].key.store(Tombstone(p.h), std::memory_order_release);  // I5
+        persist_.Flush(&b->slots[j].key, sizeof(Key));
+        m->bitmap.store(static_cast<uint16_t>(m->bitmap.load(std::memory_order_relaxed) &
+                                              ~(1u << j)),
+                        std::memory_order_relaxed);
+        size_delta--;
+        wrote = true;
+      }
+    } else if (j >= 0) {
+      if (op.kind == WriteKind::kInsert) {
+        st = Status::Exists();
+      } else {
+        b->slots[j].value.store(op.value, std::memory_order_release);  // I6
+        persist_.Flush(&b->slots[j].value, sizeof(Value));
+        wrote = true;
+      }
+    } else if (op.kind == WriteKind::kUpdate) {
+      st = Status::NotFound();
+    } else if (const uint16_t bitmap = m->bitmap.load(std::memory_order_relaxed);
+               bitmap != kFullMask) {
+      const int free = std::countr_one(bitmap);
+      PmSlot& s = b->slots[free];
+      s.value.store(op.value, std::memory_order_release);  // I4, as in Write
+      if (params_.tear_safe) persist_.Persist(&s.value, sizeof(Value));  // I4'
+      s.key.store(Keys::KeyWord(p), std::memory_order_release);
+      persist_.Flush(&s, sizeof(PmSlot));
+      m->SetFingerprint(free, static_cast<uint8_t>(p.h));
+      m->bitmap.store(static_cast<uint16_t>(bitmap | (1u << free)), std::memory_order_relaxed);
+      size_delta++;
+      wrote = true;
+    } else {
+      // Full: the split path of a single write, with nothing held.
+      m->lock.UnlockUnchanged();
+      drain();
+      statuses[i] = Write(p, {}, op.value,
+                          op.kind == WriteKind::kInsert ? WriteMode::kInsert : WriteMode::kUpsert);
+      continue;
+    }
+    statuses[i] = st;
+    if (!wrote) {
+      m->lock.UnlockUnchanged();
+      continue;
+    }
+    held[n_held++] = m;
+    if (n_held == kBatchHeld) drain();
+  }
+  drain();
 }
 
 template <pm::PersistPolicy P, bool R>
