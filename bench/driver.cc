@@ -55,7 +55,7 @@ uint64_t ProbeOps(uint64_t keys) { return std::clamp<uint64_t>(keys / 4, 200000,
 // says why. (Every other phase means the same on a multimap whose keys each have one value:
 // insert of a fresh key adds its only pair, find+ finds it, erase removes it.)
 bool PhaseUpdates(const std::string& name, const OpMix& mix) {
-  if (name == "update" || name == "rmw") return true;
+  if (name == "update" || name.starts_with("update@") || name == "rmw") return true;
   if (name == "mix") return mix.update > 0 || mix.rmw > 0;
   Workload w;
   if (name.starts_with("ycsb-") && YcsbWorkload(name, &w).ok()) {
@@ -64,14 +64,26 @@ bool PhaseUpdates(const std::string& name, const OpMix& mix) {
   return false;
 }
 
-// "find+@B" / "find-@B": the find phase with B keys per FindBatch call, B in [1, 1024].
+// "find+@B" / "find-@B": the find phase with B keys per FindBatch call; "insert@B",
+// "update@B", "erase@B": the write phase with B ops per WriteBatch call; B in [1, 1024].
 // False for every other name; true and *batch = 0 for a malformed B.
 bool ParseBatchPhase(std::string_view name, Op* op, uint32_t* batch) {
   const size_t at = name.find('@');
   if (at == std::string_view::npos) return false;
   const std::string_view base = name.substr(0, at);
-  if (base != "find+" && base != "find-") return false;
-  *op = base == "find+" ? Op::kFindHit : Op::kFindMiss;
+  if (base == "find+") {
+    *op = Op::kFindHit;
+  } else if (base == "find-") {
+    *op = Op::kFindMiss;
+  } else if (base == "insert") {
+    *op = Op::kInsert;
+  } else if (base == "update") {
+    *op = Op::kUpdate;
+  } else if (base == "erase") {
+    *op = Op::kErase;
+  } else {
+    return false;
+  }
   *batch = 0;
   const std::string_view digits = name.substr(at + 1);
   uint32_t b = 0;
@@ -163,11 +175,17 @@ Status ResolveConfig(BenchConfig* c) {
       }
     } else if (std::find(std::begin(kKnown), std::end(kKnown), p) == std::end(kKnown)) {
       return Status::InvalidArgument("unknown phase '" + p +
-                                     "' (insert, find+, find-, find+@B, find-@B, update, rmw, "
-                                     "erase, ycsb-a|b|c|d|f, mix)");
+                                     "' (insert, find+, find-, update, erase, rmw, their @B "
+                                     "forms but rmw's, ycsb-a|b|c|d|f, mix)");
     }
-    if (i == 0 && p != "insert") return Status::InvalidArgument("the first phase must be insert");
-    if (p == "erase" && i + 1 != c->phases.size()) {
+    const bool batched = p.find('@') != std::string::npos;
+    if (i == 0 && p != "insert" && !(batched && p.starts_with("insert@"))) {
+      return Status::InvalidArgument("the first phase must be insert (or insert@B)");
+    }
+    if (i > 0 && p.starts_with("insert")) {
+      return Status::InvalidArgument("insert (of every key) must be the first phase only");
+    }
+    if (p.starts_with("erase") && i + 1 != c->phases.size()) {
       return Status::InvalidArgument("erase (of every key) must be the last phase");
     }
     if (p == "mix" && c->mix.Total() <= 0) {
@@ -332,7 +350,11 @@ Status RunBench(const BenchConfig& config, BenchListener* listener, BenchReport*
         p = KeyPhase(name, Op::kInsert, keys.insert_order);
       } else if (Op op; ParseBatchPhase(name, &op, &p.batch)) {
         const uint32_t batch = p.batch;
-        p = KeyPhase(name, op, op == Op::kFindHit ? present_keys : keys.negative_order);
+        std::span<const uint64_t> phase_keys = present_keys;
+        if (op == Op::kFindMiss) phase_keys = keys.negative_order;
+        if (op == Op::kInsert) phase_keys = keys.insert_order;
+        if (op == Op::kErase) phase_keys = keys.find_order;
+        p = KeyPhase(name, op, phase_keys);
         p.batch = batch;
       } else if (name == "find+") {
         p = KeyPhase(name, Op::kFindHit, present_keys);

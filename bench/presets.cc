@@ -73,6 +73,10 @@ constexpr std::array kPresets = {
            "find+ and find- one key at a time and with FindBatch of 1, 2, 4, 8, 16, 32, 64 keys "
            "(software prefetch across keys); absl loops Find; 2M keys",
            ""},
+    Preset{"write-batch", "batched writes (issue 16)",
+           "insert, update and erase with WriteBatch of 16 ops, update one at a time and with 1, 4, "
+           "16, 64 ops per batch (REH: one fence per up to 16 buckets); absl loops; 2M keys",
+           ""},
     Preset{"skew", "skewed accesses",
            "find+ and update under zipfian 0.99 (other skews: --dist zipf:0.5, selfsimilar:0.2, "
            "latest); 2M keys",
@@ -187,6 +191,13 @@ Status ApplyPreset(std::string_view name, BenchConfig* c, std::vector<std::strin
     c->keys = 2'000'000;
     c->phases = {"insert",   "find+",    "find+@1",  "find+@2", "find+@4", "find+@8",
                  "find+@16", "find+@32", "find+@64", "find-",   "find-@16"};
+    c->count_keys = 0;
+    c->persist_probe = false;
+    c->latency_every = 0;
+  } else if (name == "write-batch") {
+    c->keys = 2'000'000;
+    c->phases = {"insert@16", "update", "update@1", "update@4", "update@16", "update@64",
+                 "erase@16"};
     c->count_keys = 0;
     c->persist_probe = false;
     c->latency_every = 0;

@@ -29,6 +29,7 @@
 
 #include "bench/histogram.h"
 #include "bench/keys.h"
+#include "pmhash/index.h"
 #include "pmhash/status.h"
 
 namespace pmhash::bench {
@@ -70,7 +71,8 @@ struct PhaseSpec {
   int64_t size_delta = 0;
   // kFindHit / kFindMiss: 0 finds one key per call; B > 0 calls the table's FindBatch with B keys
   // at a time (phase names "find+@B", "find-@B"; a table without FindBatch, such as the absl
-  // reference, loops Find over the B keys). Batched phases record no latency.
+  // reference, loops Find over the B keys). kInsert / kUpdate / kErase: B > 0 calls WriteBatch
+  // with B ops ("insert@B", ...; without it, one call per op). Batched phases record no latency.
   uint32_t batch = 0;
   // A warm-up phase runs and is checked like any other, but is not reported (its result is
   // dropped from the row): it touches caches and TLBs before the measured phases.
@@ -275,6 +277,43 @@ void RunBatchSlice(T& table, std::span<const uint64_t> keys, size_t batch, Threa
   out->ops = keys.size();
 }
 
+// The batched writes of kInsert / kUpdate / kErase: `batch` ops per WriteBatch call, every status
+// checked.
+template <Op kOp, BenchTable T>
+void RunWriteBatchSlice(T& table, std::span<const uint64_t> keys, size_t batch,
+                        ThreadOutcome* out) {
+  static_assert(kOp == Op::kInsert || kOp == Op::kUpdate || kOp == Op::kErase);
+  constexpr WriteKind kKind = kOp == Op::kInsert   ? WriteKind::kInsert
+                              : kOp == Op::kUpdate ? WriteKind::kUpdate
+                                                   : WriteKind::kErase;
+  std::vector<WriteOp> ops(batch);
+  std::vector<Status> statuses(batch);
+  constexpr bool kHasWriteBatch =
+      requires { table.WriteBatch(std::span<const WriteOp>(ops), std::span(statuses)); };
+  if constexpr (!kHasWriteBatch) {
+    RunSlice<kOp>(table, keys, 0, out);  // the reference: its one-at-a-time loop, as is
+  } else {
+    for (size_t first = 0; first < keys.size(); first += batch) {
+      const size_t n = std::min(batch, keys.size() - first);
+      for (size_t i = 0; i < n; i++) ops[i] = {kKind, keys[first + i], ValueOf(keys[first + i])};
+      if (Status s = table.WriteBatch(std::span<const WriteOp>(ops.data(), n), statuses);
+          !s.ok()) [[unlikely]] {
+        out->ops = first;
+        out->failure = s;
+        return;
+      }
+      for (size_t i = 0; i < n; i++) {
+        if (!statuses[i].ok()) [[unlikely]] {
+          out->ops = first + i;
+          out->failure = Unexpected(kOp, ops[i].key, statuses[i]);
+          return;
+        }
+      }
+    }
+    out->ops = keys.size();
+  }
+}
+
 }  // namespace detail
 
 // Runs one phase of `spec` on `table` with ro.threads threads.
@@ -307,6 +346,15 @@ PhaseResult RunPhase(T& table, const PhaseSpec& spec, const RunnerOptions& ro) {
     }
     if (spec.batch > 0 && spec.op == Op::kFindMiss) {
       return detail::RunBatchSlice<Op::kFindMiss>(table, keys, spec.batch, out);
+    }
+    if (spec.batch > 0 && spec.op == Op::kInsert) {
+      return detail::RunWriteBatchSlice<Op::kInsert>(table, keys, spec.batch, out);
+    }
+    if (spec.batch > 0 && spec.op == Op::kUpdate) {
+      return detail::RunWriteBatchSlice<Op::kUpdate>(table, keys, spec.batch, out);
+    }
+    if (spec.batch > 0 && spec.op == Op::kErase) {
+      return detail::RunWriteBatchSlice<Op::kErase>(table, keys, spec.batch, out);
     }
     switch (spec.op) {
       case Op::kInsert:

@@ -559,10 +559,49 @@ TEST(Kinds, BatchedFindPhases) {
       }
     }
   }
-  for (const char* bad : {"find+@0", "find+@", "find-@1025", "find+@x", "erase@4"}) {
+  for (const char* bad : {"find+@0", "find+@", "find-@1025", "find+@x", "rmw@4", "insert@4"}) {
     BenchConfig b = c;
     b.phases = {"insert", bad};
     EXPECT_TRUE(RunBench(b, nullptr, &report).IsInvalidArgument()) << bad;
+  }
+}
+
+// Batched write phases ("insert@B", "update@B", "erase@B": WriteBatch) on every kind, one thread
+// and two; the runner checks every op's status, and the find+ between them every value. A
+// multimap leaves the update phases out (no Update). Misplaced ones are refused.
+TEST(Kinds, BatchedWritePhases) {
+  BenchConfig c;  // every registered kind
+  c.durabilities = {Durability::kAdr};
+  c.keys = 3001;
+  c.threads = {1, 2};
+  c.count_keys = 0;
+  c.persist_probe = false;
+  c.phases = {"insert@7", "update@1", "update@64", "find+", "erase@16"};
+  BenchReport report;
+  const Status s = RunBench(c, nullptr, &report);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  ASSERT_EQ(report.tables.size(), 2u);
+  for (const TableResult& t : report.tables) {
+    ASSERT_EQ(t.rows.size(), RegisteredIndexes().size());
+    for (const RowResult& row : t.rows) {
+      SCOPED_TRACE(row.Label());
+      EXPECT_TRUE(row.error.ok()) << row.error.ToString();
+      const bool multi = KindCapabilities(row.index).value().multi;
+      ASSERT_EQ(row.phases.size(), multi ? 3u : 5u);
+      for (const PhaseResult& p : row.phases) {
+        EXPECT_TRUE(p.ok()) << p.name << ": " << p.failure.ToString();
+        EXPECT_EQ(p.ops, c.keys) << p.name;
+      }
+      EXPECT_EQ(row.phases.front().name, "insert@7");
+      EXPECT_EQ(row.phases.back().name, "erase@16");
+    }
+  }
+  for (const std::vector<std::string>& bad :
+       {std::vector<std::string>{"find+", "insert@4"}, {"insert@4", "erase@4", "find+"},
+        {"insert@0"}, {"insert", "update@2000"}}) {
+    BenchConfig b = c;
+    b.phases = bad;
+    EXPECT_TRUE(RunBench(b, nullptr, &report).IsInvalidArgument()) << bad.size() << " phases";
   }
 }
 

@@ -2,7 +2,8 @@
 // geometry so small that splits and directory doublings race with every other operation.
 //
 //   DisjointRanges      each thread owns its keys and checks every result exactly against its
-//                       own oracle; the final index equals the union of the oracles.
+//                       own oracle; the final index equals the union of the oracles. Odd threads
+//                       send their writes through WriteBatch (REH: held buckets, TryLock).
 //   SharedRange         all threads insert/update/erase one dense key range (collide hashing);
 //                       values encode (thread, sequence, key); concurrent readers check that
 //                       every value they find is one some thread wrote for that key; sizes add up.
@@ -125,12 +126,52 @@ TYPED_TEST(StressTest, DisjointRanges) {
         errors.Add("thread " + std::to_string(t) + " op " + std::to_string(i) + " " + op + "(" +
                    std::to_string(k) + "): " + s.ToString());
       };
+      // Odd threads: writes go into a batch (the model applied as each is added, its expected
+      // status kept), sent when 12 are pending or before a find.
+      const bool batched = t % 2 == 1;
+      std::vector<WriteOp> batch;
+      std::vector<Status> want, answers;
+      auto send = [&](uint64_t i) {
+        if (batch.empty()) return;
+        answers.assign(batch.size(), Status::Corruption("not written"));
+        if (Status s = ix->WriteBatch(batch, answers); !s.ok()) fail("WriteBatch", i, 0, s);
+        for (size_t j = 0; j < batch.size(); j++) {
+          if (answers[j].code() != want[j].code()) {
+            fail("WriteBatch op", i, batch[j].key, answers[j]);
+          }
+        }
+        batch.clear();
+        want.clear();
+      };
+      auto add = [&](uint64_t i, WriteKind kind, Key k, Value v, Status expected) {
+        batch.push_back({kind, k, v});
+        want.push_back(expected);
+        if (batch.size() == 12) send(i);
+      };
       for (uint64_t i = 0; i < ops && !errors.any(); i++) {
         const Key k = (uint64_t(t) << 40) | (rng() % range);
         const Value v = rng();
         auto it = model.find(k);
         const bool present = it != model.end();
         const unsigned r = rng() % 100;
+        if (batched && r < 77) {
+          const WriteKind kind = r < 40   ? WriteKind::kInsert
+                                 : r < 50 ? WriteKind::kUpsert
+                                 : r < 62 ? WriteKind::kUpdate
+                                          : WriteKind::kErase;
+          Status expected = Status::OK();
+          if (kind == WriteKind::kErase || kind == WriteKind::kUpdate) {
+            if (!present) expected = Status::NotFound();
+          } else if (kind == WriteKind::kInsert && present) {
+            expected = Status::Exists();
+          }
+          if (expected.ok()) {
+            if (kind == WriteKind::kErase) model.erase(it); else model[k] = v;
+          }
+          add(i, kind, k, v, expected);
+          continue;
+        }
+        if (batched) send(i);
         if (r < 40) {
           Status s = ix->Insert(k, v);
           if (present ? !s.IsExists() : !s.ok()) fail("Insert", i, k, s);
@@ -155,6 +196,7 @@ TYPED_TEST(StressTest, DisjointRanges) {
           }
         }
       }
+      send(ops);
     });
   }
   for (auto& t : ts) t.join();

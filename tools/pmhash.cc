@@ -109,7 +109,8 @@ constexpr FlagSpec kBenchFlags[] = {
     {"phases", "P[,P...]",
      "phases in order: insert, find+, find-, update, rmw, erase, ycsb-a|b|c|d|f,\n"
      "mix (default insert,find+,find-,erase; the first must be insert);\n"
-     "find+@B / find-@B: finds B keys per FindBatch call (B in 1..1024)"},
+     "find+@B / find-@B: finds B keys per FindBatch call; insert@B, update@B,\n"
+     "erase@B: B ops per WriteBatch call (B in 1..1024)"},
     {"workload", "W[,W...]",
      "shorthand for --phases insert,W,...: ycsb-a, ycsb-b, ycsb-c,\n"
      "ycsb-d, ycsb-f (ycsb-e needs scans: unsupported), mix"},

@@ -39,6 +39,8 @@ namespace py = pybind11;
 namespace {
 
 using pmhash::Status;
+using pmhash::WriteKind;
+using pmhash::WriteOp;
 
 // pmhash's own exception classes: attributes of this module, created at import.
 py::object ErrorClass(const char* name) { return py::module_::import("pmhash._pmhash").attr(name); }
@@ -141,7 +143,8 @@ class Pool {
 
   // dict.update: upserts the pairs of a mapping or an iterable of pairs, then keyword pairs
   // (str keys, as UTF-8), converted first and written with the GIL released once. On an error
-  // the pairs before it are written (as with dict.update).
+  // the pairs before it are written (as with dict.update); int pairs go in WriteBatches of 64
+  // (their persists share fences on reh), so some of the failing pair's batch may be too.
   void UpdateMany(py::object other, py::kwargs kwargs) {
     if (multi_) {
       Raise(Status::NotSupported("update() on a multi-value pool: use add(k, v)"));
@@ -169,7 +172,17 @@ class Pool {
     for (auto [k, v] : kwargs) add(k, v);
     const Status s = Call([&] {
       for (const auto& [k, v] : bp) PMHASH_RETURN_IF_ERROR(bytes_->Upsert(k, v));
-      for (const auto& [k, v] : np) PMHASH_RETURN_IF_ERROR(index_->Upsert(k, v));
+      constexpr size_t kBatch = 64;
+      std::vector<WriteOp> ops;
+      std::vector<Status> statuses(kBatch);
+      for (size_t first = 0; first < np.size(); first += kBatch) {
+        ops.clear();
+        for (size_t i = first; i < std::min(np.size(), first + kBatch); i++) {
+          ops.push_back({WriteKind::kUpsert, np[i].first, np[i].second});
+        }
+        PMHASH_RETURN_IF_ERROR(index_->WriteBatch(ops, statuses));
+        for (size_t i = 0; i < ops.size(); i++) PMHASH_RETURN_IF_ERROR(statuses[i]);
+      }
       return Status::OK();
     });
     if (!s.ok()) Raise(s);

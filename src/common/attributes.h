@@ -5,6 +5,8 @@
 // (a call between the directory lookup and the bucket read costs the overlap of one operation's
 // cache misses with the next one's: REH's find lost a fifth of its speed that way).
 #define PMHASH_ALWAYS_INLINE [[gnu::always_inline]] inline
+// The same for a lambda, written after its parameter list: [&](int i) PMHASH_LAMBDA_INLINE {...}
+#define PMHASH_LAMBDA_INLINE __attribute__((always_inline))
 
 namespace pmhash {
 
@@ -14,6 +16,12 @@ namespace pmhash {
 // bucket search was inlined); an asm statement is never removed or moved across the loads.
 PMHASH_ALWAYS_INLINE void PrefetchLine(const void* p) {
   asm volatile("prefetcht0 %0" : : "m"(*static_cast<const char*>(p)));
+}
+
+// The same with intent to write (prefetchw: the line arrives exclusive, so the store that follows
+// needs no second request for ownership). A no-op on CPUs without it (Intel before Broadwell).
+PMHASH_ALWAYS_INLINE void PrefetchLineForWrite(const void* p) {
+  asm volatile("prefetchw %0" : : "m"(*static_cast<const char*>(p)));
 }
 
 }  // namespace pmhash

@@ -31,10 +31,12 @@
 // (Pea: one epoch guard per 256 keys instead of one per key). Records kinds, multimaps and
 // engines without the hooks find one key at a time.
 //
-// Batched writes (WriteBatch, include/pmhash/index.h) save fences, not misses: an engine whose
-// writes can share one fence opts in with
+// Batched writes (WriteBatch, include/pmhash/index.h). An engine whose writes can share one fence
+// opts in with
 //   void BatchWrite(std::span<const WriteOp>, std::span<Status>);   // sizes checked here
-// (REH: src/index/reh/reh.h). Every other engine runs the ops one call each.
+// (REH: src/index/reh/reh.h, which also prefetches ahead). An engine with the find hooks above
+// runs each op as its own call (own fences, own locks) behind the same pipeline of prefetches:
+// a write's first misses are a find's. The others run the ops one call each.
 #pragma once
 
 #include <algorithm>
@@ -43,6 +45,7 @@
 #include <cstddef>
 #include <span>
 #include <string>
+#include <type_traits>
 
 #include "common/attributes.h"
 #include "pmhash/index.h"
@@ -81,6 +84,14 @@ struct BatchCalls {
     }
     if constexpr (requires { e.BatchWrite(ops, statuses); }) {
       e.BatchWrite(ops, statuses);
+    } else if constexpr (kPrefetched<E>) {
+      // The find stages bring in the lines a write reads first (directory entry, bucket), so a
+      // loop of single writes overlaps its misses as FindBatch does; each write is still its own
+      // call, with its own fences (no BatchGuard: the stages need none, and a write that resizes
+      // must not wait on a guard of its own thread).
+      Pipeline(
+          e, ops.size(), [&](size_t i) PMHASH_LAMBDA_INLINE { return ops[i].key; },
+          [&](size_t j, const auto&) PMHASH_LAMBDA_INLINE { statuses[j] = WriteOne(e, ops[j]); });
     } else {
       for (size_t i = 0; i < ops.size(); i++) statuses[i] = WriteOne(e, ops[i]);
     }
@@ -128,7 +139,12 @@ struct BatchCalls {
     for (size_t first = 0; first < keys.size(); first += kBatchChunk) {
       const size_t n = std::min(kBatchChunk, keys.size() - first);
       auto chunk = [&] {
-        Pipeline(e, keys.subspan(first, n), values.subspan(first, n), statuses.subspan(first, n));
+        // (Inlined by force: a call between the stages and the find costs their overlap.)
+        Pipeline(
+            e, n, [&](size_t i) PMHASH_LAMBDA_INLINE { return keys[first + i]; },
+            [&](size_t j, const auto& probe) PMHASH_LAMBDA_INLINE {
+              statuses[first + j] = e.BatchFind(probe, &values[first + j]);
+            });
       };
       if constexpr (requires { e.BatchGuard(); }) {
         [[maybe_unused]] const auto guard = e.BatchGuard();
@@ -139,16 +155,17 @@ struct BatchCalls {
     }
   }
 
-  template <class E>
-  PMHASH_ALWAYS_INLINE static void Pipeline(const E& e, std::span<const Key> keys,
-                                            std::span<Value> values, std::span<Status> statuses) {
-    constexpr size_t S = E::kBatchStages;
+  // Runs finish(j, probe of key j) for j in [0, n), in order, each after the stages of key j
+  // (key_at(i): the i-th key).
+  template <class E, class KeyAt, class Finish>
+  PMHASH_ALWAYS_INLINE static void Pipeline(const E& e, size_t n, KeyAt&& key_at,
+                                            Finish&& finish) {
+    constexpr size_t S = std::remove_cvref_t<E>::kBatchStages;
     static_assert(S >= 1 && S <= 3);
-    constexpr size_t D = DistanceOf<E>();
+    constexpr size_t D = DistanceOf<std::remove_cvref_t<E>>();
     constexpr size_t kRing = std::bit_ceil(S * D + 1);  // keys i - S*D .. i
-    const size_t n = keys.size();
     if (n == 1) {  // nothing to overlap with: the stages would only add work
-      statuses[0] = e.BatchFind(e.MakeProbe(keys[0]), &values[0]);
+      finish(0, e.MakeProbe(key_at(0)));
       return;
     }
     // A short batch keeps the same D. Spreading its keys over the stages (D = n / S) was slower
@@ -157,7 +174,7 @@ struct BatchCalls {
     std::array<Probe, kRing> ring;
     for (size_t i = 0; i < n + S * D; i++) {
       if (i < n) {
-        ring[i % kRing] = e.MakeProbe(keys[i]);
+        ring[i % kRing] = e.MakeProbe(key_at(i));
         e.template BatchPrefetch<0>(ring[i % kRing]);
       }
       if constexpr (S > 1) {
@@ -168,7 +185,7 @@ struct BatchCalls {
       }
       if (i >= S * D) {
         const size_t j = i - S * D;
-        statuses[j] = e.BatchFind(ring[j % kRing], &values[j]);
+        finish(j, ring[j % kRing]);
       }
     }
   }

@@ -565,10 +565,25 @@ void Executor::MSet(Args a, Session*, std::string* out) {
       if (Present(k)) return AppendInteger(out, 0);
     }
   }
-  for (size_t i = 0; i < n; i++) {
-    // MSETNX: a key given twice is inserted once, then overwritten (as Redis).
-    const Status s = WriteValue(keys[i], a[2 + 2 * i], SetMode::kUpsert);
+  if (space_ == Space::kUint64) {
+    // One WriteBatch of upserts (values were checked above): its ops share fences (reh), and
+    // the reply follows the batch's return, when every pair is durable. A key given twice is
+    // written twice, in order (MSETNX too: inserted once, then overwritten, as Redis).
+    std::vector<WriteOp> ops(n);
+    for (size_t i = 0; i < n; i++) {
+      ops[i] = {WriteKind::kUpsert, keys[i].num, 0};
+      ParseU64Dec(a[2 + 2 * i], &ops[i].value);
+    }
+    std::vector<Status> statuses(n);
+    Status s = index_.WriteBatch(ops, statuses);
+    for (size_t i = 0; s.ok() && i < n; i++) s = statuses[i];
     if (!s.ok()) return AppendIndexError(out, s);
+  } else {
+    for (size_t i = 0; i < n; i++) {
+      // MSETNX: a key given twice is inserted once, then overwritten (as Redis).
+      const Status s = WriteValue(keys[i], a[2 + 2 * i], SetMode::kUpsert);
+      if (!s.ok()) return AppendIndexError(out, s);
+    }
   }
   if (nx) return AppendInteger(out, 1);
   AppendSimple(out, "OK");

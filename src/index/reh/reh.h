@@ -362,6 +362,17 @@ class Reh : public index::EngineBase<Reh<P, kRecords>, P, Config> {
     requires(!kRecords);
   // The buckets a batch holds locked, their writes flushed but not yet fenced.
   static constexpr size_t kBatchHeld = 16;
+  // A batch's cache misses overlap as FindBatch's do (src/index/batch.h): op i + 3D's directory
+  // entry, i + 2D's metadata and i + D's slot line (stage 2 below) are asked for before op i runs.
+  static constexpr size_t kWriteDistance = 4;
+  // The line op p will write: its key's slot (first fingerprint candidate) or the first free one.
+  PMHASH_ALWAYS_INLINE void WritePrefetch(const Probe& p) const {
+    const Meta* m = Lookup(p.h);
+    const uint32_t c = m->Candidates(static_cast<uint8_t>(p.h));
+    const int j = c ? std::countr_zero(c)
+                    : std::countr_one(m->bitmap.load(std::memory_order_relaxed));
+    if (j < kSlots) PrefetchLineForWrite(&Bucket(m)->slots[j]);
+  }
   // Calls take(slot) for every live slot, one bucket at a time under its lock, and bucket_done()
   // after each bucket, outside the lock.
   template <class Take, class Done>
@@ -739,11 +750,13 @@ Status Reh<P, R>::Write(const Probe& p, std::string_view value_bytes, Value valu
       s.value.store(w, std::memory_order_release);
       if (params_.tear_safe) persist_.Persist(&s.value, sizeof(Value));  // I4': 8-byte model
       s.key.store(Keys::KeyWord(p), std::memory_order_release);
+      // The size before the persist: a locked add after it waits for the line's write-back,
+      // which the next operation's cache misses can otherwise overlap.
+      size_.Add(1);
       persist_.Persist(&s, sizeof(PmSlot));
       m->SetFingerprint(j, static_cast<uint8_t>(p.h));
       m->bitmap.store(static_cast<uint16_t>(bitmap | (1u << j)), std::memory_order_relaxed);
       m->lock.Unlock();
-      size_.Add(1);
       return Status::OK();
     }
     PMHASH_RETURN_IF_ERROR(Split(m, p.h));  // unlocks m; then retry into the right half
@@ -767,12 +780,12 @@ Status Reh<P, R>::EraseProbe(const Probe& p) {
   PmSlot& s = Bucket(m)->slots[j];
   const uint64_t record = s.value.load(std::memory_order_relaxed);  // reh-kv
   s.key.store(Tombstone(p.h), std::memory_order_release);  // I5
+  size_.Add(-1);  // before the persist, as in Write
   persist_.Persist(&s.key, sizeof(Key));
   m->bitmap.store(static_cast<uint16_t>(m->bitmap.load(std::memory_order_relaxed) & ~(1u << j)),
                   std::memory_order_relaxed);
   m->lock.Unlock();
   if constexpr (R) records_->Retire(record);
-  size_.Add(-1);
   return Status::OK();
 }
 
@@ -788,17 +801,44 @@ PMHASH_NO_THREAD_SAFETY_ANALYSIS {
   size_t n_held = 0;
   int64_t size_delta = 0;
   // One fence makes every held bucket's flushed lines durable; then they are published.
+  // (The size first: its locked add would wait for the fence's write-backs, and the next op's
+  // misses with it. Size() is not linearizable with concurrent writes anyway.)
   auto drain = [&] {
     if (n_held == 0) return;
+    if (size_delta != 0) size_.Add(size_delta);
+    size_delta = 0;
     persist_.Fence();
     for (size_t i = 0; i < n_held; i++) held[i]->lock.Unlock();
     n_held = 0;
-    size_.Add(size_delta);
-    size_delta = 0;
   };
-  for (size_t i = 0; i < ops.size(); i++) {
+  // Op i's probe lives in ring[i % kRing] from step i - 3D (its first prefetch) to step i.
+  constexpr size_t D = kWriteDistance;
+  constexpr size_t kRing = std::bit_ceil(3 * D + 1);
+  std::array<Probe, kRing> ring;
+  const size_t n = ops.size();
+  const bool pipelined = n > 1;  // a single op: nothing to overlap with
+  if (pipelined) {
+    for (size_t q = 0; q < std::min(3 * D, n); q++) {
+      ring[q % kRing] = MakeProbe(ops[q].key);
+      BatchPrefetch<0>(ring[q % kRing]);
+    }
+    for (size_t q = 0; q < std::min(2 * D, n); q++) BatchPrefetch<1>(ring[q % kRing]);
+    for (size_t q = 0; q < std::min(D, n); q++) WritePrefetch(ring[q % kRing]);
+  }
+  for (size_t i = 0; i < n; i++) {
     const WriteOp& op = ops[i];
-    const Probe p = MakeProbe(op.key);
+    if (!pipelined) {
+      ring[0] = MakeProbe(op.key);
+    } else {
+      // Op i + 3D's directory entry, i + 2D's metadata, i + D's slot line.
+      if (i + 3 * D < n) {
+        ring[(i + 3 * D) % kRing] = MakeProbe(ops[i + 3 * D].key);
+        BatchPrefetch<0>(ring[(i + 3 * D) % kRing]);
+      }
+      if (i + 2 * D < n) BatchPrefetch<1>(ring[(i + 2 * D) % kRing]);
+      if (i + D < n) WritePrefetch(ring[(i + D) % kRing]);
+    }
+    const Probe& p = ring[i % kRing];
     // Lock p's bucket: by TryLock while others are held (a batch never waits holding a lock),
     // else drain first and wait. A bucket the batch holds already fails the TryLock too, so it
     // is drained: its earlier op is published, and this one sees it.
