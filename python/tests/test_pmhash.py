@@ -102,6 +102,9 @@ def test_uint64_kind_takes_ints(path):
         assert db.get_many([1, 3]) == [2, None]
         db.update({5: 6, 7: 8})
         assert db.pop(5) == 6 and db.get(7) == 8
+        # int pairs go in WriteBatches of 64: more than one batch, a key twice (the last wins)
+        db.update([(k, k * 3) for k in range(1000, 1200)] + [(1000, 1)])
+        assert db.get_many([1000, 1001, 1199, 1200]) == [1, 3003, 3597, None]
         with pytest.raises(TypeError):
             db.update(x=1)  # keyword keys are str: not a uint64 key
 

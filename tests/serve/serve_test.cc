@@ -378,6 +378,22 @@ TEST(ServeExecutor, Uint64KindsTakeDecimalKeysAndValues) {
   }
   EXPECT_EQ(all.elems[40].str, "0");
   EXPECT_TRUE(e.Run({"MGET", "1", "x"}).is_error());
+  // MSET of numeric keys is one WriteBatch: many keys, one of them twice (the last value wins),
+  // and MSETNX refuses when one is present.
+  std::vector<std::string> mset = {"MSET"};
+  for (int k = 200; k < 260; k++) {
+    mset.push_back(std::to_string(k));
+    mset.push_back(std::to_string(k + 1));
+  }
+  mset.insert(mset.end(), {"205", "7"});
+  EXPECT_TRUE(e.Run(mset).ok());
+  for (int k = 200; k < 260; k++) {
+    EXPECT_EQ(e.Bulk({"GET", std::to_string(k)}), std::to_string(k == 205 ? 7 : k + 1)) << k;
+  }
+  EXPECT_EQ(e.Int({"MSETNX", "300", "1", "259", "1"}), 0);
+  EXPECT_EQ(e.Bulk({"GET", "300"}), "<nil>");
+  EXPECT_EQ(e.Int({"MSETNX", "300", "1", "300", "2"}), 1);
+  EXPECT_EQ(e.Bulk({"GET", "300"}), "2");
 }
 
 TEST(ServeExecutor, MultiValuePoolsAreSets) {

@@ -814,7 +814,7 @@ PMHASH_NO_THREAD_SAFETY_ANALYSIS {
   // Op i's probe lives in ring[i % kRing] from step i - 3D (its first prefetch) to step i.
   constexpr size_t D = kWriteDistance;
   constexpr size_t kRing = std::bit_ceil(3 * D + 1);
-  std::array<Probe, kRing> ring;
+  index::ProbeRing<Probe, kRing> ring;
   const size_t n = ops.size();
   const bool pipelined = n > 1;  // a single op: nothing to overlap with
   if (pipelined) {
