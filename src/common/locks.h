@@ -78,8 +78,12 @@ class PMHASH_CAPABILITY("shared mutex") RwSpinLock {
       LockSlow();
     }
   }
+  // A plain store, not an RMW: while a writer holds the lock the word is exactly kWriter (readers
+  // and other writers change it only by a CAS from a word without kWriter, and lock() returned
+  // once the readers' count had drained). A locked RMW here would wait for the write-backs of a
+  // persist just before it (docs/results.md, "Batched writes").
   PMHASH_ALWAYS_INLINE void unlock() PMHASH_RELEASE() {
-    state_.fetch_and(~kWriter, std::memory_order_release);
+    state_.store(0, std::memory_order_release);
   }
   PMHASH_ALWAYS_INLINE void lock_shared() PMHASH_ACQUIRE_SHARED() {
     uint32_t s = state_.load(std::memory_order_relaxed);

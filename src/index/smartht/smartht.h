@@ -1068,6 +1068,11 @@ Status SmartHt<P, R>::Write(const Probe& p, std::string_view value_bytes, Value 
       }
     }
   }
+  // The filters and the size before the persists (readers wait on the stripe lock we hold):
+  // their locked adds after a fence would wait for its write-backs, which the next operation's
+  // misses can otherwise overlap (REH, docs/results.md "Batched writes").
+  AddToFilters(h);
+  size_.Add(1);
   if (j >= 0) {
     PmSlot& s = b->slots[j];
     // I2: the pair, then its token, one line. (smartht-kv: the record was fenced before.)
@@ -1089,9 +1094,7 @@ Status SmartHt<P, R>::Write(const Probe& p, std::string_view value_bytes, Value 
     chained_.fetch_add(1, std::memory_order_relaxed);
     links_.fetch_add(1, std::memory_order_relaxed);
   }
-  AddToFilters(h);
   l.unlock();
-  size_.Add(1);
   // The growth check sums the size counter: done when a chain grew, and on one insert in 64
   // otherwise (by hash bits), not on every insert.
   if (j < 0 || ((h >> 50) & 63) == 0) MaybeGrow();
@@ -1120,11 +1123,11 @@ Status SmartHt<P, R>::EraseProbe(const Probe& p) {
   }
   const uint64_t record = b->slots[j].value.load(std::memory_order_relaxed);  // smartht-kv
   b->tokens[j].store(0, std::memory_order_release);  // I4: lazy deletion
+  stale_.fetch_add(1, std::memory_order_relaxed);  // before the persist, as in Write
+  size_.Add(-1);
   persist_.Persist(&b->tokens[j], 1);
-  stale_.fetch_add(1, std::memory_order_relaxed);
   l.unlock();
   if constexpr (R) records_->Retire(record);
-  size_.Add(-1);
   MaybeScheduleRebuild();
   return Status::OK();
 }

@@ -743,6 +743,10 @@ Status Turbo<P, R>::Write(const Probe& p, std::string_view value_bytes, Value va
     }
     Bucket* b = found ? f.b : ins.b;
     const uint64_t m = b->meta.load(std::memory_order_relaxed);
+    // The size before the persists (under the shard lock; Size() is not linearizable with
+    // concurrent writes anyway): its locked add after a fence waits for the write-back, which
+    // the next operation's misses can otherwise overlap (REH, docs/results.md).
+    if (!found) size_.Add(1);
     // Near-place update: the bucket's reserved empty slot (I3 guarantees one).
     const int j = found ? std::countr_zero(MetaEmpty(m)) : ins.j;
     // Readers validate with the meta word; order our slot writes after everything before (the
@@ -767,7 +771,6 @@ Status Turbo<P, R>::Write(const Probe& p, std::string_view value_bytes, Value va
     if constexpr (R) {
       if (found) records_->Retire(old_record);
     }
-    if (!found) size_.Add(1);
     return Status::OK();
   }
 }
@@ -790,10 +793,10 @@ Status Turbo<P, R>::EraseProbe(const Probe& p) {
   Where f, ins;
   if (!Locate(v, p, &f, &ins)) return Status::NotFound();
   const uint64_t m = f.b->meta.load(std::memory_order_relaxed);
+  size_.Add(-1);  // before the persist, as in Write
   PublishMeta(r, f.b, MakeMeta(MetaValid(m), MetaDeleted(m) | (1u << f.j), MetaSeq(m) + 1));
   r.deleted++;
   if constexpr (R) records_->Retire(f.b->slots[f.j].value.load(std::memory_order_relaxed));
-  size_.Add(-1);
   return Status::OK();
 }
 
