@@ -62,6 +62,9 @@ inline constexpr size_t kBatchDistance = 8;
 // that a long batch does not hold back epoch reclamation for its whole run.
 inline constexpr size_t kBatchChunk = 256;
 
+// The mode of an engine's `Write(probe, value_bytes, value, mode)` (EngineBase, ProbeCalls).
+enum class WriteMode { kInsert, kUpdate, kUpsert };
+
 // Uninitialized room for N probes (each is written before it is read). A std::array of them is
 // zeroed at every call (a probe holds a string_view): for REH's 64-entry ring, 2 KiB of stores
 // that queue behind the previous write's fence and stall the next operation's loads.
@@ -100,15 +103,33 @@ struct BatchCalls {
     } else if constexpr (kPrefetched<E>) {
       // The find stages bring in the lines a write reads first (directory entry, bucket), so a
       // loop of single writes overlaps its misses as FindBatch does; each write is still its own
-      // call, with its own fences (no BatchGuard: the stages need none, and a write that resizes
-      // must not wait on a guard of its own thread).
+      // call, with its own fences, on the probe the stages hashed (no BatchGuard: the stages
+      // need none, and a write that resizes must not wait on a guard of its own thread).
       Pipeline(
           e, ops.size(), [&](size_t i) PMHASH_LAMBDA_INLINE { return ops[i].key; },
-          [&](size_t j, const auto&) PMHASH_LAMBDA_INLINE { statuses[j] = WriteOne(e, ops[j]); });
+          [&](size_t j, const auto& probe) PMHASH_LAMBDA_INLINE {
+            statuses[j] = WriteProbe(e, ops[j], probe);
+          });
     } else {
       for (size_t i = 0; i < ops.size(); i++) statuses[i] = WriteOne(e, ops[i]);
     }
     return Status::OK();
+  }
+
+  // One op as the engine's own write of a hashed key (the engines with the find hooks).
+  template <class E, class Probe>
+  PMHASH_ALWAYS_INLINE static Status WriteProbe(E& e, const WriteOp& op, const Probe& p) {
+    switch (op.kind) {
+      case WriteKind::kInsert:
+        return e.Write(p, {}, op.value, WriteMode::kInsert);
+      case WriteKind::kUpdate:
+        return e.Write(p, {}, op.value, WriteMode::kUpdate);
+      case WriteKind::kUpsert:
+        return e.Write(p, {}, op.value, WriteMode::kUpsert);
+      case WriteKind::kErase:
+        return e.EraseProbe(p);
+    }
+    return UnknownKind(op);
   }
 
   // One op as its own call.
@@ -124,6 +145,9 @@ struct BatchCalls {
       case WriteKind::kErase:
         return e.Erase(op.key);
     }
+    return UnknownKind(op);
+  }
+  static Status UnknownKind(const WriteOp& op) {
     return Status::InvalidArgument("WriteBatch: unknown WriteKind " +
                                    std::to_string(static_cast<int>(op.kind)));
   }

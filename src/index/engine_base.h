@@ -48,7 +48,7 @@
 
 namespace pmhash::index {
 
-enum class WriteMode { kInsert, kUpdate, kUpsert };
+// (WriteMode, the mode of an engine's Write, is declared in index/batch.h, which uses it too.)
 
 template <class Engine, pm::PersistPolicy P, class Config>
 class EngineBase {

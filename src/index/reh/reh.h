@@ -16,7 +16,8 @@
 //     PM only for fingerprint hits: a negative find normally reads no PM at all.
 //   * Insert writes the 16 B slot (value first, then key, same cache line) and persists that one
 //     line: one flush + one fence per insert, as in the paper. The DRAM bitmap/fingerprint are
-//     updated after the persist, under the bucket lock.
+//     updated under the bucket lock, which is released only after the fence: readers wait on
+//     it, so none sees the insert before it is durable.
 //   * Split of a full bucket A (prefix P, depth d): copy A whole into a new bucket A' with header
 //     (d+1, A.sibling), persist A' (non-temporal), then ONE 8-byte atomic write sets A's header to
 //     (d+1, A'). That write both links A' into the chain and invalidates, in A, every key whose
@@ -74,8 +75,9 @@
 //       valid in a bucket by chance; the paper's "initialise buckets when first allocated").
 //   I8  No persistent memory leaks: the allocator's bitmap is DRAM only and rebuilt at open from
 //       the chain; a bucket allocated by a split that did not reach its link write is free again.
-//   I9  WriteBatch (not in the paper): each op writes and flushes exactly as I4-I6, but keeps its
-//       bucket locked instead of fencing; one fence then covers up to kBatchHeld buckets, and
+//   I9  WriteBatch (not in the paper): each op writes and flushes exactly as I4-I6 (the single
+//       calls' StoreNew / StoreValue / StoreTombstone), but keeps its bucket locked instead of
+//       fencing; one fence then covers up to kBatchHeld buckets, and
 //       only after it are they unlocked. The lock is what publishes a write (readers wait while
 //       it is held, writers cannot reuse the slot), so no thread observes an op before it is
 //       durable, and no op's slot is written by two ops between two fences. While it holds
@@ -356,6 +358,15 @@ class Reh : public index::EngineBase<Reh<P, kRecords>, P, Config> {
   PMHASH_ALWAYS_INLINE Status Write(const Probe& p, std::string_view value_bytes, Value value,
                                     WriteMode mode);
   PMHASH_ALWAYS_INLINE Status EraseProbe(const Probe& p);
+  // The stores of one write into p's bucket m, flushed but not fenced, and m's metadata updated:
+  // the caller fences before it unlocks m (Write and EraseProbe at once, BatchWrite once per
+  // held set), so no reader sees them before they are durable. REQUIRES: m locked.
+  // A new pair (value word w) in m's first free slot, `bitmap` being m's bitmap (I4, I4').
+  PMHASH_ALWAYS_INLINE void StoreNew(Meta* m, uint16_t bitmap, const Probe& p, uint64_t w);
+  // Slot j's value word (I6).
+  PMHASH_ALWAYS_INLINE void StoreValue(Meta* m, int j, uint64_t w);
+  // Slot j's key replaced by a tombstone (I5), its bitmap bit cleared.
+  PMHASH_ALWAYS_INLINE void StoreTombstone(Meta* m, int j, const Probe& p);
   // WriteBatch's hook (src/index/batch.h; I9 in the design comment). reh only: reh-kv's writes
   // fence their records anyway, and run one call per op.
   void BatchWrite(std::span<const WriteOp> ops, std::span<Status> statuses)
@@ -717,7 +728,6 @@ Status Reh<P, R>::Write(const Probe& p, std::string_view value_bytes, Value valu
   };
   for (;;) {
     Meta* m = LockBucket(p.h);
-    PmBucket* b = Bucket(m);
     if (const int j = FindSlot(m, p); j >= 0) {
       uint64_t w = 0;
       Status st = mode == WriteMode::kInsert ? Status::Exists() : value_word(&w);
@@ -725,9 +735,9 @@ Status Reh<P, R>::Write(const Probe& p, std::string_view value_bytes, Value valu
         m->lock.Unlock();
         return st;
       }
-      const uint64_t old = b->slots[j].value.load(std::memory_order_relaxed);
-      b->slots[j].value.store(w, std::memory_order_release);  // I6
-      persist_.Persist(&b->slots[j].value, sizeof(Value));
+      const uint64_t old = Bucket(m)->slots[j].value.load(std::memory_order_relaxed);
+      StoreValue(m, j, w);
+      persist_.Fence();
       m->lock.Unlock();
       if constexpr (R) records_->Retire(old);
       return Status::OK();
@@ -743,19 +753,11 @@ Status Reh<P, R>::Write(const Probe& p, std::string_view value_bytes, Value valu
         m->lock.Unlock();
         return st;
       }
-      const int j = std::countr_one(bitmap);
-      PmSlot& s = b->slots[j];
-      // I4: value, then key, one line. Release on both (a plain store on x86): a lock-free
-      // reader may load the old key and then this value, and must see the record it names.
-      s.value.store(w, std::memory_order_release);
-      if (params_.tear_safe) persist_.Persist(&s.value, sizeof(Value));  // I4': 8-byte model
-      s.key.store(Keys::KeyWord(p), std::memory_order_release);
-      // The size before the persist: a locked add after it waits for the line's write-back,
+      // The size before the fence: a locked add after it waits for the line's write-back,
       // which the next operation's cache misses can otherwise overlap.
       size_.Add(1);
-      persist_.Persist(&s, sizeof(PmSlot));
-      m->SetFingerprint(j, static_cast<uint8_t>(p.h));
-      m->bitmap.store(static_cast<uint16_t>(bitmap | (1u << j)), std::memory_order_relaxed);
+      StoreNew(m, bitmap, p, w);
+      persist_.Fence();
       m->lock.Unlock();
       return Status::OK();
     }
@@ -777,16 +779,43 @@ Status Reh<P, R>::EraseProbe(const Probe& p) {
     m->lock.Unlock();
     return Status::NotFound();
   }
-  PmSlot& s = Bucket(m)->slots[j];
-  const uint64_t record = s.value.load(std::memory_order_relaxed);  // reh-kv
-  s.key.store(Tombstone(p.h), std::memory_order_release);  // I5
-  size_.Add(-1);  // before the persist, as in Write
-  persist_.Persist(&s.key, sizeof(Key));
-  m->bitmap.store(static_cast<uint16_t>(m->bitmap.load(std::memory_order_relaxed) & ~(1u << j)),
-                  std::memory_order_relaxed);
+  const uint64_t record = Bucket(m)->slots[j].value.load(std::memory_order_relaxed);  // reh-kv
+  size_.Add(-1);  // before the fence, as in Write
+  StoreTombstone(m, j, p);
+  persist_.Fence();
   m->lock.Unlock();
   if constexpr (R) records_->Retire(record);
   return Status::OK();
+}
+
+template <pm::PersistPolicy P, bool R>
+void Reh<P, R>::StoreNew(Meta* m, uint16_t bitmap, const Probe& p, uint64_t w) {
+  const int j = std::countr_one(bitmap);
+  PmSlot& s = Bucket(m)->slots[j];
+  // I4: value, then key, one line. Release on both (a plain store on x86): a lock-free reader
+  // may load the old key and then this value, and must see the record it names.
+  s.value.store(w, std::memory_order_release);
+  if (params_.tear_safe) persist_.Persist(&s.value, sizeof(Value));  // I4': 8-byte model
+  s.key.store(Keys::KeyWord(p), std::memory_order_release);
+  persist_.Flush(&s, sizeof(PmSlot));
+  m->SetFingerprint(j, static_cast<uint8_t>(p.h));
+  m->bitmap.store(static_cast<uint16_t>(bitmap | (1u << j)), std::memory_order_relaxed);
+}
+
+template <pm::PersistPolicy P, bool R>
+void Reh<P, R>::StoreValue(Meta* m, int j, uint64_t w) {
+  std::atomic<uint64_t>& value = Bucket(m)->slots[j].value;
+  value.store(w, std::memory_order_release);  // I6
+  persist_.Flush(&value, sizeof(Value));
+}
+
+template <pm::PersistPolicy P, bool R>
+void Reh<P, R>::StoreTombstone(Meta* m, int j, const Probe& p) {
+  std::atomic<uint64_t>& key = Bucket(m)->slots[j].key;
+  key.store(Tombstone(p.h), std::memory_order_release);  // I5
+  persist_.Flush(&key, sizeof(Key));
+  m->bitmap.store(static_cast<uint16_t>(m->bitmap.load(std::memory_order_relaxed) & ~(1u << j)),
+                  std::memory_order_relaxed);
 }
 
 template <pm::PersistPolicy P, bool R>
@@ -851,7 +880,6 @@ PMHASH_NO_THREAD_SAFETY_ANALYSIS {
       drain();
       m = LockBucket(p.h);
     }
-    PmBucket* b = Bucket(m);
     const int j = FindSlot(m, p);
     bool wrote = false;
     Status st = Status::OK();
@@ -859,11 +887,7 @@ PMHASH_NO_THREAD_SAFETY_ANALYSIS {
       if (j < 0) {
         st = Status::NotFound();
       } else {
-        b->slots[j].key.store(Tombstone(p.h), std::memory_order_release);  // I5
-        persist_.Flush(&b->slots[j].key, sizeof(Key));
-        m->bitmap.store(static_cast<uint16_t>(m->bitmap.load(std::memory_order_relaxed) &
-                                              ~(1u << j)),
-                        std::memory_order_relaxed);
+        StoreTombstone(m, j, p);
         size_delta--;
         wrote = true;
       }
@@ -871,22 +895,14 @@ PMHASH_NO_THREAD_SAFETY_ANALYSIS {
       if (op.kind == WriteKind::kInsert) {
         st = Status::Exists();
       } else {
-        b->slots[j].value.store(op.value, std::memory_order_release);  // I6
-        persist_.Flush(&b->slots[j].value, sizeof(Value));
+        StoreValue(m, j, op.value);
         wrote = true;
       }
     } else if (op.kind == WriteKind::kUpdate) {
       st = Status::NotFound();
     } else if (const uint16_t bitmap = m->bitmap.load(std::memory_order_relaxed);
                bitmap != kFullMask) {
-      const int free = std::countr_one(bitmap);
-      PmSlot& s = b->slots[free];
-      s.value.store(op.value, std::memory_order_release);  // I4, as in Write
-      if (params_.tear_safe) persist_.Persist(&s.value, sizeof(Value));  // I4'
-      s.key.store(Keys::KeyWord(p), std::memory_order_release);
-      persist_.Flush(&s, sizeof(PmSlot));
-      m->SetFingerprint(free, static_cast<uint8_t>(p.h));
-      m->bitmap.store(static_cast<uint16_t>(bitmap | (1u << free)), std::memory_order_relaxed);
+      StoreNew(m, bitmap, p, op.value);
       size_delta++;
       wrote = true;
     } else {
