@@ -335,6 +335,10 @@ int RunInfo(const Command& cmd, std::span<char* const> words) {
                              ? "no (open now, or not closed cleanly)"
                              : "invalid value " + std::to_string(h.clean_shutdown));
   line("open count", std::to_string(h.open_count));
+  line("saved state", h.saved_state == 0 ? "none (the next open walks the pool)"
+                                         : "image at offset " + std::to_string(h.saved_state) +
+                                               (h.clean_shutdown == 1 ? " (loaded by the next open)"
+                                                                      : " (ignored: not clean)"));
   std::string roots;
   for (int i = 0; i < pm::kMaxRoots; i++) {
     if (h.roots[i])
@@ -376,7 +380,8 @@ int RunCheck(const Command& cmd, std::span<char* const> words) {
   std::snprintf(buf, sizeof(buf), "%.3f s", s.recovery_seconds);
   line("opened",
        std::string(s.recovered ? "after a crash (no clean-shutdown mark), recovered" : "clean") +
-           ", rebuild " + buf);
+           (s.state_loaded ? ", DRAM state loaded from the image Close saved in " : ", rebuild ") +
+           buf);
   line("size", std::to_string(s.size) + (idx.capabilities().multi ? " pairs" : " keys"));
   line("APIs", ApiNames(idx.capabilities()));
   std::snprintf(buf, sizeof(buf), "%.4f", s.load_factor);

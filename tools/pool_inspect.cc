@@ -109,6 +109,7 @@ Result<PoolHeaderView> ReadPoolHeader(const std::string& path) {
   h.computed_checksum = pm::HeaderChecksum(b.data());
   h.clean_shutdown = Load<uint64_t>(b, offsetof(PoolHeader, clean_shutdown));
   h.open_count = Load<uint64_t>(b, offsetof(PoolHeader, open_count));
+  h.saved_state = Load<uint64_t>(b, offsetof(PoolHeader, saved_state));
   for (int i = 0; i < pm::kMaxRoots; i++) {
     h.roots[i] =
         Load<uint64_t>(b, offsetof(PoolHeader, roots) + sizeof(uint64_t) * static_cast<size_t>(i));

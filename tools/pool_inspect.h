@@ -49,6 +49,7 @@ struct PoolHeaderView {
   uint64_t computed_checksum = 0;  // pm::HeaderChecksum of the bytes read
   uint64_t clean_shutdown = 0;
   uint64_t open_count = 0;
+  uint64_t saved_state = 0;
   uint64_t roots[pm::kMaxRoots] = {};
 
   bool checksum_ok() const { return checksum == computed_checksum; }

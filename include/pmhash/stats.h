@@ -44,6 +44,9 @@ struct IndexStats {
   std::vector<NamedStat> details;  // index-specific figures, stable names, documented per index
   bool recovered = false;          // the last open found no clean-shutdown mark
   double recovery_seconds = 0;     // time spent rebuilding DRAM state at open
+  // The last open loaded the DRAM state that the clean Close before it saved, instead of
+  // rebuilding it by walking the pool (indexes that save one: docs/design.md).
+  bool state_loaded = false;
   // How the pool is mapped: "anonymous", "tmpfs file", "file (page cache)", "fsdax file
   // (MAP_SYNC)" or "devdax" (pm::MappingName); which failures a persist survives depends on it.
   std::string mapping;

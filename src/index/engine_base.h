@@ -33,6 +33,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <type_traits>
 
 #include "common/hash.h"
 #include "index/batch.h"
@@ -42,6 +43,7 @@
 #include "index/lifecycle.h"
 #include "pm/persist.h"
 #include "pm/pool.h"
+#include "pm/saved_state.h"
 #include "pmhash/stats.h"
 #include "pmhash/status.h"
 #include "pmhash/index.h"
@@ -68,9 +70,21 @@ class EngineBase {
   // Live pairs (an engine that counts otherwise declares its own Size()).
   uint64_t Size() const { return static_cast<uint64_t>(size_.Sum()); }
   // Clean shutdown (src/index/lifecycle.h): the engine's Quiesce() — epoch drain, background
-  // work; none by default — then the pool's clean mark. Idempotent.
+  // work; none by default — then, for an engine with `void SaveState(pm::StateWriter&) const`
+  // on a persistent policy, the image of its DRAM state (src/pm/saved_state.h, S1), then the
+  // pool's clean mark. Idempotent.
   Status Close() {
-    return life_.Close(*pool_, [this] { return self().Quiesce(); });
+    return life_.Close(*pool_, [this]() -> Status {
+      if constexpr (std::is_same_v<decltype(self().Quiesce()), Status>) {
+        PMHASH_RETURN_IF_ERROR(self().Quiesce());
+      } else {
+        self().Quiesce();
+      }
+      if constexpr (P::kPersistent && requires(pm::StateWriter& w) { self().SaveState(w); }) {
+        return pm::SaveStateImage(*pool_, [this](pm::StateWriter& w) { self().SaveState(w); });
+      }
+      return Status::OK();
+    });
   }
   // The destructor will leave the pool as a crash would (src/index/lifecycle.h).
   void Abandon() { life_.Abandon(); }
@@ -98,10 +112,12 @@ class EngineBase {
 
   // Every engine's Open: NewEngine, then the engine's `Status Init()` if it has one (DRAM
   // structures sized by the Config), its `Status Create()` if the pool is new, and always its
-  // `Status Recover()` (a new pool is recovered like any other: one path to trust). Recover
-  // starts from an empty allocator (it marks every chunk it reaches: what it does not reach is
-  // free, so nothing leaks); the base records whether the open recovered from a crash and how
-  // long recovery took.
+  // `Status Recover()` (a new pool is recovered like any other: one path to trust), unless the
+  // engine loaded the image of its DRAM state that the last clean Close saved (LoadState, S2-S3
+  // of src/pm/saved_state.h). Recover starts from an empty allocator (it marks every chunk it
+  // reaches: what it does not reach is free, so nothing leaks) and rebuilds every DRAM structure
+  // (REQUIRES: including any a failed LoadState left half built); the base records whether the
+  // open recovered from a crash, whether it loaded an image, and how long either took.
   // A descriptor may check this open's options first (`static Status CheckOptions(const
   // Options&)`), before any file is opened or created.
   template <class D>
@@ -117,8 +133,15 @@ class EngineBase {
     if (s.ok() && e.pool_->created()) s = e.Create();
     const auto t0 = std::chrono::steady_clock::now();
     if (s.ok()) {
-      e.pool_->allocator().Reset();
-      s = e.Recover();
+      // After a clean Close, the image it saved (src/pm/saved_state.h; engines with
+      // `Status LoadState(pm::StateReader&)`), else the walk.
+      if constexpr (requires(pm::StateReader& r) { e.LoadState(r); }) {
+        e.state_loaded_ = pm::LoadStateImage(
+            *e.pool_, [&e](pm::StateReader& r) { return e.LoadState(r); });
+      } else {
+        e.pool_->allocator().Reset();
+      }
+      if (!e.state_loaded_) s = e.Recover();
     }
     if (!s.ok()) {
       // A failed open is abandoned: its destructor must not Close (no Quiesce over half-built
@@ -156,6 +179,7 @@ class EngineBase {
     s->resize_ns = resize_log_.Snapshot();
     s->recovered = recovered_;
     s->recovery_seconds = recovery_seconds_;
+    s->state_loaded = state_loaded_;
     s->traffic = pool_->counters().Snapshot();
     s->mapping = std::string(pm::MappingName(pool_->mapping()));
   }
@@ -185,6 +209,7 @@ class EngineBase {
   std::atomic<uint64_t> doublings_{0};
   ResizeLog resize_log_;  // durations of the events counted in splits_ and doublings_
   bool recovered_ = false;
+  bool state_loaded_ = false;  // this open loaded the image of a clean Close (saved_state.h)
   double recovery_seconds_ = 0;
   Lifecycle life_;
 

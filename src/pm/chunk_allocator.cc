@@ -155,6 +155,30 @@ void ChunkAllocator::Reset() {
   high_water_ = 0;
 }
 
+void ChunkAllocator::CopyBitmap(uint64_t* dst) const {
+  LockGuard<SpinLock> g(mu_);
+  std::copy(bits_.begin(), bits_.end(), dst);
+}
+
+bool ChunkAllocator::LoadBitmap(const uint64_t* src) {
+  const uint64_t tail = chunk_count_ & 63;
+  if (tail != 0 && (src[bits_.size() - 1] >> tail) != 0) return false;
+  LockGuard<SpinLock> g(mu_);
+  std::fill(full_.begin(), full_.end(), 0);
+  used_ = 0;
+  high_water_ = 0;
+  for (uint64_t w = 0; w < bits_.size(); w++) {
+    bits_[w] = src[w];
+    if (src[w] == 0) continue;
+    used_ += static_cast<uint64_t>(std::popcount(src[w]));
+    if (src[w] == ~uint64_t{0}) full_[w >> 6] |= uint64_t{1} << (w & 63);
+    high_water_ = w * 64 + 64 - static_cast<uint64_t>(std::countl_zero(src[w]));
+  }
+  hints_.fill(0);
+  aligned_hint_ = 0;
+  return true;
+}
+
 bool ChunkAllocator::ValidChunk(uint64_t offset, uint32_t n) const {
   if (offset < heap_offset_ || n == 0) return false;
   const uint64_t rel = offset - heap_offset_;
@@ -185,6 +209,23 @@ bool ChunkAllocator::IsUsed(uint64_t offset) const {
   if (!ValidChunk(offset)) return false;
   LockGuard<SpinLock> g(mu_);
   return TestLocked((offset - heap_offset_) / chunk_size_);
+}
+
+bool ChunkAllocator::AllUsed(std::span<const uint64_t> offsets) const {
+  LockGuard<SpinLock> g(mu_);
+  return std::all_of(offsets.begin(), offsets.end(), [this](uint64_t off) {
+    return ValidChunk(off) && TestLocked((off - heap_offset_) / chunk_size_);
+  });
+}
+
+bool ChunkAllocator::RangeUsed(uint64_t offset, uint32_t n) const {
+  if (!ValidChunk(offset, n)) return false;
+  const uint64_t i = (offset - heap_offset_) / chunk_size_;
+  LockGuard<SpinLock> g(mu_);
+  for (uint64_t j = i; j < i + n; j++) {
+    if (!TestLocked(j)) return false;
+  }
+  return true;
 }
 
 uint64_t ChunkAllocator::scan_steps() const {

@@ -19,6 +19,7 @@
 #include <array>
 #include <bit>
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "common/locks.h"
@@ -42,9 +43,21 @@ class ChunkAllocator {
   void Reset() PMHASH_EXCLUDES(mu_);
   Status MarkReachable(uint64_t offset, uint32_t n = 1) PMHASH_EXCLUDES(mu_);
 
+  // The bitmap as bitmap_words() words (bit i of word w: chunk 64w + i in use), for the image a
+  // clean Close saves (saved_state.h); LoadBitmap replaces the bitmap with such words, as
+  // Reset() + MarkReachable of every set bit would, and fails (changing nothing) if a bit past
+  // the last chunk is set.
+  uint64_t bitmap_words() const { return (chunk_count_ + 63) / 64; }
+  void CopyBitmap(uint64_t* dst) const PMHASH_EXCLUDES(mu_);
+  bool LoadBitmap(const uint64_t* src) PMHASH_EXCLUDES(mu_);
+
   // True if [offset, offset + n*chunk) is inside the heap and chunk-aligned.
   bool ValidChunk(uint64_t offset, uint32_t n = 1) const;
   bool IsUsed(uint64_t offset) const PMHASH_EXCLUDES(mu_);
+  // True if every offset is a used chunk (one lock for all: loading a saved state).
+  bool AllUsed(std::span<const uint64_t> offsets) const PMHASH_EXCLUDES(mu_);
+  // True if [offset, offset + n*chunk) is inside the heap and every chunk of it used.
+  bool RangeUsed(uint64_t offset, uint32_t n) const PMHASH_EXCLUDES(mu_);
 
   uint64_t used_chunks() const PMHASH_EXCLUDES(mu_);
   // Loop steps Allocate() has taken so far (for tests: allocation must stay O(1) amortised).

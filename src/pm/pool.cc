@@ -514,6 +514,11 @@ void Pool::MarkClean() {
   PersistRange(&header()->clean_shutdown, 8);
 }
 
+void Pool::SetSavedState(uint64_t offset) {
+  header()->saved_state.store(offset, std::memory_order_release);
+  PersistRange(&header()->saved_state, 8);
+}
+
 void Pool::SetRoot(int i, uint64_t offset) {
   header()->roots[i].store(offset, std::memory_order_release);
   PersistRange(&header()->roots[i], 8);

@@ -101,6 +101,7 @@ class Pool {
   Mapping mapping() const { return mapping_; }
   HashMode hash_mode() const { return static_cast<HashMode>(header()->hash_mode); }
   uint64_t hash_seed() const { return header()->hash_seed; }
+  uint64_t create_time_ns() const { return header()->create_time_ns; }
   // The index's parameter block as stored in the header (validated by the index: the pool only
   // knows that it is at most kMaxParamsBytes long).
   std::span<const uint8_t> params() const {
@@ -114,6 +115,11 @@ class Pool {
   uint64_t OffsetOf(const void* p) const {
     return static_cast<uint64_t>(static_cast<const char*>(p) - base_);
   }
+
+  // The image of DRAM state saved by the last clean Close (saved_state.h); 0 = none. The
+  // setter persists.
+  uint64_t saved_state() const { return header()->saved_state.load(std::memory_order_acquire); }
+  void SetSavedState(uint64_t offset);
 
   // Roots: pool offsets the index uses to find its structure. SetRoot persists.
   uint64_t root(int i) const { return header()->roots[i].load(std::memory_order_acquire); }

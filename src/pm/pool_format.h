@@ -26,6 +26,8 @@
 //   ---- mutable part, never covered by the checksum, each field validated on use ----
 //      256     8  clean_shutdown   1 after Close(), 0 while open
 //      264     8  open_count       incremented at every open (informational)
+//      272     8  saved_state      offset of the DRAM-state image the last clean Close saved
+//                                  (saved_state.h), 0 = none; trusted only with clean_shutdown
 //      320    64  roots[8]         pool offsets owned by the index (0 = none)
 //   ... 4096: end of header; the chunk heap starts at heap_offset.
 #pragma once
@@ -69,7 +71,8 @@ struct PoolHeader {
   // mutable part
   std::atomic<uint64_t> clean_shutdown;
   std::atomic<uint64_t> open_count;
-  uint8_t reserved3[48];
+  std::atomic<uint64_t> saved_state;
+  uint8_t reserved3[40];
   std::atomic<uint64_t> roots[kMaxRoots];
   uint8_t tail[kHeaderBytes - 384];
 };
@@ -79,6 +82,7 @@ static_assert(offsetof(PoolHeader, hash_seed) == 88);
 static_assert(offsetof(PoolHeader, params) == 104);
 static_assert(offsetof(PoolHeader, checksum) == 248, "checksum closes the immutable part");
 static_assert(offsetof(PoolHeader, clean_shutdown) == 256, "mutable part starts a new XPLine");
+static_assert(offsetof(PoolHeader, saved_state) == 272);
 static_assert(offsetof(PoolHeader, roots) == 320);
 static_assert(sizeof(PoolHeader) == kHeaderBytes);
 static_assert(std::atomic<uint64_t>::is_always_lock_free);

@@ -40,6 +40,7 @@ RecordHeap::RecordHeap(char* base, ChunkAllocator* chunks, EpochManager* epoch)
 RecordHeap::~RecordHeap() { DeleteAllSlabs(); }
 
 void RecordHeap::DeleteAllSlabs() {
+  if (slabs_.load(std::memory_order_relaxed) == 0) return;  // (an open's Reset of a new heap)
   for (uint64_t i = 0; i < nslabs_; i++) delete table_[i].exchange(nullptr);
 }
 

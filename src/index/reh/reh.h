@@ -86,6 +86,16 @@
 //       second op sees the first, and one key's ops persist in order) and a full bucket (the
 //       single-op split path) make it fence and unlock first. A crash before the fence keeps
 //       any subset of the held buckets' lines: each is a complete I4-I6 write or absent.
+//   I10 Clean shutdown (not in the paper; src/pm/saved_state.h): Close saves the DRAM state —
+//       per bucket in chain order its header word, fingerprints and bitmap, and the pair count —
+//       and the next open loads it instead of walking the chain, if the pool was closed
+//       cleanly. Nothing changed in PM since the save (Close quiesced the index, and the clean
+//       mark is its last write), so the loaded state is the one walk 2 would derive; the load
+//       checks it against the loaded allocator, and any mismatch falls back to the walk. Such
+//       an open reads no bucket: a bucket damaged after the Close is found by the next walk
+//       (after a crash) or by `pmhash check`, never followed out of bounds (slots hold plain
+//       words; only the walk follows sibling offsets). reh only: reh-kv's slots name records
+//       that every open validates before a reader follows them (H5 of record_heap.h).
 //
 // reh-kv (variable-size keys and values; not in the paper): the same engine with kRecords, as
 // TurboHash's records (src/index/records.h). A slot holds [ hash(key):64 | record offset:64 ]
@@ -148,6 +158,7 @@
 #include "index/records.h"
 #include "pm/persist.h"
 #include "pm/pool.h"
+#include "pm/saved_state.h"
 #include "pm/slot.h"
 #include "pmhash/index.h"
 
@@ -398,6 +409,29 @@ class Reh : public index::EngineBase<Reh<P, kRecords>, P, Config> {
 
   Status Create();
   Status Recover();
+  // The image of a clean Close (src/pm/saved_state.h; I10): per bucket, in chain order.
+  struct SavedBucket {
+    uint64_t ld_bucket;  // Meta::ld_bucket
+    uint64_t fp[2];      // Meta::fp
+    uint16_t bitmap;     // Meta::bitmap
+    uint8_t zero[6];
+  };
+  static_assert(sizeof(SavedBucket) == 32);
+  // reh only: reh-kv's live slots name records, which an open must validate (H5 of
+  // src/pm/record_heap.h) before any reader follows them, so reh-kv walks at every open.
+  void SaveState(pm::StateWriter& w) const requires(!kRecords);
+  Status LoadState(pm::StateReader& r) requires(!kRecords);
+  // I3, one bucket at a time: a bucket of depth ld may cover the next directory entries from
+  // *pos of a directory of 2^gd; if so *pos moves past them.
+  static bool TileNext(uint64_t* pos, uint32_t gd, uint32_t ld) {
+    const uint64_t stride = uint64_t{1} << (gd - ld);
+    if (ld > gd || *pos % stride != 0 || *pos + stride > (uint64_t{1} << gd)) return false;
+    *pos += stride;
+    return true;
+  }
+  // Recovery's start and end: no metadata, then `dir` the only directory.
+  void ResetMetas();
+  void InstallDirectory(std::unique_ptr<Directory> dir);
   // Asks for b's first `lines` 64 B lines (all four: its slots; three: those before the line
   // of its header, which the caller reads itself).
   static void PrefetchBucket(const PmBucket* b, size_t lines) {
@@ -408,6 +442,8 @@ class Reh : public index::EngineBase<Reh<P, kRecords>, P, Config> {
   // or -1.
   int DuplicateSlot(const PmBucket* b, const Meta* m, uint16_t bitmap) const;
   Meta* NewMeta();
+  // n fresh metas in one block (recovery: the bucket count is known), or nullptr.
+  Meta* NewMetas(size_t n);
   void FillTombstones(PmBucket* img, uint64_t prefix, uint32_t depth) const;
 
   const uint64_t max_directory_bytes_;  // Options::max_directory_bytes, resolved
@@ -524,6 +560,18 @@ Meta* Reh<P, R>::NewMeta() {
 }
 
 template <pm::PersistPolicy P, bool R>
+Meta* Reh<P, R>::NewMetas(size_t n) {
+  HugeArray<Meta> block(n);
+  if (!block) return nullptr;
+  for (size_t i = 0; i < n; i++) new (&block[i]) Meta();
+  LockGuard<SpinLock> g(meta_mu_);
+  meta_blocks_.push_back(std::move(block));
+  meta_block_used_ = n;
+  meta_count_.fetch_add(n, std::memory_order_release);
+  return &meta_blocks_.back()[0];
+}
+
+template <pm::PersistPolicy P, bool R>
 int Reh<P, R>::DuplicateSlot(const PmBucket* b, const Meta* m, uint16_t bitmap) const {
   // One SIMD fingerprint match per live slot; keys are compared only on a fingerprint collision.
   const __m128i fps =
@@ -583,11 +631,9 @@ Status Reh<P, R>::Recover() {
     uint64_t pos = 0;
     const uint64_t entries = uint64_t{1} << gd;
     for (const uint8_t ld : depths) {
-      const uint64_t stride = uint64_t{1} << (gd - ld);
-      if (pos % stride != 0 || pos + stride > entries) {
+      if (!TileNext(&pos, gd, ld)) {
         return Status::Corruption("reh: bucket depths do not tile the hash space");
       }
-      pos += stride;
     }
     if (pos != entries) {
       return Status::Corruption("reh: bucket chain covers " + std::to_string(pos) + " of " +
@@ -606,12 +652,9 @@ Status Reh<P, R>::Recover() {
   if (!dir->entries) return Status::OutOfMemory("reh: directory of 2^" + std::to_string(gd));
 
   // Walk 2: metadata (from the slots) and directory entries, over the tiling checked above.
-  {
-    LockGuard<SpinLock> g(meta_mu_);
-    meta_blocks_.clear();
-    meta_block_used_ = 0;
-    meta_count_.store(0);
-  }
+  ResetMetas();
+  Meta* const metas = NewMetas(buckets);
+  if (!metas) return Status::OutOfMemory("reh: bucket metadata");
   uint64_t live = 0;
   uint64_t i = 0;
   // Walk 2 reads buckets in chain order, which is not address order: request the lines of the
@@ -626,8 +669,7 @@ Status Reh<P, R>::Recover() {
     const PmBucket* b = pool_->template At<PmBucket>(off);
     const uint64_t stride = uint64_t{1} << (gd - ld);
     const uint64_t prefix = i >> (gd - ld);  // (the paper's Algorithm 1 uses i here)
-    Meta* m = NewMeta();
-    if (!m) return Status::OutOfMemory("reh: bucket metadata");
+    Meta* m = &metas[n];
     uint16_t bitmap = 0;
     for (int j = 0; j < kSlots; j++) {
       const uint64_t kh = SlotHash(b->slots[j].key.load(std::memory_order_relaxed));
@@ -659,12 +701,91 @@ Status Reh<P, R>::Recover() {
     for (uint64_t e = i; e < i + stride; e++) new (&dir->entries[e]) std::atomic<Meta*>(m);
     i += stride;
   }
-  {
-    LockGuard<RwSpinLock> g(dir_lock_);
-    dirs_.clear();
-    dir_.store(dir.get(), std::memory_order_release);
-    dirs_.push_back(std::move(dir));
+  InstallDirectory(std::move(dir));
+  size_.Reset(static_cast<int64_t>(live));
+  return Status::OK();
+}
+
+template <pm::PersistPolicy P, bool R>
+void Reh<P, R>::ResetMetas() {
+  LockGuard<SpinLock> g(meta_mu_);
+  meta_blocks_.clear();
+  meta_block_used_ = 0;
+  meta_count_.store(0);
+}
+
+template <pm::PersistPolicy P, bool R>
+void Reh<P, R>::InstallDirectory(std::unique_ptr<Directory> dir) {
+  LockGuard<RwSpinLock> g(dir_lock_);
+  dirs_.clear();
+  dir_.store(dir.get(), std::memory_order_release);
+  dirs_.push_back(std::move(dir));
+}
+
+// I10: live pairs, global depth, bucket count, then per bucket in chain (prefix) order its
+// metadata as walk 2 of Recover derives it: header word (LD, offset), fingerprints, bitmap.
+template <pm::PersistPolicy P, bool R>
+void Reh<P, R>::SaveState(pm::StateWriter& w) const requires(!R) {
+  const Directory* d = dir_.load(std::memory_order_acquire);
+  w.Put<uint64_t>(Size());
+  w.Put<uint32_t>(d->depth);
+  w.Put<uint64_t>(meta_count_.load(std::memory_order_acquire));
+  for (size_t i = 0; i < d->size();) {
+    const Meta* m = d->entries[i].load(std::memory_order_relaxed);
+    SavedBucket b{};
+    b.ld_bucket = m->ld_bucket.load(std::memory_order_relaxed);
+    b.fp[0] = m->fp[0].load(std::memory_order_relaxed);
+    b.fp[1] = m->fp[1].load(std::memory_order_relaxed);
+    b.bitmap = m->bitmap.load(std::memory_order_relaxed);
+    w.Put(b);
+    i += size_t{1} << (d->depth - m->depth());
   }
+}
+
+// I10: the directory and metadata from the image, after the checks Recover makes of the chain
+// (depths in range, I3 tiling, the directory budget), plus: every bucket a used chunk, the
+// bitmaps' pairs the saved count, and the allocator's used chunks exactly the buckets: nothing
+// the image names lies outside what the allocator holds, and nothing it holds is unnamed.
+template <pm::PersistPolicy P, bool R>
+Status Reh<P, R>::LoadState(pm::StateReader& r) requires(!R) {
+  const pm::ChunkAllocator& alloc = pool_->allocator();
+  const Status bad = Status::Corruption("reh: saved state");
+  uint64_t live = 0, buckets = 0;
+  uint32_t gd = 0;
+  if (!r.Get(&live) || !r.Get(&gd) || !r.Get(&buckets)) return bad;
+  if (gd < 1 || gd > params_.max_depth || buckets == 0 || buckets > alloc.used_chunks()) {
+    return bad;
+  }
+  PMHASH_RETURN_IF_ERROR(CheckDirectoryBudget(gd, "the saved state"));
+  auto dir = std::make_unique<Directory>();
+  dir->depth = gd;
+  dir->entries = HugeArray<std::atomic<Meta*>>(size_t{1} << gd);
+  if (!dir->entries) return Status::OutOfMemory("reh: directory of 2^" + std::to_string(gd));
+  ResetMetas();
+  Meta* const metas = NewMetas(buckets);
+  if (!metas) return Status::OutOfMemory("reh: bucket metadata");
+  std::vector<uint64_t> offsets(buckets);
+  uint64_t pos = 0, pairs = 0;
+  for (uint64_t n = 0; n < buckets; n++) {
+    SavedBucket b;
+    if (!r.Get(&b)) return bad;
+    const uint32_t ld = HeaderDepth(b.ld_bucket);
+    const uint64_t first = pos;
+    if (ld < 1 || (b.bitmap >> kSlots) != 0 || !TileNext(&pos, gd, ld)) return bad;
+    Meta* m = &metas[n];
+    m->fp[0].store(b.fp[0], std::memory_order_relaxed);
+    m->fp[1].store(b.fp[1], std::memory_order_relaxed);
+    m->bitmap.store(b.bitmap, std::memory_order_relaxed);
+    m->ld_bucket.store(b.ld_bucket, std::memory_order_relaxed);
+    for (uint64_t e = first; e < pos; e++) new (&dir->entries[e]) std::atomic<Meta*>(m);
+    pairs += static_cast<uint64_t>(std::popcount(b.bitmap));
+    offsets[n] = HeaderOffset(b.ld_bucket);
+  }
+  if (pos != dir->size() || pairs != live || !alloc.AllUsed(offsets) ||
+      alloc.used_chunks() != buckets) {
+    return bad;
+  }
+  InstallDirectory(std::move(dir));
   size_.Reset(static_cast<int64_t>(live));
   return Status::OK();
 }

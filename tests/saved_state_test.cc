@@ -1,0 +1,345 @@
+// tests/saved_state_test.cc — the DRAM-state image a clean Close saves (src/pm/saved_state.h):
+// loaded once after a clean Close, never after a crash, and never trusted when it is damaged or
+// forged (checksum, bounds, allocator accounting): every such open falls back to the recovery
+// walk and answers exactly as the oracle.
+#include "pm/saved_state.h"
+
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <random>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "pm/crash_sim.h"
+#include "pm/pool_format.h"
+#include "pmhash/pmhash.h"
+#include "test_util.h"
+
+namespace pmhash {
+namespace {
+
+using testing::PoolOptions;
+using testing::ScopedPath;
+
+// The kinds whose engines save their DRAM state at Close (a kind that starts saving one is
+// added here: KindsThatDoNotSaveLoadNothing fails until it is).
+const std::vector<std::string>& SavingKinds() {
+  static const std::vector<std::string> kinds = {"reh"};
+  return kinds;
+}
+
+Options SmallOptions(const std::string& path, std::string_view kind) {
+  Options o = PoolOptions(path, Durability::kAdr, uint64_t{64} << 20);
+  if (kind.starts_with("reh")) {
+    o.reh.initial_depth = 2;  // splits and doublings with a few thousand keys
+  }
+  return o;
+}
+
+// Fills a pool with n keys (splits, doublings), updates and erases some, closes it cleanly;
+// returns the oracle.
+std::unordered_map<Key, Value> MakeClosedPool(const std::string& path, std::string_view kind,
+                                              uint64_t n) {
+  std::unordered_map<Key, Value> oracle;
+  auto r = Open(kind, SmallOptions(path, kind));
+  EXPECT_TRUE(r.ok()) << r.status().ToString();
+  if (!r.ok()) return oracle;
+  std::mt19937_64 rng(7);
+  for (uint64_t i = 0; i < n; i++) {
+    const Key k = rng();
+    EXPECT_TRUE((*r)->Insert(k, i).ok());
+    oracle[k] = i;
+  }
+  uint64_t i = 0;
+  for (auto it = oracle.begin(); it != oracle.end(); i++) {
+    if (i % 5 == 0) {
+      EXPECT_TRUE((*r)->Erase(it->first).ok());
+      it = oracle.erase(it);
+    } else {
+      if (i % 5 == 1) {
+        EXPECT_TRUE((*r)->Update(it->first, i + 1).ok());
+        it->second = i + 1;
+      }
+      ++it;
+    }
+  }
+  EXPECT_TRUE((*r)->Close().ok());
+  return oracle;
+}
+
+void ExpectMatches(Index& idx, const std::unordered_map<Key, Value>& oracle) {
+  EXPECT_EQ(idx.Size(), oracle.size());
+  for (const auto& [k, v] : oracle) {
+    Value got = 0;
+    ASSERT_TRUE(idx.Find(k, &got).ok()) << k;
+    ASSERT_EQ(got, v) << k;
+  }
+  std::mt19937_64 rng(99);
+  for (int i = 0; i < 1000; i++) {
+    const Key k = rng();
+    Value got = 0;
+    if (!oracle.contains(k)) {
+      EXPECT_TRUE(idx.Find(k, &got).IsNotFound());
+    }
+  }
+  Status inv = idx.CheckInvariants();
+  EXPECT_TRUE(inv.ok()) << inv.ToString();
+}
+
+// The pool file, mapped read-write while no index has it open.
+class MappedFile {
+ public:
+  explicit MappedFile(const std::string& path) {
+    fd_ = ::open(path.c_str(), O_RDWR);
+    if (fd_ < 0) return;
+    size_ = static_cast<size_t>(::lseek(fd_, 0, SEEK_END));
+    void* p = ::mmap(nullptr, size_, PROT_READ | PROT_WRITE, MAP_SHARED, fd_, 0);
+    base_ = p == MAP_FAILED ? nullptr : static_cast<char*>(p);
+  }
+  ~MappedFile() {
+    if (base_) ::munmap(base_, size_);
+    if (fd_ >= 0) ::close(fd_);
+  }
+  char* base() const { return base_; }
+  pm::PoolHeader* header() const { return reinterpret_cast<pm::PoolHeader*>(base_); }
+  pm::SavedStateHeader* image() const {
+    const uint64_t off = header()->saved_state.load();
+    return off == 0 ? nullptr : reinterpret_cast<pm::SavedStateHeader*>(base_ + off);
+  }
+  // The engine's section of the image (after the allocator's bitmap).
+  char* engine_section() const {
+    return reinterpret_cast<char*>(image()) + sizeof(pm::SavedStateHeader) +
+           image()->allocator_words * sizeof(uint64_t);
+  }
+  // Makes the image's checksum match its (edited) contents: what a hostile file can do.
+  void Reseal() const {
+    pm::SavedStateHeader* h = image();
+    h->checksum = pm::SavedStateChecksum(header()->hash_seed, header()->create_time_ns, *h,
+                                         reinterpret_cast<char*>(h) + sizeof(*h));
+  }
+
+ private:
+  int fd_ = -1;
+  size_t size_ = 0;
+  char* base_ = nullptr;
+};
+
+class SavedStateTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(SavedStateTest, CleanCloseIsLoadedOnceCrashIsWalked) {
+  const std::string kind = GetParam();
+  ScopedPath p("saved_" + kind);
+  auto oracle = MakeClosedPool(p.path(), kind, 6000);
+  {
+    MappedFile f(p.path());
+    ASSERT_NE(f.image(), nullptr) << "a clean Close names its image in the header";
+  }
+  {
+    auto r = Open(kind, SmallOptions(p.path(), kind));
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    const IndexStats st = (*r)->Stats();
+    EXPECT_TRUE(st.state_loaded);
+    EXPECT_FALSE(st.recovered);
+    ExpectMatches(**r, oracle);
+    {
+      MappedFile f(p.path());
+      EXPECT_EQ(f.header()->saved_state.load(), 0u) << "S2: an image is used once";
+    }
+    // Writes after the load: the loaded allocator and metadata must be the live ones.
+    for (Key k = 1; k <= 3000; k++) {
+      ASSERT_TRUE((*r)->Upsert(k * 0x9E3779B97F4A7C15ull, k).ok());
+      oracle[k * 0x9E3779B97F4A7C15ull] = k;
+    }
+    ExpectMatches(**r, oracle);
+    (*r)->Abandon();  // a crash: the next open walks
+  }
+  {
+    auto r = Open(kind, SmallOptions(p.path(), kind));
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    EXPECT_FALSE((*r)->Stats().state_loaded);
+    EXPECT_TRUE((*r)->Stats().recovered);
+    ExpectMatches(**r, oracle);
+    ASSERT_TRUE((*r)->Close().ok());
+  }
+  auto r = Open(kind, SmallOptions(p.path(), kind));
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_TRUE((*r)->Stats().state_loaded);
+  ExpectMatches(**r, oracle);
+}
+
+// S2: the image of a pool that is not marked clean is ignored (and cleared).
+TEST_P(SavedStateTest, UncleanPoolIgnoresTheImage) {
+  const std::string kind = GetParam();
+  ScopedPath p("saved_unclean_" + kind);
+  auto oracle = MakeClosedPool(p.path(), kind, 3000);
+  {
+    MappedFile f(p.path());
+    ASSERT_NE(f.image(), nullptr);
+    f.header()->clean_shutdown.store(0);
+  }
+  auto r = Open(kind, SmallOptions(p.path(), kind));
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_FALSE((*r)->Stats().state_loaded);
+  EXPECT_TRUE((*r)->Stats().recovered);
+  ExpectMatches(**r, oracle);
+  MappedFile f(p.path());
+  EXPECT_EQ(f.header()->saved_state.load(), 0u);
+}
+
+// S2: one flipped byte anywhere in the image fails its checksum.
+TEST_P(SavedStateTest, DamagedImageFallsBackToTheWalk) {
+  const std::string kind = GetParam();
+  ScopedPath p("saved_damaged_" + kind);
+  auto oracle = MakeClosedPool(p.path(), kind, 3000);
+  {
+    MappedFile f(p.path());
+    ASSERT_NE(f.image(), nullptr);
+    char* last = reinterpret_cast<char*>(f.image()) + sizeof(pm::SavedStateHeader) +
+                 f.image()->payload_bytes - 1;
+    *last ^= 0x10;
+  }
+  auto r = Open(kind, SmallOptions(p.path(), kind));
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_FALSE((*r)->Stats().state_loaded);
+  ExpectMatches(**r, oracle);
+}
+
+// S3: an image whose allocator bitmap claims a chunk that nothing uses (a leak if trusted) is
+// refused by the accounting, even with a valid checksum.
+TEST_P(SavedStateTest, ForgedAllocatorIsRefused) {
+  const std::string kind = GetParam();
+  ScopedPath p("saved_forged_alloc_" + kind);
+  auto oracle = MakeClosedPool(p.path(), kind, 3000);
+  {
+    MappedFile f(p.path());
+    ASSERT_NE(f.image(), nullptr);
+    auto* words = reinterpret_cast<uint64_t*>(reinterpret_cast<char*>(f.image()) +
+                                              sizeof(pm::SavedStateHeader));
+    const uint64_t last = f.image()->allocator_words - 1;
+    ASSERT_EQ(words[last] & 1, 0u) << "the pool's last chunks are free";
+    words[last] |= 1;
+    f.Reseal();
+  }
+  auto r = Open(kind, SmallOptions(p.path(), kind));
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_FALSE((*r)->Stats().state_loaded);
+  ExpectMatches(**r, oracle);
+}
+
+INSTANTIATE_TEST_SUITE_P(Kinds, SavedStateTest, ::testing::ValuesIn(SavingKinds()),
+                         [](const auto& info) {
+                           std::string n = info.param;
+                           for (char& c : n) c = c == '-' ? '_' : c;
+                           return n;
+                         });
+
+// S4, REH's section (reh.h I10: live, depth, buckets, then 32 B per bucket: header word,
+// fingerprints, bitmap): forged entries with a valid checksum are bounded, never followed.
+TEST(SavedStateReh, ForgedBucketsAreRefused) {
+  constexpr size_t kFirst = 8 + 4 + 8;  // the first bucket's header word
+  const std::vector<std::pair<std::string, std::function<void(char*)>>> forgeries = {
+      {"bucket outside the pool",
+       [](char* s) {
+         uint64_t w;
+         std::memcpy(&w, s + kFirst, 8);
+         w = (w & ~((uint64_t{1} << 48) - 1)) | (uint64_t{1} << 40);
+         std::memcpy(s + kFirst, &w, 8);
+       }},
+      {"bucket off its chunk",
+       [](char* s) {
+         uint64_t w;
+         std::memcpy(&w, s + kFirst, 8);
+         w += 64;
+         std::memcpy(s + kFirst, &w, 8);
+       }},
+      {"depths that do not tile",
+       [](char* s) {
+         uint64_t w;
+         std::memcpy(&w, s + kFirst, 8);
+         w += uint64_t{1} << 48;  // one more than the bucket's depth
+         std::memcpy(s + kFirst, &w, 8);
+       }},
+      {"a live slot more than the count", [](char* s) { s[kFirst + 24] ^= 0x01; }},
+      {"a bitmap bit past the last slot", [](char* s) { s[kFirst + 25] |= 0x80; }},
+      {"more buckets than the section holds", [](char* s) { s[12] += 1; }},
+  };
+  for (const auto& [what, forge] : forgeries) {
+    SCOPED_TRACE(what);
+    ScopedPath p("saved_forged_reh");
+    auto oracle = MakeClosedPool(p.path(), "reh", 3000);
+    {
+      MappedFile f(p.path());
+      ASSERT_NE(f.image(), nullptr);
+      forge(f.engine_section());
+      f.Reseal();
+    }
+    auto r = Open("reh", SmallOptions(p.path(), "reh"));
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    EXPECT_FALSE((*r)->Stats().state_loaded);
+    ExpectMatches(**r, oracle);
+  }
+}
+
+// S1: the image, its name in the header and the clean mark are durable when Close returns: the
+// persisted image of the pool (crash simulator: only what was flushed and fenced) loads.
+TEST(SavedState, ImageIsDurableWhenCloseReturns) {
+  ScopedPath p("saved_durable");
+  pm::CrashSimulator sim;
+  ASSERT_EQ(pm::SetThreadSimHook(&sim), nullptr);
+  std::unordered_map<Key, Value> oracle;
+  std::vector<char> persisted;
+  {
+    Options o = SmallOptions(p.path(), "reh");
+    o.durability = Durability::kSim;
+    auto r = Open("reh", o);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    for (Key k = 1; k <= 3000; k++) {
+      ASSERT_TRUE((*r)->Insert(k * 0x9E3779B97F4A7C15ull, k).ok());
+      oracle[k * 0x9E3779B97F4A7C15ull] = k;
+    }
+    ASSERT_TRUE((*r)->Close().ok());
+    persisted = sim.Capture().persisted;  // a power failure right after Close returned
+  }
+  pm::SetThreadSimHook(nullptr);
+  ASSERT_TRUE(testing::WriteFile(p.path(), std::vector<uint8_t>(persisted.begin(), persisted.end())));
+  Options o = SmallOptions(p.path(), "reh");
+  o.durability = Durability::kSim;  // the durability the pool was created with
+  auto r = Open("reh", o);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_TRUE((*r)->Stats().state_loaded);
+  ExpectMatches(**r, oracle);
+}
+
+// Every other registered kind opens by its walk after a clean Close (and says so).
+TEST(SavedState, KindsThatDoNotSaveLoadNothing) {
+  for (const IndexInfo& k : RegisteredIndexes()) {
+    const std::string kind(k.name);
+    if (std::find(SavingKinds().begin(), SavingKinds().end(), kind) != SavingKinds().end()) {
+      continue;
+    }
+    SCOPED_TRACE(kind);
+    ScopedPath p("saved_none");
+    Options o = SmallOptions(p.path(), kind);
+    {
+      auto r = Open(kind, o);
+      ASSERT_TRUE(r.ok()) << r.status().ToString();
+      ASSERT_TRUE((*r)->Insert(1, 2).ok());
+    }
+    auto r = Open(kind, o);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    EXPECT_FALSE((*r)->Stats().state_loaded);
+  }
+}
+
+}  // namespace
+}  // namespace pmhash
