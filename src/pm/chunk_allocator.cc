@@ -162,7 +162,7 @@ void ChunkAllocator::CopyBitmap(uint64_t* dst) const {
 
 bool ChunkAllocator::LoadBitmap(const uint64_t* src) {
   const uint64_t tail = chunk_count_ & 63;
-  if (tail != 0 && (src[bits_.size() - 1] >> tail) != 0) return false;
+  if (tail != 0 && (src[bitmap_words() - 1] >> tail) != 0) return false;
   LockGuard<SpinLock> g(mu_);
   std::fill(full_.begin(), full_.end(), 0);
   used_ = 0;
@@ -213,9 +213,10 @@ bool ChunkAllocator::IsUsed(uint64_t offset) const {
 
 bool ChunkAllocator::AllUsed(std::span<const uint64_t> offsets) const {
   LockGuard<SpinLock> g(mu_);
-  return std::all_of(offsets.begin(), offsets.end(), [this](uint64_t off) {
-    return ValidChunk(off) && TestLocked((off - heap_offset_) / chunk_size_);
-  });
+  for (const uint64_t off : offsets) {
+    if (!ValidChunk(off) || !TestLocked((off - heap_offset_) / chunk_size_)) return false;
+  }
+  return true;
 }
 
 bool ChunkAllocator::RangeUsed(uint64_t offset, uint32_t n) const {

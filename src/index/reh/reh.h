@@ -424,8 +424,9 @@ class Reh : public index::EngineBase<Reh<P, kRecords>, P, Config> {
   // I3, one bucket at a time: a bucket of depth ld may cover the next directory entries from
   // *pos of a directory of 2^gd; if so *pos moves past them.
   static bool TileNext(uint64_t* pos, uint32_t gd, uint32_t ld) {
+    if (ld > gd) return false;
     const uint64_t stride = uint64_t{1} << (gd - ld);
-    if (ld > gd || *pos % stride != 0 || *pos + stride > (uint64_t{1} << gd)) return false;
+    if (*pos % stride != 0 || *pos + stride > (uint64_t{1} << gd)) return false;
     *pos += stride;
     return true;
   }
