@@ -96,6 +96,16 @@ void ExpectMatches(Index& idx, const std::unordered_map<Key, Value>& oracle) {
   EXPECT_TRUE(inv.ok()) << inv.ToString();
 }
 
+// Opens the pool at `path` and checks which path the open took (`loaded`: the image, else the
+// walk) and that it answers as the oracle.
+void ExpectOpens(const std::string& path, const std::string& kind, bool loaded,
+                 const std::unordered_map<Key, Value>& oracle) {
+  auto r = Open(kind, SmallOptions(path, kind));
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ((*r)->Stats().state_loaded, loaded);
+  ExpectMatches(**r, oracle);
+}
+
 // The pool file, mapped read-write while no index has it open.
 class MappedFile {
  public:
@@ -171,10 +181,7 @@ TEST_P(SavedStateTest, CleanCloseIsLoadedOnceCrashIsWalked) {
     ExpectMatches(**r, oracle);
     ASSERT_TRUE((*r)->Close().ok());
   }
-  auto r = Open(kind, SmallOptions(p.path(), kind));
-  ASSERT_TRUE(r.ok()) << r.status().ToString();
-  EXPECT_TRUE((*r)->Stats().state_loaded);
-  ExpectMatches(**r, oracle);
+  ExpectOpens(p.path(), kind, true, oracle);
 }
 
 // S2: the image of a pool that is not marked clean is ignored (and cleared).
@@ -208,10 +215,7 @@ TEST_P(SavedStateTest, DamagedImageFallsBackToTheWalk) {
                  f.image()->payload_bytes - 1;
     *last ^= 0x10;
   }
-  auto r = Open(kind, SmallOptions(p.path(), kind));
-  ASSERT_TRUE(r.ok()) << r.status().ToString();
-  EXPECT_FALSE((*r)->Stats().state_loaded);
-  ExpectMatches(**r, oracle);
+  ExpectOpens(p.path(), kind, false, oracle);
 }
 
 // S3: an image whose allocator bitmap claims a chunk that nothing uses (a leak if trusted) is
@@ -230,10 +234,7 @@ TEST_P(SavedStateTest, ForgedAllocatorIsRefused) {
     words[last] |= 1;
     f.Reseal();
   }
-  auto r = Open(kind, SmallOptions(p.path(), kind));
-  ASSERT_TRUE(r.ok()) << r.status().ToString();
-  EXPECT_FALSE((*r)->Stats().state_loaded);
-  ExpectMatches(**r, oracle);
+  ExpectOpens(p.path(), kind, false, oracle);
 }
 
 INSTANTIATE_TEST_SUITE_P(Kinds, SavedStateTest, ::testing::ValuesIn(SavingKinds()),
@@ -283,10 +284,7 @@ TEST(SavedStateReh, ForgedBucketsAreRefused) {
       forge(f.engine_section());
       f.Reseal();
     }
-    auto r = Open("reh", SmallOptions(p.path(), "reh"));
-    ASSERT_TRUE(r.ok()) << r.status().ToString();
-    EXPECT_FALSE((*r)->Stats().state_loaded);
-    ExpectMatches(**r, oracle);
+    ExpectOpens(p.path(), "reh", false, oracle);
   }
 }
 

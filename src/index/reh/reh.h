@@ -430,7 +430,11 @@ class Reh : public index::EngineBase<Reh<P, kRecords>, P, Config> {
     *pos += stride;
     return true;
   }
-  // Recovery's start and end: no metadata, then `dir` the only directory.
+  // Recovery's start (Recover and LoadState): a directory of 2^gd entries within the DRAM
+  // budget (`what` names the source of gd in the error), no metadata but `buckets` fresh ones;
+  // and its end: `dir` the only directory.
+  Status StartRebuild(uint32_t gd, uint64_t buckets, std::string_view what,
+                      std::unique_ptr<Directory>* dir, Meta** metas);
   void ResetMetas();
   void InstallDirectory(std::unique_ptr<Directory> dir);
   // Asks for b's first `lines` 64 B lines (all four: its slots; three: those before the line
@@ -644,18 +648,15 @@ Status Reh<P, R>::Recover() {
 
   // The directory: 2^gd entries, within the DRAM budget (a chain can tile the hash space and
   // still ask for 2^32 entries: depths 1, 2, ..., 32, 32).
-  PMHASH_RETURN_IF_ERROR(CheckDirectoryBudget(
-      gd, "the bucket chain (" + std::to_string(buckets) + " buckets; corrupt, or opened with a "
-                                                           "smaller budget than it grew under)"));
-  auto dir = std::make_unique<Directory>();
-  dir->depth = gd;
-  dir->entries = HugeArray<std::atomic<Meta*>>(size_t{1} << gd);
-  if (!dir->entries) return Status::OutOfMemory("reh: directory of 2^" + std::to_string(gd));
+  std::unique_ptr<Directory> dir;
+  Meta* metas = nullptr;
+  PMHASH_RETURN_IF_ERROR(StartRebuild(
+      gd, buckets,
+      "the bucket chain (" + std::to_string(buckets) + " buckets; corrupt, or opened with a "
+                                                       "smaller budget than it grew under)",
+      &dir, &metas));
 
   // Walk 2: metadata (from the slots) and directory entries, over the tiling checked above.
-  ResetMetas();
-  Meta* const metas = NewMetas(buckets);
-  if (!metas) return Status::OutOfMemory("reh: bucket metadata");
   uint64_t live = 0;
   uint64_t i = 0;
   // Walk 2 reads buckets in chain order, which is not address order: request the lines of the
@@ -704,6 +705,20 @@ Status Reh<P, R>::Recover() {
   }
   InstallDirectory(std::move(dir));
   size_.Reset(static_cast<int64_t>(live));
+  return Status::OK();
+}
+
+template <pm::PersistPolicy P, bool R>
+Status Reh<P, R>::StartRebuild(uint32_t gd, uint64_t buckets, std::string_view what,
+                               std::unique_ptr<Directory>* dir, Meta** metas) {
+  PMHASH_RETURN_IF_ERROR(CheckDirectoryBudget(gd, what));
+  *dir = std::make_unique<Directory>();
+  (*dir)->depth = gd;
+  (*dir)->entries = HugeArray<std::atomic<Meta*>>(size_t{1} << gd);
+  if (!(*dir)->entries) return Status::OutOfMemory("reh: directory of 2^" + std::to_string(gd));
+  ResetMetas();
+  *metas = NewMetas(buckets);
+  if (!*metas) return Status::OutOfMemory("reh: bucket metadata");
   return Status::OK();
 }
 
@@ -757,14 +772,9 @@ Status Reh<P, R>::LoadState(pm::StateReader& r) requires(!R) {
   if (gd < 1 || gd > params_.max_depth || buckets == 0 || buckets > alloc.used_chunks()) {
     return bad;
   }
-  PMHASH_RETURN_IF_ERROR(CheckDirectoryBudget(gd, "the saved state"));
-  auto dir = std::make_unique<Directory>();
-  dir->depth = gd;
-  dir->entries = HugeArray<std::atomic<Meta*>>(size_t{1} << gd);
-  if (!dir->entries) return Status::OutOfMemory("reh: directory of 2^" + std::to_string(gd));
-  ResetMetas();
-  Meta* const metas = NewMetas(buckets);
-  if (!metas) return Status::OutOfMemory("reh: bucket metadata");
+  std::unique_ptr<Directory> dir;
+  Meta* metas = nullptr;
+  PMHASH_RETURN_IF_ERROR(StartRebuild(gd, buckets, "the saved state", &dir, &metas));
   std::vector<uint64_t> offsets(buckets);
   uint64_t pos = 0, pairs = 0;
   for (uint64_t n = 0; n < buckets; n++) {
