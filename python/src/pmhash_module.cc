@@ -351,6 +351,7 @@ class Pool {
     d["doublings"] = st.doublings;
     d["recovered"] = st.recovered;
     d["recovery_seconds"] = st.recovery_seconds;
+    d["state_loaded"] = st.state_loaded;
     d["mapping"] = st.mapping;
     py::dict traffic;
     traffic["persists"] = st.traffic.persists;

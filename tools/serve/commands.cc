@@ -898,6 +898,7 @@ std::string Executor::InfoText(std::string_view section) const {
                                                   : "yes (a write is replied to once durable)");
     line("mapping", st.mapping.empty() ? "unknown" : st.mapping);
     num("recovered_at_open", st.recovered ? 1 : 0);
+    num("state_loaded_at_open", st.state_loaded ? 1 : 0);
     std::snprintf(buf, sizeof(buf), "%.6f", st.recovery_seconds);
     line("recovery_seconds", buf);
     num("persists", st.traffic.persists);
