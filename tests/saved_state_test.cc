@@ -288,6 +288,27 @@ TEST(SavedStateReh, ForgedBucketsAreRefused) {
   }
 }
 
+// S4: a forgery consistent with the allocator (other fingerprints for the first bucket's slots
+// 0-7) loads, as the design accepts, and CheckInvariants (`pmhash check`) reports it: it compares
+// the loaded metadata with the buckets in PM.
+TEST(SavedStateReh, ConsistentForgeryIsFoundByCheckInvariants) {
+  constexpr size_t kFirstFingerprints = 8 + 4 + 8 + 8;
+  ScopedPath p("saved_forged_fp");
+  MakeClosedPool(p.path(), "reh", 3000);
+  {
+    MappedFile f(p.path());
+    ASSERT_NE(f.image(), nullptr);
+    for (size_t i = 0; i < 8; i++) f.engine_section()[kFirstFingerprints + i] ^= 0x5A;
+    f.Reseal();
+  }
+  auto r = Open("reh", SmallOptions(p.path(), "reh"));
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_TRUE((*r)->Stats().state_loaded);
+  const Status s = (*r)->CheckInvariants();
+  EXPECT_TRUE(s.IsCorruption()) << s.ToString();
+  EXPECT_NE(s.ToString().find("stale fingerprint"), std::string::npos) << s.ToString();
+}
+
 // S1: the image, its name in the header and the clean mark are durable when Close returns: the
 // persisted image of the pool (crash simulator: only what was flushed and fenced) loads.
 TEST(SavedState, ImageIsDurableWhenCloseReturns) {
