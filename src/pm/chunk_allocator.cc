@@ -219,16 +219,6 @@ bool ChunkAllocator::AllUsed(std::span<const uint64_t> offsets) const {
   return true;
 }
 
-bool ChunkAllocator::RangeUsed(uint64_t offset, uint32_t n) const {
-  if (!ValidChunk(offset, n)) return false;
-  const uint64_t i = (offset - heap_offset_) / chunk_size_;
-  LockGuard<SpinLock> g(mu_);
-  for (uint64_t j = i; j < i + n; j++) {
-    if (!TestLocked(j)) return false;
-  }
-  return true;
-}
-
 uint64_t ChunkAllocator::scan_steps() const {
   LockGuard<SpinLock> g(mu_);
   return scan_steps_;

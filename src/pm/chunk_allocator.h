@@ -56,8 +56,6 @@ class ChunkAllocator {
   bool IsUsed(uint64_t offset) const PMHASH_EXCLUDES(mu_);
   // True if every offset is a used chunk (one lock for all: loading a saved state).
   bool AllUsed(std::span<const uint64_t> offsets) const PMHASH_EXCLUDES(mu_);
-  // True if [offset, offset + n*chunk) is inside the heap and every chunk of it used.
-  bool RangeUsed(uint64_t offset, uint32_t n) const PMHASH_EXCLUDES(mu_);
 
   uint64_t used_chunks() const PMHASH_EXCLUDES(mu_);
   // Loop steps Allocate() has taken so far (for tests: allocation must stay O(1) amortised).
