@@ -13,7 +13,11 @@
 // mutations reach index recovery.
 //
 //   byte 0      selector: kind = s % kinds, hash mode = (s / kinds) % 2 (strong, collide)
-//   byte 1      flags: bit 0 keep the stale checksum; bit 1 truncate the image (see below)
+//   byte 1      flags: bit 0 keep the stale checksums; bit 1 truncate the image (see below);
+//               bit 2 persistent: the seed is built, closed and reopened with the adr policy, so
+//               the clean Close saved its DRAM-state image (src/pm/saved_state.h; REH), which
+//               the patches reach like any other words, and whose checksum is recomputed after
+//               them too (unless bit 0) so that they reach the engine's LoadState
 //   then        11-byte patches: op (1), where (2, little-endian), value (8, little-endian)
 //
 // A patch picks an 8-byte word of the image and changes it. Its target (op & 3):
@@ -31,7 +35,7 @@
 // Truncation (flag bit 1): the file is cut to the byte offset in the last 3 bytes of the input.
 //
 // Each run writes the image to a file under $TMPDIR (else /dev/shm, else /tmp), opens it through
-// the registry with the Dram policy, and if the open succeeds runs CheckInvariants, ForEach, a few
+// the registry with the Dram policy (adr with flag bit 2), and if the open succeeds runs CheckInvariants, ForEach, a few
 // dozen Find/Insert/Upsert/Erase (and the bytes API of the kinds with variable-size keys, the
 // multi-value API of pea-multi: FindAll, Count, Insert, Erase of a pair, EraseAll), Close; a clean
 // close is reopened and checked once more. The seed image of a multi-value kind also has four hot
@@ -62,6 +66,7 @@
 
 #include "crash/crash_indexes.h"
 #include "pm/pool_format.h"
+#include "pm/saved_state.h"
 #include "pmhash/pmhash.h"
 
 namespace pmhash::fuzz {
@@ -89,11 +94,11 @@ const std::vector<Kind>& Kinds() {
   return kKinds;
 }
 
-Options FuzzOptions(const Kind& kind, HashMode mode, const std::string& path) {
+Options FuzzOptions(const Kind& kind, HashMode mode, bool persistent, const std::string& path) {
   Options o = kind.small(mode);
   o.path = path;
   o.pool_size = kPoolSize;
-  o.durability = Durability::kDram;
+  o.durability = persistent ? Durability::kAdr : Durability::kDram;
   o.hash_seed = kHashSeed;
   // A hostile pool may ask for a directory as large as the budget: keep each run small and fast.
   o.max_directory_bytes = 1 << 20;
@@ -160,11 +165,11 @@ struct Seed {
   std::vector<uint32_t> words;  // byte offsets of the non-zero 8-byte words
 };
 
-Seed BuildSeed(const Kind& kind, HashMode mode) {
+Seed BuildSeed(const Kind& kind, HashMode mode, bool persistent) {
   const std::string& path = ThePath();
   ::unlink(path.c_str());
   {
-    Options o = FuzzOptions(kind, mode, path);
+    Options o = FuzzOptions(kind, mode, persistent, path);
     o.mode = OpenMode::kCreateExclusive;
     auto r = Open(kind.name, o);
     if (!r.ok()) Die("seed " + std::string(kind.name) + ": " + r.status().ToString());
@@ -198,11 +203,35 @@ Seed BuildSeed(const Kind& kind, HashMode mode) {
   return seed;
 }
 
-const Seed& SeedFor(size_t kind, HashMode mode) {
-  static std::vector<std::array<std::unique_ptr<Seed>, 2>> seeds(Kinds().size());
-  auto& s = seeds[kind][static_cast<size_t>(mode) & 1];
-  if (!s) s = std::make_unique<Seed>(BuildSeed(Kinds()[kind], mode));
+const Seed& SeedFor(size_t kind, HashMode mode, bool persistent) {
+  static std::vector<std::array<std::unique_ptr<Seed>, 4>> seeds(Kinds().size());
+  auto& s = seeds[kind][(static_cast<size_t>(mode) & 1) | (persistent ? 2 : 0)];
+  if (!s) s = std::make_unique<Seed>(BuildSeed(Kinds()[kind], mode, persistent));
   return *s;
+}
+
+// The DRAM-state image the header names, if its header and payload lie in the image (else 0).
+uint64_t SavedImageOffset(const std::vector<uint8_t>& img) {
+  uint64_t off;
+  std::memcpy(&off, &img[offsetof(pm::PoolHeader, saved_state)], 8);
+  if (off == 0 || off > img.size() || img.size() - off < sizeof(pm::SavedStateHeader)) return 0;
+  pm::SavedStateHeader h;
+  std::memcpy(&h, &img[off], sizeof(h));
+  if (h.payload_bytes > img.size() - off - sizeof(h)) return 0;
+  return off;
+}
+
+// Recomputes the checksum of the DRAM-state image the header names, as a hostile file would.
+void ResealSavedImage(std::vector<uint8_t>& img) {
+  const uint64_t off = SavedImageOffset(img);
+  if (off == 0) return;
+  uint64_t seed, created;
+  std::memcpy(&seed, &img[offsetof(pm::PoolHeader, hash_seed)], 8);
+  std::memcpy(&created, &img[offsetof(pm::PoolHeader, create_time_ns)], 8);
+  pm::SavedStateHeader h;
+  std::memcpy(&h, &img[off], sizeof(h));
+  h.checksum = pm::SavedStateChecksum(seed, created, h, &img[off + sizeof(h)]);
+  std::memcpy(&img[off], &h, sizeof(h));
 }
 
 std::optional<size_t> PinnedKind() {
@@ -310,7 +339,8 @@ void RunOne(const uint8_t* data, size_t size) {
   const size_t kind = pinned ? *pinned : data[0] % kinds;
   const HashMode mode = (data[0] / kinds) % 2 ? HashMode::kCollide : HashMode::kStrong;
   const uint8_t flags = data[1];
-  const Seed& seed = SeedFor(kind, mode);
+  const bool persistent = (flags & 4) != 0;
+  const Seed& seed = SeedFor(kind, mode, persistent);
 
   std::vector<uint8_t> img = seed.image;
   const uint8_t* patches = data + 2;
@@ -319,6 +349,7 @@ void RunOne(const uint8_t* data, size_t size) {
   if (!(flags & 1)) {
     auto* h = reinterpret_cast<pm::PoolHeader*>(img.data());
     h->checksum = pm::HeaderChecksum(img.data());
+    ResealSavedImage(img);
   }
   size_t len = img.size();
   if ((flags & 2) && size >= 5) {
@@ -328,7 +359,7 @@ void RunOne(const uint8_t* data, size_t size) {
 
   const std::string& path = ThePath();
   if (!WriteImage(path, img.data(), len)) Die("cannot write " + path);
-  Options o = FuzzOptions(Kinds()[kind], mode, path);
+  Options o = FuzzOptions(Kinds()[kind], mode, persistent, path);
   o.mode = OpenMode::kOpenExisting;
   bool reopen = false;
   {
@@ -372,8 +403,9 @@ void GenerateCorpus(const std::string& dir) {
     for (int m = 0; m < 2; m++) {
       const uint8_t sel = static_cast<uint8_t>(kind + kinds * static_cast<size_t>(m));
       const std::string base = kdir + (m ? "/collide" : "/strong");
-      auto emit = [&](uint8_t op, uint32_t where, uint64_t value, const std::string& name) {
-        std::vector<uint8_t> in = {sel, 0, op, static_cast<uint8_t>(where),
+      auto emit = [&](uint8_t op, uint32_t where, uint64_t value, const std::string& name,
+                      uint8_t flags = 0) {
+        std::vector<uint8_t> in = {sel, flags, op, static_cast<uint8_t>(where),
                                    static_cast<uint8_t>(where >> 8)};
         for (int b = 0; b < 8; b++) in.push_back(static_cast<uint8_t>(value >> (8 * b)));
         const std::string path = base + "-" + name;
@@ -383,7 +415,7 @@ void GenerateCorpus(const std::string& dir) {
       const uint8_t intact[2] = {sel, 0};
       if (!WriteImage(base + "-intact", intact, 2)) Die("cannot write " + base + "-intact");
       files++;
-      const Seed& seed = SeedFor(kind, m ? HashMode::kCollide : HashMode::kStrong);
+      const Seed& seed = SeedFor(kind, m ? HashMode::kCollide : HashMode::kStrong, false);
       const size_t nw = seed.words.size();
       for (int i = 0; i < 24; i++) {
         // Non-zero words spread over the image; the ops cycle (set, flip, add, link, copy, ...).
@@ -395,6 +427,24 @@ void GenerateCorpus(const std::string& dir) {
       std::vector<uint32_t> structure;  // indexes into seed.words
       for (uint32_t i = 0; i < nw; i++) {
         if (IsStructureWord(Load64(&seed.image[seed.words[i]]))) structure.push_back(i);
+      }
+      // Persistent seeds whose clean Close saved a DRAM-state image: the image intact, and
+      // single patches over its words (resealed: they reach the engine's LoadState).
+      const Seed& pseed = SeedFor(kind, m ? HashMode::kCollide : HashMode::kStrong, true);
+      if (const uint64_t ioff = SavedImageOffset(pseed.image); ioff != 0) {
+        const uint8_t pintact[2] = {sel, 4};
+        if (!WriteImage(base + "-adr-intact", pintact, 2)) Die("cannot write " + base);
+        files++;
+        std::vector<uint32_t> in_image;  // indexes into pseed.words
+        for (uint32_t i = 0; i < pseed.words.size(); i++) {
+          if (pseed.words[i] >= ioff) in_image.push_back(i);
+        }
+        for (size_t i = 0; i < 24 && !in_image.empty(); i++) {
+          const uint32_t where = in_image[i * in_image.size() / 24];
+          const uint8_t op = static_cast<uint8_t>((i % 8) << 2);
+          const uint64_t value = static_cast<uint64_t>(i + 1) * 0x0001000100010001ULL;
+          emit(op, where, value, "adr-image" + std::to_string(i), 4);
+        }
       }
       const size_t ns = std::min<size_t>(structure.size(), 48);
       for (size_t j = 0; j < ns; j++) {
