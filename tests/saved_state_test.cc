@@ -270,6 +270,14 @@ TEST(SavedStateReh, ForgedBucketsAreRefused) {
          w += uint64_t{1} << 48;  // one more than the bucket's depth
          std::memcpy(s + kFirst, &w, 8);
        }},
+      {"a bucket named twice",
+       [](char* s) {
+         uint64_t first, second;
+         std::memcpy(&first, s + kFirst, 8);
+         std::memcpy(&second, s + kFirst + 32, 8);
+         second = (second & ~((uint64_t{1} << 48) - 1)) | (first & ((uint64_t{1} << 48) - 1));
+         std::memcpy(s + kFirst + 32, &second, 8);
+       }},
       {"a live slot more than the count", [](char* s) { s[kFirst + 24] ^= 0x01; }},
       {"a bitmap bit past the last slot", [](char* s) { s[kFirst + 25] |= 0x80; }},
       {"more buckets than the section holds", [](char* s) { s[12] += 1; }},

@@ -160,6 +160,11 @@ void ChunkAllocator::CopyBitmap(uint64_t* dst) const {
   std::copy(bits_.begin(), bits_.end(), dst);
 }
 
+bool ChunkAllocator::BitmapEquals(const uint64_t* words) const {
+  LockGuard<SpinLock> g(mu_);
+  return std::equal(bits_.begin(), bits_.end(), words);
+}
+
 bool ChunkAllocator::LoadBitmap(const uint64_t* src) {
   const uint64_t tail = chunk_count_ & 63;
   if (tail != 0 && (src[bitmap_words() - 1] >> tail) != 0) return false;
@@ -209,14 +214,6 @@ bool ChunkAllocator::IsUsed(uint64_t offset) const {
   if (!ValidChunk(offset)) return false;
   LockGuard<SpinLock> g(mu_);
   return TestLocked((offset - heap_offset_) / chunk_size_);
-}
-
-bool ChunkAllocator::AllUsed(std::span<const uint64_t> offsets) const {
-  LockGuard<SpinLock> g(mu_);
-  for (const uint64_t off : offsets) {
-    if (!ValidChunk(off) || !TestLocked((off - heap_offset_) / chunk_size_)) return false;
-  }
-  return true;
 }
 
 uint64_t ChunkAllocator::scan_steps() const {

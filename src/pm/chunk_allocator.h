@@ -19,7 +19,6 @@
 #include <array>
 #include <bit>
 #include <cstdint>
-#include <span>
 #include <vector>
 
 #include "common/locks.h"
@@ -49,13 +48,13 @@ class ChunkAllocator {
   // the last chunk is set.
   uint64_t bitmap_words() const { return (chunk_count_ + 63) / 64; }
   void CopyBitmap(uint64_t* dst) const PMHASH_EXCLUDES(mu_);
+  // True if the bitmap equals these bitmap_words() words.
+  bool BitmapEquals(const uint64_t* words) const PMHASH_EXCLUDES(mu_);
   bool LoadBitmap(const uint64_t* src) PMHASH_EXCLUDES(mu_);
 
   // True if [offset, offset + n*chunk) is inside the heap and chunk-aligned.
   bool ValidChunk(uint64_t offset, uint32_t n = 1) const;
   bool IsUsed(uint64_t offset) const PMHASH_EXCLUDES(mu_);
-  // True if every offset is a used chunk (one lock for all: loading a saved state).
-  bool AllUsed(std::span<const uint64_t> offsets) const PMHASH_EXCLUDES(mu_);
 
   uint64_t used_chunks() const PMHASH_EXCLUDES(mu_);
   // Loop steps Allocate() has taken so far (for tests: allocation must stay O(1) amortised).

@@ -8,6 +8,7 @@
 #include "pm/pool_format.h"
 
 namespace pmhash::pm {
+
 uint64_t SavedStateChecksum(uint64_t hash_seed, uint64_t create_time_ns,
                            const SavedStateHeader& h, const void* payload) {
   SavedStateHeader z = h;
@@ -72,7 +73,8 @@ bool LoadStateImage(Pool& pool, const std::function<Status(StateReader&)>& load)
     // Every size bounded before it is used (S4): the image lies within the heap.
     const bool shape_ok =
         h.magic == kSavedStateMagic && h.allocator_words == words && h.chunks >= 1 &&
-        h.chunks <= chunks_left && h.chunks <= std::numeric_limits<uint32_t>::max() && h.payload_bytes >= words * sizeof(uint64_t) &&
+        h.chunks <= chunks_left && h.chunks <= std::numeric_limits<uint32_t>::max() &&
+        h.payload_bytes >= words * sizeof(uint64_t) &&
         h.payload_bytes <= h.chunks * alloc.chunk_size() - sizeof(SavedStateHeader);
     const char* data = pool.base() + off + sizeof(SavedStateHeader);
     if (shape_ok && ImageChecksum(pool, h, data) == h.checksum) {

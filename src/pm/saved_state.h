@@ -46,7 +46,6 @@
 #include <cstdint>
 #include <cstring>
 #include <functional>
-#include <optional>
 #include <type_traits>
 
 #include "pm/chunk_allocator.h"
@@ -126,9 +125,8 @@ Status SaveStateImage(Pool& pool, const std::function<void(StateWriter&)>& save)
 
 // S2, S3: if the pool's image is valid, the allocator is loaded from it (the image's own chunks
 // free again) and `load` reads the engine's section; true if both succeeded and `load` consumed
-// the section exactly. False: the allocator is Reset() and the engine must
-// recover by its walk (its Recover resets whatever `load` may have built). saved_state is
-// cleared in both cases.
+// the section exactly. False: the allocator is Reset() and the engine must recover by its walk
+// (its Recover resets whatever `load` may have built). saved_state is cleared in both cases.
 bool LoadStateImage(Pool& pool, const std::function<Status(StateReader&)>& load);
 
 }  // namespace pmhash::pm

@@ -759,9 +759,10 @@ void Reh<P, R>::SaveState(pm::StateWriter& w) const requires(!R) {
 }
 
 // I10: the directory and metadata from the image, after the checks Recover makes of the chain
-// (depths in range, I3 tiling, the directory budget), plus: every bucket a used chunk, the
-// bitmaps' pairs the saved count, and the allocator's used chunks exactly the buckets: nothing
-// the image names lies outside what the allocator holds, and nothing it holds is unnamed.
+// (depths in range, I3 tiling, the directory budget, every bucket a heap chunk reached once),
+// plus: the bitmaps' pairs the saved count, and the allocator's used chunks exactly the
+// buckets' chunks: nothing the image names lies outside what the allocator holds, and nothing it
+// holds is unnamed.
 template <pm::PersistPolicy P, bool R>
 Status Reh<P, R>::LoadState(pm::StateReader& r) requires(!R) {
   const pm::ChunkAllocator& alloc = pool_->allocator();
@@ -775,7 +776,9 @@ Status Reh<P, R>::LoadState(pm::StateReader& r) requires(!R) {
   std::unique_ptr<Directory> dir;
   Meta* metas = nullptr;
   PMHASH_RETURN_IF_ERROR(StartRebuild(gd, buckets, "the saved state", &dir, &metas));
-  std::vector<uint64_t> offsets(buckets);
+  // The chunks the buckets take (a bucket is one chunk), each named once: at the end they must
+  // be exactly the loaded allocator's used chunks.
+  std::vector<uint64_t> named(alloc.bitmap_words(), 0);
   uint64_t pos = 0, pairs = 0;
   for (uint64_t n = 0; n < buckets; n++) {
     SavedBucket b;
@@ -783,6 +786,13 @@ Status Reh<P, R>::LoadState(pm::StateReader& r) requires(!R) {
     const uint32_t ld = HeaderDepth(b.ld_bucket);
     const uint64_t first = pos;
     if (ld < 1 || (b.bitmap >> kSlots) != 0 || !TileNext(&pos, gd, ld)) return bad;
+    const uint64_t off = HeaderOffset(b.ld_bucket);
+    if (!alloc.ValidChunk(off)) return bad;  // bounds first: `chunk` indexes `named`
+    const uint64_t chunk = (off - alloc.heap_offset()) / alloc.chunk_size();
+    uint64_t& word = named[chunk >> 6];
+    const uint64_t bit = uint64_t{1} << (chunk & 63);
+    if (word & bit) return bad;  // a bucket named twice
+    word |= bit;
     Meta* m = &metas[n];
     m->fp[0].store(b.fp[0], std::memory_order_relaxed);
     m->fp[1].store(b.fp[1], std::memory_order_relaxed);
@@ -790,12 +800,9 @@ Status Reh<P, R>::LoadState(pm::StateReader& r) requires(!R) {
     m->ld_bucket.store(b.ld_bucket, std::memory_order_relaxed);
     for (uint64_t e = first; e < pos; e++) new (&dir->entries[e]) std::atomic<Meta*>(m);
     pairs += static_cast<uint64_t>(std::popcount(b.bitmap));
-    offsets[n] = HeaderOffset(b.ld_bucket);
   }
-  if (pos != dir->size() || pairs != live || !alloc.AllUsed(offsets) ||
-      alloc.used_chunks() != buckets) {
-    return bad;
-  }
+  if (pos != dir->size() || pairs != live) return bad;
+  if (!alloc.BitmapEquals(named.data())) return bad;  // a leak, or a bucket the bitmap lacks
   InstallDirectory(std::move(dir));
   size_.Reset(static_cast<int64_t>(live));
   return Status::OK();
