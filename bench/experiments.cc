@@ -243,6 +243,7 @@ namespace {
 struct ReopenTiming {
   double open_s = 0, first_request_s = 0, exact_size_s = 0, index_recovery_s = 0;
   bool recovered = false;
+  bool state_loaded = false;  // the open loaded the DRAM state a clean Close saved
   Status error;
 };
 
@@ -269,6 +270,7 @@ ReopenTiming TimeReopen(const std::string& index, Options o, uint64_t n, uint64_
   const IndexStats st = t.Stats();
   r.index_recovery_s = st.recovery_seconds;
   r.recovered = st.recovered;
+  r.state_loaded = st.state_loaded;
   if (!first.ok() || v != ValueOf(mix(0))) {
     r.error = Status::Corruption("first key missing or wrong after reopen");
   } else if (size != n) {
@@ -367,6 +369,7 @@ std::vector<Series> RunRecovery(const BenchConfig& c, PoolFile* file, BenchListe
         p.values.push_back({"clean_exact_size_ms", clean.exact_size_s * 1e3});
         p.values.push_back({"clean_index_recovery_ms", clean.index_recovery_s * 1e3});
         p.values.push_back({"clean_recovered", clean.recovered ? 1.0 : 0.0});
+        p.values.push_back({"clean_state_loaded", clean.state_loaded ? 1.0 : 0.0});
         s.points.push_back(std::move(p));
       }
       (void)file->Truncate();

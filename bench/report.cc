@@ -652,7 +652,8 @@ void WriteSeries(std::ostream& os, const BenchReport& r, const Series& s) {
     }
   } else if (s.experiment == "recovery") {
     // Each time from the start of Open: to the first answered Find, to an exact Size() (the
-    // like-for-like figure: some kinds recount lazily), and the index's own recovery time.
+    // like-for-like figure: some kinds recount lazily), and the index's own recovery time;
+    // "(saved state)": the clean open loaded the DRAM state Close saved instead of walking.
     os << "  keys        after SIGKILL: first request / exact Size() / index recovery    after "
           "Close: first request / exact Size()\n";
     for (const SeriesPoint& p : s.points) {
@@ -662,7 +663,8 @@ void WriteSeries(std::ostream& os, const BenchReport& r, const Series& s) {
          << PadLeft(Fixed(p.Get("crash_index_recovery_ms"), 3) + " ms", 14)
          << (p.Get("crash_recovered") > 0 ? " (recovered)" : " (NOT flagged as recovered)")
          << PadLeft(Fixed(p.Get("clean_first_request_ms"), 3) + " ms", 14)
-         << PadLeft(Fixed(p.Get("clean_exact_size_ms"), 3) + " ms", 14) << "\n";
+         << PadLeft(Fixed(p.Get("clean_exact_size_ms"), 3) + " ms", 14)
+         << (p.Get("clean_state_loaded") > 0 ? " (saved state)" : "") << "\n";
     }
   } else if (s.experiment == "duplicates") {
     // Throughputs are medians of the rounds; ratios (paper-design rows) are medians of per-round

@@ -333,6 +333,7 @@ TEST(Report, JsonParsesAndHasTheSchemaFields) {
           "assert 0<g[1]['summary']['average_utility']<=1\n"
           "rc=[s for s in d['series'] if s['experiment']=='recovery'][0]\n"
           "assert rc['points'][0]['crash_recovered']==1\n"
+          "assert rc['points'][0]['clean_state_loaded']==1\n"  // reh: the state Close saved
           "q=rc['points'][0]\n"
           "assert q['crash_exact_size_ms']>=q['crash_open_ms']>0 and q['clean_exact_size_ms']>0\n"
           "\" ") +
