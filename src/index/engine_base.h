@@ -33,7 +33,6 @@
 #include <span>
 #include <string>
 #include <string_view>
-#include <type_traits>
 
 #include "common/hash.h"
 #include "index/batch.h"
@@ -75,11 +74,7 @@ class EngineBase {
   // pool's clean mark. Idempotent.
   Status Close() {
     return life_.Close(*pool_, [this]() -> Status {
-      if constexpr (std::is_same_v<decltype(self().Quiesce()), Status>) {
-        PMHASH_RETURN_IF_ERROR(self().Quiesce());
-      } else {
-        self().Quiesce();
-      }
+      PMHASH_RETURN_IF_ERROR(Lifecycle::Run([this] { return self().Quiesce(); }));
       if constexpr (P::kPersistent && requires(pm::StateWriter& w) { self().SaveState(w); }) {
         return pm::SaveStateImage(*pool_, [this](pm::StateWriter& w) { self().SaveState(w); });
       }

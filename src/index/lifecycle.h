@@ -32,13 +32,20 @@ class Lifecycle {
   Status Close(pm::Pool& pool, Quiesce&& quiesce) {
     if (closed_) return Status::OK();
     closed_ = true;
-    if constexpr (std::is_same_v<decltype(quiesce()), Status>) {
-      PMHASH_RETURN_IF_ERROR(quiesce());
-    } else {
-      quiesce();
-    }
+    PMHASH_RETURN_IF_ERROR(Run(quiesce));
     pool.MarkClean();
     return Status::OK();
+  }
+
+  // Calls f, a Status or void callable: its Status, or OK.
+  template <class F>
+  static Status Run(F&& f) {
+    if constexpr (std::is_same_v<decltype(f()), Status>) {
+      return f();
+    } else {
+      f();
+      return Status::OK();
+    }
   }
 
   static Status ClosedError(std::string_view kind) {

@@ -3,7 +3,6 @@
 #include <xxhash.h>
 
 #include <limits>
-#include <vector>
 
 #include "pm/pool_format.h"
 
@@ -78,11 +77,8 @@ bool LoadStateImage(Pool& pool, const std::function<Status(StateReader&)>& load)
         h.payload_bytes <= h.chunks * alloc.chunk_size() - sizeof(SavedStateHeader);
     const char* data = pool.base() + off + sizeof(SavedStateHeader);
     if (shape_ok && ImageChecksum(pool, h, data) == h.checksum) {
-      // The bitmap is copied out of the image: PM need not be 8-byte aligned for the reader.
-      std::vector<uint64_t> bits(words);
-      std::memcpy(bits.data(), data, words * sizeof(uint64_t));
-      alloc.Reset();
-      if (alloc.LoadBitmap(bits.data())) {
+      // Read in place: the image starts on a chunk, so its payload is 8-byte aligned.
+      if (alloc.LoadBitmap(reinterpret_cast<const uint64_t*>(data))) {
         // The image's chunks are free from here on (nothing allocates during the load), so the
         // engine's accounting (used chunks == what its state names) holds without them.
         alloc.Free(off, static_cast<uint32_t>(h.chunks));
