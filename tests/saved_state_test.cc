@@ -34,7 +34,7 @@ using testing::ScopedPath;
 // The kinds whose engines save their DRAM state at Close (a kind that starts saving one is
 // added here: KindsThatDoNotSaveLoadNothing fails until it is).
 const std::vector<std::string>& SavingKinds() {
-  static const std::vector<std::string> kinds = {"reh"};
+  static const std::vector<std::string> kinds = {"reh", "smartht"};
   return kinds;
 }
 
@@ -42,6 +42,10 @@ Options SmallOptions(const std::string& path, std::string_view kind) {
   Options o = PoolOptions(path, Durability::kAdr, uint64_t{64} << 20);
   if (kind.starts_with("reh")) {
     o.reh.initial_depth = 2;  // splits and doublings with a few thousand keys
+  }
+  if (kind.starts_with("smartht")) {
+    o.smartht.head_bits = 4;  // growth (split batches) and chained buckets
+    o.smartht.save_filter_min_keys = 0;
   }
   return o;
 }
@@ -219,7 +223,9 @@ TEST_P(SavedStateTest, DamagedImageFallsBackToTheWalk) {
 }
 
 // S3: an image whose allocator bitmap claims a chunk that nothing uses (a leak if trusted) is
-// refused by the accounting, even with a valid checksum.
+// refused by the accounting (REH), or not used at all (SmartHT, smartht.h I9: its load rebuilds
+// the allocator from the links it walks), even with a valid checksum: either way no leak
+// (CheckInvariants in ExpectMatches compares the allocator with what is reachable).
 TEST_P(SavedStateTest, ForgedAllocatorIsRefused) {
   const std::string kind = GetParam();
   ScopedPath p("saved_forged_alloc_" + kind);
@@ -234,7 +240,85 @@ TEST_P(SavedStateTest, ForgedAllocatorIsRefused) {
     words[last] |= 1;
     f.Reseal();
   }
-  ExpectOpens(p.path(), kind, false, oracle);
+  const bool loads_bitmap = kind == "reh";
+  ExpectOpens(p.path(), kind, !loads_bitmap, oracle);
+}
+
+// S1: the image, its name in the header and the clean mark are durable when Close returns: the
+// persisted image of the pool (crash simulator: only what was flushed and fenced) loads.
+TEST_P(SavedStateTest, ImageIsDurableWhenCloseReturns) {
+  const std::string kind = GetParam();
+  ScopedPath p("saved_durable");
+  pm::CrashSimulator sim;
+  ASSERT_EQ(pm::SetThreadSimHook(&sim), nullptr);
+  std::unordered_map<Key, Value> oracle;
+  std::vector<char> persisted;
+  {
+    Options o = SmallOptions(p.path(), kind);
+    o.durability = Durability::kSim;
+    auto r = Open(kind, o);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    for (Key k = 1; k <= 3000; k++) {
+      ASSERT_TRUE((*r)->Insert(k * 0x9E3779B97F4A7C15ull, k).ok());
+      oracle[k * 0x9E3779B97F4A7C15ull] = k;
+    }
+    ASSERT_TRUE((*r)->Close().ok());
+    persisted = sim.Capture().persisted;  // a power failure right after Close returned
+  }
+  pm::SetThreadSimHook(nullptr);
+  ASSERT_TRUE(testing::WriteFile(p.path(), std::vector<uint8_t>(persisted.begin(), persisted.end())));
+  Options o = SmallOptions(p.path(), kind);
+  o.durability = Durability::kSim;  // the durability the pool was created with
+  auto r = Open(kind, o);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_TRUE((*r)->Stats().state_loaded);
+  ExpectMatches(**r, oracle);
+}
+
+// S1: a crash at any fence of Close (the image persisted, then named, then the clean mark), with
+// any of the lines then in flight written back or not, leaves a pool that opens to exactly the
+// closed contents: by the walk until the clean mark is durable, by the image once it is.
+TEST_P(SavedStateTest, CrashInsideCloseOpensEitherWay) {
+  const std::string kind = GetParam();
+  ScopedPath p("saved_close_crash");
+  pm::CrashSimulator sim;
+  ASSERT_EQ(pm::SetThreadSimHook(&sim), nullptr);
+  std::unordered_map<Key, Value> oracle;
+  std::vector<pm::CrashSimulator::State> states;
+  Options o = SmallOptions(p.path(), kind);
+  o.durability = Durability::kSim;
+  o.pool_size = 8 << 20;
+  {
+    auto r = Open(kind, o);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    for (Key k = 1; k <= 3000; k++) {
+      ASSERT_TRUE((*r)->Insert(k * 0x9E3779B97F4A7C15ull, k).ok());
+      oracle[k * 0x9E3779B97F4A7C15ull] = k;
+    }
+    sim.set_crash_point_callback([&](uint64_t) { states.push_back(sim.Capture()); });
+    ASSERT_TRUE((*r)->Close().ok());
+    sim.set_crash_point_callback(nullptr);
+  }
+  pm::SetThreadSimHook(nullptr);
+  ASSERT_GE(states.size(), 3u) << "the image, its name and the clean mark are fenced apart";
+  int walked = 0, loaded = 0;
+  for (const pm::CrashSimulator::State& st : states) {
+    pm::ForEachCrashChoice(st, st.point, 2, 4, [&](const pm::CrashSimulator::Choice& c) {
+      SCOPED_TRACE("crash point " + std::to_string(st.point) + " (" +
+                   pm::CrashSimulator::DescribeChoice(st, c) + ")");
+      std::vector<uint8_t> image(st.persisted.size());
+      pm::CrashSimulator::BuildImage(st, c, reinterpret_cast<char*>(image.data()));
+      EXPECT_TRUE(testing::WriteFile(p.path(), image));
+      auto r = Open(kind, o);
+      EXPECT_TRUE(r.ok()) << r.status().ToString();
+      if (!r.ok()) return false;
+      ((*r)->Stats().state_loaded ? loaded : walked)++;
+      ExpectMatches(**r, oracle);
+      return !::testing::Test::HasFailure();
+    });
+  }
+  EXPECT_GT(walked, 0);
+  EXPECT_GT(loaded, 0);
 }
 
 INSTANTIATE_TEST_SUITE_P(Kinds, SavedStateTest, ::testing::ValuesIn(SavingKinds()),
@@ -317,79 +401,79 @@ TEST(SavedStateReh, ConsistentForgeryIsFoundByCheckInvariants) {
   EXPECT_NE(s.ToString().find("stale fingerprint"), std::string::npos) << s.ToString();
 }
 
-// S1: the image, its name in the header and the clean mark are durable when Close returns: the
-// persisted image of the pool (crash simulator: only what was flushed and fenced) loads.
-TEST(SavedState, ImageIsDurableWhenCloseReturns) {
-  ScopedPath p("saved_durable");
-  pm::CrashSimulator sim;
-  ASSERT_EQ(pm::SetThreadSimHook(&sim), nullptr);
-  std::unordered_map<Key, Value> oracle;
-  std::vector<char> persisted;
-  {
-    Options o = SmallOptions(p.path(), "reh");
-    o.durability = Durability::kSim;
-    auto r = Open("reh", o);
-    ASSERT_TRUE(r.ok()) << r.status().ToString();
-    for (Key k = 1; k <= 3000; k++) {
-      ASSERT_TRUE((*r)->Insert(k * 0x9E3779B97F4A7C15ull, k).ok());
-      oracle[k * 0x9E3779B97F4A7C15ull] = k;
+// smartht.h I9: the section (root 0, live keys, chained buckets) must match the pool and the
+// walk; a forged one with a valid checksum makes the open walk as after a crash.
+TEST(SavedStateSmartHt, ForgedCountsAreRefused) {
+  const std::vector<std::pair<std::string, size_t>> forgeries = {
+      {"root 0", 0}, {"live keys", 8}, {"chained buckets", 16}};
+  for (const auto& [what, at] : forgeries) {
+    SCOPED_TRACE(what);
+    ScopedPath p("saved_forged_smartht");
+    auto oracle = MakeClosedPool(p.path(), "smartht", 3000);
+    {
+      MappedFile f(p.path());
+      ASSERT_NE(f.image(), nullptr);
+      f.engine_section()[at] ^= 0x01;
+      f.Reseal();
     }
-    ASSERT_TRUE((*r)->Close().ok());
-    persisted = sim.Capture().persisted;  // a power failure right after Close returned
+    ExpectOpens(p.path(), "smartht", false, oracle);
   }
-  pm::SetThreadSimHook(nullptr);
-  ASSERT_TRUE(testing::WriteFile(p.path(), std::vector<uint8_t>(persisted.begin(), persisted.end())));
-  Options o = SmallOptions(p.path(), "reh");
-  o.durability = Durability::kSim;  // the durability the pool was created with
-  auto r = Open("reh", o);
-  ASSERT_TRUE(r.ok()) << r.status().ToString();
-  EXPECT_TRUE((*r)->Stats().state_loaded);
-  ExpectMatches(**r, oracle);
 }
 
-// S1: a crash at any fence of Close (the image persisted, then named, then the clean mark), with
-// any of the lines then in flight written back or not, leaves a pool that opens to exactly the
-// closed contents: by the walk until the clean mark is durable, by the image once it is.
-TEST(SavedState, CrashInsideCloseOpensEitherWay) {
-  ScopedPath p("saved_close_crash");
-  pm::CrashSimulator sim;
-  ASSERT_EQ(pm::SetThreadSimHook(&sim), nullptr);
-  std::unordered_map<Key, Value> oracle;
-  std::vector<pm::CrashSimulator::State> states;
-  Options o = SmallOptions(p.path(), "reh");
-  o.durability = Durability::kSim;
-  o.pool_size = 8 << 20;
-  {
-    auto r = Open("reh", o);
-    ASSERT_TRUE(r.ok()) << r.status().ToString();
-    for (Key k = 1; k <= 3000; k++) {
-      ASSERT_TRUE((*r)->Insert(k * 0x9E3779B97F4A7C15ull, k).ok());
-      oracle[k * 0x9E3779B97F4A7C15ull] = k;
+// smartht.h I9: the load follows every chain link as the walk does, bounded: a link out of the
+// pool, or one that closes a cycle, in a cleanly closed pool with its image intact, is refused
+// (kCorruption from Open, the same as after a crash) — never followed.
+TEST(SavedStateSmartHt, ForgedLinksAreRefusedByTheLoad) {
+  for (const bool cycle : {false, true}) {
+    SCOPED_TRACE(cycle ? "a cycle" : "a link out of the pool");
+    ScopedPath p("saved_forged_link");
+    MakeClosedPool(p.path(), "smartht", 3000);
+    {
+      MappedFile f(p.path());
+      ASSERT_NE(f.image(), nullptr);
+      // The first head of segment 0 (the directory at root 2: [L0 | seg 0 | ...]; 2^4 heads)
+      // that has a chained bucket; that bucket's link is forged.
+      const uint64_t dir = f.header()->roots[2].load();
+      uint64_t seg0 = 0, head = 0, first = 0;
+      std::memcpy(&seg0, f.base() + dir + 8, 8);
+      for (uint64_t i = 0; i < 16 && first == 0; i++) {
+        head = seg0 + i * 64;
+        std::memcpy(&first, f.base() + head + 56, 8);
+      }
+      ASSERT_NE(first, 0u) << "a head of segment 0 has chained buckets";
+      const uint64_t link = cycle ? head : uint64_t{1} << 40;
+      std::memcpy(f.base() + first + 56, &link, 8);
     }
-    sim.set_crash_point_callback([&](uint64_t) { states.push_back(sim.Capture()); });
-    ASSERT_TRUE((*r)->Close().ok());
-    sim.set_crash_point_callback(nullptr);
+    auto r = Open("smartht", SmallOptions(p.path(), "smartht"));
+    ASSERT_FALSE(r.ok());
+    EXPECT_TRUE(r.status().IsCorruption()) << r.status().ToString();
   }
-  pm::SetThreadSimHook(nullptr);
-  ASSERT_GE(states.size(), 3u) << "the image, its name and the clean mark are fenced apart";
-  int walked = 0, loaded = 0;
-  for (const pm::CrashSimulator::State& st : states) {
-    pm::ForEachCrashChoice(st, st.point, 2, 4, [&](const pm::CrashSimulator::Choice& c) {
-      SCOPED_TRACE("crash point " + std::to_string(st.point) + " (" +
-                   pm::CrashSimulator::DescribeChoice(st, c) + ")");
-      std::vector<uint8_t> image(st.persisted.size());
-      pm::CrashSimulator::BuildImage(st, c, reinterpret_cast<char*>(image.data()));
-      EXPECT_TRUE(testing::WriteFile(p.path(), image));
-      auto r = Open("reh", o);
-      EXPECT_TRUE(r.ok()) << r.status().ToString();
-      if (!r.ok()) return false;
-      ((*r)->Stats().state_loaded ? loaded : walked)++;
-      ExpectMatches(**r, oracle);
-      return !::testing::Test::HasFailure();
-    });
+}
+
+// smartht.h I9: the load checks no slot, so a token that does not match its key (a forgery the
+// image cannot see) opens, and CheckInvariants (`pmhash check`) reports it.
+TEST(SavedStateSmartHt, ForgedTokenIsFoundByCheckInvariants) {
+  ScopedPath p("saved_forged_token");
+  MakeClosedPool(p.path(), "smartht", 3000);
+  {
+    MappedFile f(p.path());
+    ASSERT_NE(f.image(), nullptr);
+    const uint64_t dir = f.header()->roots[2].load();
+    uint64_t seg0 = 0;
+    std::memcpy(&seg0, f.base() + dir + 8, 8);
+    // The first token in use among segment 0's 2^4 heads (bytes 0-2 of each).
+    char* token = nullptr;
+    for (uint64_t at = 0; at < 16 * 64 && token == nullptr; at++) {
+      if (at % 64 < 3 && f.base()[seg0 + at] != 0) token = f.base() + seg0 + at;
+    }
+    ASSERT_NE(token, nullptr) << "a head of segment 0 holds a pair";
+    *token = static_cast<char>(static_cast<uint8_t>(*token) ^ 0x01);
   }
-  EXPECT_GT(walked, 0);
-  EXPECT_GT(loaded, 0);
+  auto r = Open("smartht", SmallOptions(p.path(), "smartht"));
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_TRUE((*r)->Stats().state_loaded);
+  const Status s = (*r)->CheckInvariants();
+  EXPECT_TRUE(s.IsCorruption()) << s.ToString();
 }
 
 // Every other registered kind opens by its walk after a clean Close (and says so).

@@ -94,7 +94,9 @@
 // serves at once with an empty, *incomplete* filter that a background task fills: while it is
 // incomplete, negative searches go to PM, so the filter never gives a false negative. Open
 // itself walks every chain once (reachability for the chunk allocator, every offset validated,
-// a split batch cut by the crash cleaned up), which is the part not yet lazy.
+// a split batch cut by the crash cleaned up), which is the part not yet lazy. After a clean
+// Close that walk skips its per-slot work (I9): it follows and bounds every link, counts the
+// tokens, and hashes no key.
 //
 // ============================================================================================
 // Layout
@@ -156,6 +158,15 @@
 //       first copy in the head bucket (its pair written before its token). Open clears the
 //       movers and the second copies (token, persisted) before serving; anywhere else a
 //       misplaced or repeated pair is kCorruption (repeats: CheckInvariants).
+//   I9  smartht only (not -kv): a clean Close saves root 0, the live keys and the chained
+//       buckets in the pool's state image (src/pm/saved_state.h: checksummed, trusted only after
+//       a clean shutdown, used once). The open that loads it walks the chains as Recover does —
+//       every link bounded, the allocator rebuilt from what the links reach, never from the
+//       image — but checks no slot (I1 and the absence of I8's movers hold at a clean Close) and
+//       counts non-zero tokens; counts or root 0 other than the image's make it walk as after a
+//       crash. A slot's words are data, never followed, so a forged image can make answers
+//       wrong (CheckInvariants, which hashes every key, finds it) but no read out of bounds;
+//       smartht-kv follows record offsets from its slots and always validates them.
 //
 // Thread safety: every public operation may run concurrently; Close() requires quiescence.
 #pragma once
@@ -576,8 +587,20 @@ class SmartHt : public index::EngineBase<SmartHt<P, kRecords>, P, Config> {
 
   Status Create();
   Status Recover();
-  // Recovery: validates the directory and marks the segments reachable (I6).
+  // A clean open (I9): the image of the last Close vouches for the slots; the links are walked.
+  void SaveState(pm::StateWriter& w) const requires(!kRecords);
+  Status LoadState(pm::StateReader& r) requires(!kRecords);
+  // Recovery, its steps: root 0 checked; the directory validated and the segments marked
+  // reachable (I6); the chains walked; the DRAM structures built.
+  struct WalkCounts {
+    uint64_t live = 0;     // live pairs
+    uint64_t chained = 0;  // chained buckets
+    uint64_t cleaned = 0;  // I8 movers and second copies cleared
+  };
+  Status CheckGeometry(uint64_t geo) const;
   Status RecoverDirectory(uint64_t geo);
+  Status WalkChains(uint64_t geo, bool check_slots, WalkCounts* c);
+  Status Serve(uint64_t geo, const WalkCounts& c);
   Status Quiesce();
   // Loads the filter saved at root 1 if it matches this table; false otherwise.
   bool LoadSavedFilter(uint64_t off, uint64_t live);
@@ -754,14 +777,9 @@ Status SmartHt<P, R>::RecoverDirectory(uint64_t geo) {
   return Status::OK();
 }
 
-// Walks every chain of the heads in use: reachability (cycles, shared and stray chunks are
-// rejected by MarkReachable), tokens and addresses against keys (I1), the movers of a split batch
-// that the crash cut cleared (I8), live keys counted. Then the filter: the saved one (I7) or an
-// incomplete one and a rebuild task.
+// Root 0: a level in [1, max_head_bits], a split pointer below 2^L on a batch boundary.
 template <pm::PersistPolicy P, bool R>
-Status SmartHt<P, R>::Recover() {
-  pm::ChunkAllocator& alloc = pool_->allocator();
-  const uint64_t geo = pool_->root(0);
+Status SmartHt<P, R>::CheckGeometry(uint64_t geo) const {
   const uint32_t bits = GeoBits(geo);
   const uint64_t split = GeoSplit(geo);
   if (geo == 0) return Status::Corruption("smartht: pool has no geometry (root 0 is empty)");
@@ -775,25 +793,44 @@ Status SmartHt<P, R>::Recover() {
     return Status::Corruption("smartht: split pointer " + std::to_string(split) +
                               " at level " + std::to_string(bits));
   }
-  PMHASH_RETURN_IF_ERROR(RecoverDirectory(geo));
-  if constexpr (R) records_->Reset();
+  return Status::OK();
+}
+
+// Walks every chain of the heads in use: reachability (cycles, shared and stray chunks are
+// rejected by MarkReachable) and, with check_slots, tokens and addresses against keys (I1), the
+// movers of a split batch that the crash cut cleared (I8); live keys counted (without
+// check_slots: the non-zero tokens).
+template <pm::PersistPolicy P, bool R>
+Status SmartHt<P, R>::WalkChains(uint64_t geo, bool check_slots, WalkCounts* c) {
+  pm::ChunkAllocator& alloc = pool_->allocator();
+  const uint32_t bits = GeoBits(geo);
+  const uint64_t split = GeoSplit(geo);
   // I8: the sources of the last batch, [cut, cut + cut_n), split at level cut_level.
   uint64_t cut = 0, cut_n = 0;
   uint32_t cut_level = bits;
   if (split != 0) {
-    cut_n = batch;
-    cut = split - batch;
+    cut_n = std::min<uint64_t>(params_.split_batch, uint64_t{1} << bits);
+    cut = split - cut_n;
   } else if (bits > base_bits_) {
     cut_level = bits - 1;
     cut_n = std::min<uint64_t>(params_.split_batch, uint64_t{1} << cut_level);
     cut = (uint64_t{1} << cut_level) - cut_n;
   }
+  if (!check_slots) cut_n = 0;
   const uint64_t n = HeadsInUse(geo);
-  uint64_t live = 0, chained = 0, cleaned = 0;
   // The pairs of a cut source's chain (I8: a stayer may be there twice), by key word (smartht)
   // or record offset (smartht-kv: a stayer's copies name one record).
   std::unordered_set<uint64_t> seen;
+  // The heads are read in order (the hardware prefetches them); a head's first chained bucket is
+  // a random line, prefetched kAhead heads early (a bound on the offset, not a validation: a
+  // prefetch never faults, and the walk validates the link when it reaches it).
+  constexpr uint64_t kAhead = 16;
+  const uint64_t limit = pool_->size() - sizeof(PmBucket);
   for (uint64_t i = 0; i < n; i++) {
+    if (i + kAhead < n) {
+      const uint64_t ahead = HeadAt(i + kAhead)->next.load(std::memory_order_relaxed);
+      if (ahead != 0 && ahead <= limit) PrefetchLine(At(ahead));
+    }
     uint64_t steps = 0;
     const bool cut_source = i - cut < cut_n;
     if (cut_source) seen.clear();  // (only cut sources use it; clear() costs its buckets)
@@ -804,6 +841,10 @@ Status SmartHt<P, R>::Recover() {
       for (int j = 0; j < kSlots; j++) {
         const uint8_t t = b->tokens[j].load(std::memory_order_relaxed);
         if (t == 0) continue;
+        if (!check_slots) {
+          c->live++;
+          continue;
+        }
         const uint64_t kw = b->slots[j].key.load(std::memory_order_relaxed);
         const uint64_t vw = b->slots[j].value.load(std::memory_order_relaxed);
         const uint64_t h = SlotHash(kw);
@@ -814,7 +855,7 @@ Status SmartHt<P, R>::Recover() {
           // I8: a mover (its new head holds it) or a stayer's second copy (the head holds it).
           b->tokens[j].store(0, std::memory_order_relaxed);
           persist_.Persist(&b->tokens[j], 1);
-          cleaned++;
+          c->cleaned++;
           continue;
         }
         if (t != Token(h) || a != i) {
@@ -824,7 +865,7 @@ Status SmartHt<P, R>::Recover() {
                                     std::to_string(i));
         }
         if constexpr (R) PMHASH_RETURN_IF_ERROR(records_->Recover(vw, kw, hash_));
-        live++;
+        c->live++;
       }
       const uint64_t next = b->next.load(std::memory_order_relaxed);
       if (next != 0) {
@@ -836,12 +877,58 @@ Status SmartHt<P, R>::Recover() {
           return Status::Corruption("smartht: chain of head " + std::to_string(i) + ": " +
                                     std::string(s.message()));
         }
-        chained++;
+        c->chained++;
       }
       b_off = next;
     }
   }
+  return Status::OK();
+}
 
+// The walk of every chain (WalkChains with the slot checks), then the DRAM side (Serve).
+template <pm::PersistPolicy P, bool R>
+Status SmartHt<P, R>::Recover() {
+  const uint64_t geo = pool_->root(0);
+  PMHASH_RETURN_IF_ERROR(CheckGeometry(geo));
+  PMHASH_RETURN_IF_ERROR(RecoverDirectory(geo));
+  if constexpr (R) records_->Reset();
+  WalkCounts c;
+  PMHASH_RETURN_IF_ERROR(WalkChains(geo, /*check_slots=*/true, &c));
+  return Serve(geo, c);
+}
+
+// I9: root 0, live keys and chained buckets as Close left them.
+template <pm::PersistPolicy P, bool R>
+void SmartHt<P, R>::SaveState(pm::StateWriter& w) const requires(!R) {
+  w.Put<uint64_t>(geo_.load(std::memory_order_acquire));
+  w.Put<uint64_t>(Size());
+  w.Put<uint64_t>(chained_.load(std::memory_order_relaxed));
+}
+
+// I9: the walk of Recover without its per-slot work (the keys are not hashed: the image vouches
+// for I1 and for the absence of I8's movers). Every link is still followed and bounded, and the
+// allocator rebuilt from what the links reach, not taken from the image: no reader follows an
+// offset the walk has not validated. The image's counts must match the walk's.
+template <pm::PersistPolicy P, bool R>
+Status SmartHt<P, R>::LoadState(pm::StateReader& r) requires(!R) {
+  const Status bad = Status::Corruption("smartht: saved state");
+  uint64_t geo = 0, live = 0, chained = 0;
+  if (!r.Get(&geo) || !r.Get(&live) || !r.Get(&chained) || geo != pool_->root(0)) return bad;
+  pool_->allocator().Reset();
+  PMHASH_RETURN_IF_ERROR(CheckGeometry(geo));
+  PMHASH_RETURN_IF_ERROR(RecoverDirectory(geo));
+  WalkCounts c;
+  PMHASH_RETURN_IF_ERROR(WalkChains(geo, /*check_slots=*/false, &c));
+  if (c.live != live || c.chained != chained) return bad;
+  return Serve(geo, c);
+}
+
+// The DRAM side of an open, after the walk: lock stripes, counts, and the filter — the saved
+// one (I7) or an incomplete one and a rebuild task.
+template <pm::PersistPolicy P, bool R>
+Status SmartHt<P, R>::Serve(uint64_t geo, const WalkCounts& c) {
+  const uint32_t bits = GeoBits(geo);
+  const uint64_t live = c.live;
   geo_.store(geo, std::memory_order_release);
   // 256 heads per stripe (the paper) on large tables, at most 2^16 stripes, at least
   // min(heads, 64) so small tables still run writers in parallel. A stripe takes address bits
@@ -853,8 +940,8 @@ Status SmartHt<P, R>::Recover() {
   stripe_shift_ = std::min<uint32_t>(static_cast<uint32_t>(std::countr_zero(params_.split_batch)),
                                      bits - sb);
   if (!stripes_) return Status::OutOfMemory("smartht: lock stripes");
-  chained_.store(chained, std::memory_order_relaxed);
-  split_cleanups_.store(cleaned, std::memory_order_relaxed);
+  chained_.store(c.chained, std::memory_order_relaxed);
+  split_cleanups_.store(c.cleaned, std::memory_order_relaxed);
   size_.Reset(static_cast<int64_t>(live));
 
   const uint64_t saved = pool_->root(1);
