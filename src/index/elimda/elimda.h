@@ -641,6 +641,10 @@ class ElimDA : public index::EngineBase<ElimDA<P, kRecords>, P, Config> {
 
   // REQUIRES: table lock (shared or exclusive) and p's log lock, or exclusive.
   Where Locate(const Probe& p) const;
+  // Locate's first layer: true (and *w set) if the PM table holds p's key; s, b and f are
+  // SegOf, BucketOf and FpOf of p.h. REQUIRES: as Locate.
+  PMHASH_ALWAYS_INLINE bool LocatePm(const Probe& p, SegMeta* s, uint32_t b, uint16_t f,
+                                     Where* w) const;
   // Rebuilds log's mirror from its active block (recovery). REQUIRES: exclusive.
   void MirrorActiveBlock(LogState* log) const;
   // REQUIRES: exclusive.
@@ -937,7 +941,8 @@ Status ElimDA<P, R>::Recover() {
         if constexpr (R) {
           relocated = pm_records.Contains(v);
         } else {
-          relocated = Locate(MakeProbe(k)).layer == Layer::kPm;
+          Where w;  // only the PM table can hold the relocated copy: no other layer is searched
+          relocated = LocatePm(Probe{kh, k, {}}, SegOf(kh), BucketOf(kh), FpOf(kh), &w);
         }
         if (relocated) {
           bits &= ~(1u << j);
@@ -989,12 +994,8 @@ bool ElimDA<P, R>::ItemMatches(const DItem& it, const Probe& p) const {
 }
 
 template <pm::PersistPolicy P, bool R>
-typename ElimDA<P, R>::Where ElimDA<P, R>::Locate(const Probe& p) const {
-  const uint64_t h = p.h;
-  Where w;
-  SegMeta* s = SegOf(h);
-  const uint32_t b = BucketOf(h);
-  const uint16_t f = FpOf(h);
+bool ElimDA<P, R>::LocatePm(const Probe& p, SegMeta* s, uint32_t b, uint16_t f,
+                            Where* w) const {
   const uint32_t n = s->count[b];
   const uint16_t* fps = &s->fp[size_t{b} * params_.bucket_items];
   const PmSlot* slots = BucketSlots(s->off, b);
@@ -1006,14 +1007,25 @@ typename ElimDA<P, R>::Where ElimDA<P, R>::Locate(const Probe& p) const {
     for (; m; m &= m - 1) {  // bit i: lane base + i
       const uint32_t j = base + static_cast<uint32_t>(std::countr_zero(m));
       if (Keys::Matches(records_.get(), slots[j], p)) {
-        w.layer = Layer::kPm;
-        w.seg = s;
-        w.b = b;
-        w.j = j;
-        return w;  // the oldest copy: the first-inserted value wins
+        w->layer = Layer::kPm;
+        w->seg = s;
+        w->b = b;
+        w->j = j;
+        return true;  // the oldest copy: the first-inserted value wins
       }
     }
   }
+  return false;
+}
+
+template <pm::PersistPolicy P, bool R>
+typename ElimDA<P, R>::Where ElimDA<P, R>::Locate(const Probe& p) const {
+  const uint64_t h = p.h;
+  Where w;
+  SegMeta* s = SegOf(h);
+  const uint32_t b = BucketOf(h);
+  const uint16_t f = FpOf(h);
+  if (LocatePm(p, s, b, f, &w)) return w;
   // The D-bucket: its fingerprints first (2 B per item, sixteen per step while sixteen remain),
   // an item only on a match.
   const std::vector<uint16_t>& dfp = s->dfp[b];
