@@ -420,6 +420,24 @@ TEST(SavedStateSmartHt, ForgedCountsAreRefused) {
   }
 }
 
+// S3 and smartht.h I9: a section longer than the three words SmartHT writes (the image's payload
+// grown by a word, resealed) is not a state this Close wrote: the open walks. (SmartHT's load
+// refuses it before it builds anything; the base also requires the section consumed exactly.)
+TEST(SavedStateSmartHt, LongerSectionIsRefused) {
+  ScopedPath p("saved_longer_smartht");
+  auto oracle = MakeClosedPool(p.path(), "smartht", 3000);
+  {
+    MappedFile f(p.path());
+    ASSERT_NE(f.image(), nullptr);
+    pm::SavedStateHeader* h = f.image();
+    ASSERT_LE(sizeof(pm::SavedStateHeader) + h->payload_bytes + 8, h->chunks * 64)
+        << "the image's last chunk has room for one more word";
+    h->payload_bytes += 8;
+    f.Reseal();
+  }
+  ExpectOpens(p.path(), "smartht", false, oracle);
+}
+
 // smartht.h I9: the load follows every chain link as the walk does, bounded: a link out of the
 // pool, or one that closes a cycle, in a cleanly closed pool with its image intact, is refused
 // (kCorruption from Open, the same as after a crash) — never followed.

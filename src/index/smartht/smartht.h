@@ -913,7 +913,10 @@ template <pm::PersistPolicy P, bool R>
 Status SmartHt<P, R>::LoadState(pm::StateReader& r) requires(!R) {
   const Status bad = Status::Corruption("smartht: saved state");
   uint64_t geo = 0, live = 0, chained = 0;
-  if (!r.Get(&geo) || !r.Get(&live) || !r.Get(&chained) || geo != pool_->root(0)) return bad;
+  if (!r.Get(&geo) || !r.Get(&live) || !r.Get(&chained) || r.remaining() != 0 ||
+      geo != pool_->root(0)) {
+    return bad;  // (the whole section checked before Serve starts the background work)
+  }
   pool_->allocator().Reset();
   PMHASH_RETURN_IF_ERROR(CheckGeometry(geo));
   PMHASH_RETURN_IF_ERROR(RecoverDirectory(geo));
