@@ -20,6 +20,7 @@
 
 #include <gtest/gtest.h>
 
+#include <bit>
 #include <map>
 #include <string>
 #include <vector>
@@ -296,6 +297,29 @@ TEST(ElimdaHostile, CorruptWordsAreRefused) {
     auto r = Engine::Open(o);
     ASSERT_FALSE(r.ok());
     EXPECT_TRUE(r.status().IsCorruption()) << r.status().ToString();
+  }
+  // A key logged twice: the first log block's first item copied into a free slot of the same
+  // block, its valid bit set (a log never holds a key twice: Insert checks every layer first).
+  {
+    SCOPED_TRACE("a key logged twice");
+    ASSERT_TRUE(WriteFile(path.path(), clean));
+    uint64_t hdr = 0;
+    ASSERT_TRUE(ReadAt(path.path(), block, &hdr, 8));
+    const uint32_t bits = static_cast<uint32_t>(hdr & 0x7FFF);
+    ASSERT_NE(bits, 0u);
+    ASSERT_NE(bits, 0x7FFFu) << "the block has a free slot";
+    const int from = std::countr_zero(bits);
+    const int to = std::countr_zero(~bits);
+    uint64_t item[2];
+    ASSERT_TRUE(ReadAt(path.path(), block + 16 + 16 * from, item, 16));
+    ASSERT_TRUE(PatchFile(path.path(), block + 16 + 16 * to, item, 16));
+    hdr |= uint64_t{1} << to;
+    ASSERT_TRUE(PatchFile(path.path(), block, &hdr, 8));
+    auto r = Engine::Open(o);
+    ASSERT_FALSE(r.ok());
+    EXPECT_TRUE(r.status().IsCorruption()) << r.status().ToString();
+    EXPECT_NE(r.status().ToString().find("logged twice"), std::string::npos)
+        << r.status().ToString();
   }
   ASSERT_TRUE(WriteFile(path.path(), clean));
   auto r = Engine::Open(o);

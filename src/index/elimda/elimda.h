@@ -901,10 +901,14 @@ Status ElimDA<P, R>::Recover() {
 
   // Walk 2: the logs. Items of sealed blocks go to their D-buckets; a logged key that is live
   // in the PM table was relocated before the crash cleared its bit (I5): clear it now.
-  detail::IdentitySet logged(1024);  // identities
+  // The identities of one log's items: a key logged twice is in one log (an item of another
+  // log's key is refused below), so the set is cleared per log and stays in cache. (elimda-kv:
+  // one record named by items of two logs is refused by Records::Recover, "reachable twice".)
+  detail::IdentitySet logged(4 * kBlockSlots);
   const auto* words = LogTable();
   uint64_t blocks = 0;
   for (uint32_t li = 0; li < params_.logs; li++) {
+    logged.Clear();
     BlockInfo* newer = nullptr;
     for (uint64_t off = words[li].load(std::memory_order_relaxed); off != 0;) {
       if (!alloc.ValidChunk(off, 1)) return bad("log block offset " + std::to_string(off));
