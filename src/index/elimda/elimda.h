@@ -939,6 +939,9 @@ Status ElimDA<P, R>::Recover() {
         if (LogOf(kh) != li) {
           return bad("log block at " + std::to_string(off) + " holds a key of another log");
         }
+        SegMeta* s = SegOf(kh);  // the item's segment, bucket and fingerprint (PM table, D-bucket)
+        const uint32_t b = BucketOf(kh);
+        const uint16_t f = FpOf(kh);
         // Relocated (I5): its copy is live in the PM table (elimda-kv: the copy names the same
         // record; its bytes are not read before Records::Recover checked them).
         bool relocated;
@@ -946,7 +949,7 @@ Status ElimDA<P, R>::Recover() {
           relocated = pm_records.Contains(v);
         } else {
           Where w;  // only the PM table can hold the relocated copy: no other layer is searched
-          relocated = LocatePm(Probe{kh, k, {}}, SegOf(kh), BucketOf(kh), FpOf(kh), &w);
+          relocated = LocatePm(Probe{kh, k, {}}, s, b, f, &w);
         }
         if (relocated) {
           bits &= ~(1u << j);
@@ -968,10 +971,7 @@ Status ElimDA<P, R>::Recover() {
         }
         if constexpr (R) PMHASH_RETURN_IF_ERROR(records_->Recover(v, k, hash_));
         live++;
-        if (bi != logs_[li].head) {
-          SegMeta* s = SegOf(kh);
-          s->Push(BucketOf(kh), DItem{k, v, bi, j, 1}, FpOf(kh));
-        }
+        if (bi != logs_[li].head) s->Push(b, DItem{k, v, bi, j, 1}, f);
       }
       if (bits != (hdr & kFullBits)) {
         blk->header.store(BlockHeader(bits), std::memory_order_relaxed);
