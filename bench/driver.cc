@@ -461,6 +461,8 @@ Status RunBench(const BenchConfig& config, BenchListener* listener, BenchReport*
           // so a run (and its printed seed) is reproducible.
           rc.options.hash_seed = c.seed * 0x9E3779B97F4A7C15ULL + 1;
           rc.options.huge_pages = c.huge_pages;
+          rc.options.media_block_bytes = c.media_block_bytes;
+          rc.options.media_cache_bytes = c.media_cache_bytes;
           rc.runner = ro;
           rc.phases = IsMultiKind(index) ? std::span<const PhaseSpec>(multi_phases)
                                          : std::span<const PhaseSpec>(phases);

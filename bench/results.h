@@ -51,6 +51,10 @@ struct BenchConfig {
   // Options::huge_pages, the reference's array is advised MADV_HUGEPAGE. A pool file still needs
   // a tmpfs that allows huge pages (mount -o huge=always or huge=advise).
   bool huge_pages = false;
+  // The counting pass's media model (Options::media_block_bytes, Options::media_cache_bytes;
+  // src/pm/counters.h): block size, and the eADR last-level-cache model's capacity (0: off).
+  uint32_t media_block_bytes = 256;
+  uint64_t media_cache_bytes = uint64_t{16} << 20;
   // Variable-size items (bench/bytes_table.h): keys of key_bytes and values of value_bytes
   // bytes, expanded from the generator's 64-bit keys, through the bytes API of the kinds whose
   // Capabilities have `bytes` (the others are skipped with a note); the reference row is then
@@ -125,6 +129,8 @@ struct TrafficPerOp {
   double nt_bytes = 0;
   double media_writes = 0;
   uint32_t media_block_bytes = 256;
+  uint64_t media_cache_bytes = 0;    // eADR rows: the cache model's capacity (0: none, or ADR)
+  uint64_t cached_dirty_lines = 0;   // eADR: persisted lines not yet evicted at the phase's end
   // Media bytes / payload bytes: media_writes * media_block_bytes / 16 (an 8 B key + 8 B value
   // per operation; ElimDA Figure 4, TurboHash Figure 6), or / (key_bytes + value_bytes) in a
   // run of variable-size items.

@@ -21,6 +21,8 @@ inline TrafficPerOp PerOp(const TrafficStats& t, uint64_t ops, uint32_t payload_
   TrafficPerOp r;
   r.ops = ops;
   r.media_block_bytes = t.media_block_bytes;
+  r.media_cache_bytes = t.media_cache_bytes;
+  r.cached_dirty_lines = t.cached_dirty_lines;
   if (ops == 0) return r;
   const double n = static_cast<double>(ops);
   r.persists = static_cast<double>(t.persists) / n;

@@ -1516,6 +1516,82 @@ TEST(TrafficCounters, MediaBlockSize) {
   }
 }
 
+// The eADR cache model (counters.h): persisted lines stay dirty until evicted; only evictions
+// are media writes.
+TEST(TrafficCounters, EadrCacheModelChargesEvictionsOnly) {
+  constexpr uint64_t kCacheBytes = 64 << 10;  // 1024 lines: 64 sets of 16 ways
+  constexpr uint64_t kLines = kCacheBytes / 64;
+  pm::TrafficCounters c(64, kCacheBytes);
+  c.set_enabled(true);
+  EXPECT_EQ(c.Snapshot().media_cache_bytes, kCacheBytes);
+  std::vector<Buffer> big(64);  // 256 KiB = 4096 lines
+  char* base = big[0].bytes;
+  pm::Persister<pm::Eadr> p(&c);
+
+  // A hot set far below the capacity, written over and over: never evicted.
+  for (int round = 0; round < 100; round++) {
+    for (int i = 0; i < 32; i++) p.Persist(base + 64 * i, 8);
+  }
+  TrafficStats t = c.Snapshot();
+  EXPECT_EQ(t.persists, 3200u);
+  EXPECT_EQ(t.media_writes, 0u);
+  EXPECT_EQ(t.cached_dirty_lines, 32u);
+
+  // Four times the capacity of distinct lines: all but what stays resident are evicted, each
+  // one media write (64 B blocks: no write combining of distinct lines written back apart).
+  const uint64_t n = 4 * kLines;
+  for (uint64_t i = 0; i < n; i++) p.Flush(base + 64 * i, 64);
+  t = c.Snapshot();
+  EXPECT_LE(t.cached_dirty_lines, kLines);
+  EXPECT_GE(t.cached_dirty_lines, kLines / 2) << "the hash spreads lines over the sets";
+  EXPECT_EQ(t.media_writes + t.cached_dirty_lines, n) << "every line evicted once or resident";
+
+  // Reset zeroes the counts, not the cache: the resident lines stay dirty and cost nothing more
+  // when written again.
+  c.Reset();
+  const uint64_t resident = c.Snapshot().cached_dirty_lines;
+  EXPECT_EQ(resident, t.cached_dirty_lines);
+  EXPECT_EQ(c.Snapshot().media_writes, 0u);
+
+  // A non-temporal store bypasses the cache: a media write at once, and the line leaves the
+  // cache model (its older dirty copy is overwritten, never written back).
+  p.NtCopy(base + 64 * (n - 1), base, 64);
+  t = c.Snapshot();
+  EXPECT_EQ(t.media_writes, 1u);
+  EXPECT_EQ(t.cached_dirty_lines, resident - 1);
+}
+
+// The same lines evicted one after another merge in the write-combining buffer of 256 B blocks.
+TEST(TrafficCounters, EadrEvictionsWriteCombine) {
+  pm::TrafficCounters c(256, 16 * 64);  // one set of 16 ways
+  c.set_enabled(true);
+  std::vector<Buffer> big(2);
+  pm::Persister<pm::Eadr> p(&c);
+  for (int i = 0; i < 16; i++) p.Persist(big[0].bytes + 64 * i, 8);  // fills the set: 4 blocks
+  EXPECT_EQ(c.Snapshot().media_writes, 0u);
+  for (int i = 0; i < 16; i++) p.Persist(big[1].bytes + 64 * i, 8);  // evicts them, LRU first
+  EXPECT_EQ(c.Snapshot().media_writes, 4u) << "16 lines of 4 blocks, evicted in order";
+  EXPECT_EQ(c.Snapshot().cached_dirty_lines, 16u);
+}
+
+// Least recently written goes first: a line written again moves to the front of its set.
+TEST(TrafficCounters, EadrCacheEvictsLeastRecentlyWritten) {
+  pm::TrafficCounters c(64, 16 * 64);  // one set of 16 ways, 64 B blocks: no merging
+  c.set_enabled(true);
+  std::vector<Buffer> big(2);
+  char* a = big[0].bytes;
+  pm::Persister<pm::Eadr> p(&c);
+  for (int i = 0; i < 16; i++) p.Persist(a + 64 * i, 8);
+  p.Persist(a, 8);                  // line 0 is now the most recently written
+  p.Persist(big[1].bytes, 8);       // evicts line 1
+  EXPECT_EQ(c.Snapshot().media_writes, 1u);
+  p.Persist(a, 8);                  // still resident
+  EXPECT_EQ(c.Snapshot().media_writes, 1u);
+  p.Persist(a + 64, 8);             // line 1 again: a miss that evicts line 2
+  EXPECT_EQ(c.Snapshot().media_writes, 2u);
+  EXPECT_EQ(c.Snapshot().cached_dirty_lines, 16u);
+}
+
 TEST(TrafficCounters, PolicyDifferences) {
   Buffer buf{};
   {
@@ -1527,7 +1603,20 @@ TEST(TrafficCounters, PolicyDifferences) {
     EXPECT_EQ(t.persists, 1u);
     EXPECT_EQ(t.fences, 1u);
     EXPECT_EQ(t.flushed_lines, 0u) << "eADR writes nothing back";
+    EXPECT_EQ(t.media_writes, 0u) << "the line stays in the cache model";
+    EXPECT_EQ(t.cached_dirty_lines, 1u);
+    EXPECT_EQ(t.media_cache_bytes, pm::TrafficCounters::kDefaultMediaCacheBytes);
+  }
+  {
+    pm::TrafficCounters c(256, 0);  // no cache model: an eADR persist is a media write at once
+    c.set_enabled(true);
+    pm::Persister<pm::Eadr> p(&c);
+    p.Persist(buf.bytes, 16);
+    const TrafficStats t = c.Snapshot();
+    EXPECT_EQ(t.flushed_lines, 0u);
     EXPECT_EQ(t.media_writes, 1u);
+    EXPECT_EQ(t.cached_dirty_lines, 0u);
+    EXPECT_EQ(t.media_cache_bytes, 0u);
   }
   {
     pm::TrafficCounters c;

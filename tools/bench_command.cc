@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <bit>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -172,6 +173,17 @@ int BenchMain(const ParsedArgs& args) {
     }
     if (args.Has("pin")) c.pin = true;
     if (args.Has("huge-pages")) c.huge_pages = true;
+    if (auto v = args.Value("media-block")) {
+      uint64_t n = 0;
+      PMHASH_RETURN_IF_ERROR(ParseSize(*v, "--media-block", &n));
+      if (n < 64 || n > 65536 || !std::has_single_bit(n)) {
+        return Status::InvalidArgument("--media-block must be a power of two in [64, 64K]");
+      }
+      c.media_block_bytes = static_cast<uint32_t>(n);
+    }
+    if (auto v = args.Value("media-cache")) {
+      PMHASH_RETURN_IF_ERROR(ParseSize(*v, "--media-cache", &c.media_cache_bytes));
+    }
     if (args.Has("no-reference")) c.reference = false;
     if (auto v = args.Value("count-keys")) {
       uint64_t n = 0;

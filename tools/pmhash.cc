@@ -89,6 +89,13 @@ constexpr FlagSpec kBenchFlags[] = {
     {"csv", "FILE", "also write the results as CSV (one line per row and phase)"},
     {"no-reference", "", "skip the absl::flat_hash_map reference row"},
     {"count-keys", "N", "keys of the persistence-counting pass (default: --keys; 0: skip it)"},
+    {"media-block", "BYTES",
+     "media block of the counting pass's write model (default 256: Optane;\n"
+     "64: CXL-attached memory)"},
+    {"media-cache", "BYTES",
+     "eADR rows' counting pass: last-level cache in which persisted lines\n"
+     "stay until evicted to the media (default 16M; 0: every persist is a\n"
+     "media write at once)"},
     {"check", "", "run CheckInvariants after the insert phase (untimed)"},
     {"no-probe", "", "skip the persist-limit probe (store + flush + fence on random lines)"},
     {"repeat", "R",

@@ -214,6 +214,9 @@ struct Options {
   // Persistence traffic counters (src/pm/counters.h): compiled in, off unless asked for.
   bool counters = false;
   uint32_t media_block_bytes = 256;  // 256: Optane XPLine; 64: CXL-attached memory
+  // eADR: capacity of the last-level-cache model in which persisted lines stay dirty until
+  // evicted (src/pm/counters.h); 0 counts every eADR persist as a media write-back at once.
+  uint64_t media_cache_bytes = uint64_t{16} << 20;
 
   // Per-index parameters, typed. Only the struct of the chosen kind is read.
   RehParams reh;

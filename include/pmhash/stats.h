@@ -9,7 +9,8 @@ namespace pmhash {
 
 // Persistence traffic, summed over all threads since the counters were last reset.
 // Media writes are an estimate: flushed lines are grouped into media blocks (256 B on Optane,
-// configurable) by a small write-combining model (src/pm/counters.h).
+// configurable) by a small write-combining model; under eADR a persisted line reaches the media
+// only when a model of the last-level cache evicts it (src/pm/counters.h).
 struct TrafficStats {
   uint64_t persists = 0;       // Persist()/Flush() requests made by the index
   uint64_t fences = 0;         // ordering fences issued
@@ -17,6 +18,8 @@ struct TrafficStats {
   uint64_t nt_bytes = 0;       // bytes written with non-temporal stores
   uint64_t media_writes = 0;   // estimated media block writes
   uint32_t media_block_bytes = 256;
+  uint64_t media_cache_bytes = 0;   // the eADR cache model's capacity (0: off)
+  uint64_t cached_dirty_lines = 0;  // eADR: lines persisted but not yet evicted to the media
 };
 
 // One index-specific statistic ("segments.stash", "rehash.gc", "probe.mean", ...). Indexes put

@@ -359,6 +359,7 @@ class Pool {
     traffic["flushed_lines"] = st.traffic.flushed_lines;
     traffic["nt_bytes"] = st.traffic.nt_bytes;
     traffic["media_writes"] = st.traffic.media_writes;
+    traffic["cached_dirty_lines"] = st.traffic.cached_dirty_lines;
     d["traffic"] = traffic;
     py::dict details;
     for (const pmhash::NamedStat& n : st.details) details[py::str(n.name)] = n.value;

@@ -224,7 +224,7 @@ class Persister {
       P::NtCopy(dst, src, n);
     }
     if constexpr (P::kPersistent) {
-      if (counters_->enabled()) counters_->OnNtCopy(dst, n);
+      if (counters_->enabled()) counters_->OnNtCopy(dst, n, P::kWritesBack);
     }
   }
   TrafficCounters* counters() const { return counters_; }

@@ -246,7 +246,7 @@ uint64_t HeaderChecksum(const void* header) {
 Pool::Pool(const Options& o, Durability d)
     : path_(o.path),
       durability_(d),
-      counters_(o.media_block_bytes),
+      counters_(o.media_block_bytes, o.media_cache_bytes),
       sim_hook_(d == Durability::kSim ? ThreadSimHook() : nullptr) {
   counters_.set_enabled(o.counters);
 }
