@@ -107,9 +107,10 @@
 //   I6  Erase tombstone: a key whose hash has the other top bit than the segment's prefix
 //       (local depth >= 1 always), so it is never live in this segment nor in a split of it.
 //   I7  Split of segment S: two new segments are built in DRAM from S's live items (duplicates
-//       and tombstones dropped), written with NtCopy, fenced; then the predecessor's `next`
-//       (or roots[0]) is switched to the first of them (commit). Their chain continues to S's
-//       old successor; S becomes unreachable.
+//       and tombstones dropped), written with NtCopy (the header and each bucket's items up to
+//       their last line: slots past the counts are garbage by I1), fenced; then the
+//       predecessor's `next` (or roots[0]) is switched to the first of them (commit). Their
+//       chain continues to S's old successor; S becomes unreachable.
 //   I8  Empty sealed block: unlinked by one 8-byte store into the newer block's `next`, then
 //       freed. A crash before leaves an empty reachable block that recovery unlinks again.
 //   I9  No leaks: the allocator is rebuilt at open from what roots 0 and 1 reach; elimda-kv's
@@ -1636,7 +1637,17 @@ Status ElimDA<P, R>::Split(SegMeta* s, uint64_t h) PMHASH_NO_THREAD_SAFETY_ANALY
     w[0] = SegWord(ld + 1);
     w[1] = side == 0 ? c.value() : old_hdr->next.load(std::memory_order_relaxed);
     for (uint32_t b = 0; b < params_.segment_buckets; b++) w[2 + b] = half[side]->count[b];
-    persist_.NtCopy(pool_->template At<char>(half[side]->off), w, seg_bytes);
+    // The header and each bucket's items, to the end of the line that holds the last one: the
+    // slots past a count are garbage (I1), so the media is spared the empty tail of every
+    // bucket (a new half is about a third full).
+    char* const dst = pool_->template At<char>(half[side]->off);
+    const char* const src = reinterpret_cast<const char*>(w);
+    persist_.NtCopy(dst, src, sizeof(SegHeader));
+    for (uint32_t b = 0; b < params_.segment_buckets; b++) {
+      const size_t at = sizeof(SegHeader) + size_t{b} * params_.bucket_items * sizeof(PmSlot);
+      const size_t len = (size_t{half[side]->count[b]} * sizeof(PmSlot) + 63) & ~size_t{63};
+      if (len > 0) persist_.NtCopy(dst + at, src + at, len);
+    }
   }
   persist_.Fence();
   // I7: the commit point, one 8-byte write into the predecessor (or root 0).
