@@ -1574,6 +1574,35 @@ TEST(TrafficCounters, EadrEvictionsWriteCombine) {
   EXPECT_EQ(c.Snapshot().cached_dirty_lines, 16u);
 }
 
+// The eADR write-back hint: dirty lines leave the cache model as one write per block; clean or
+// absent lines cost nothing; ADR ignores the hint (its lines were flushed when written).
+TEST(TrafficCounters, EadrWriteBackHint) {
+  pm::TrafficCounters c(256, 64 << 10);
+  c.set_enabled(true);
+  std::vector<Buffer> big(2);
+  char* a = big[0].bytes;
+  pm::Persister<pm::Eadr> p(&c);
+  for (int i = 0; i < 4; i++) p.Persist(a + 64 * i, 8);  // one 256 B block, four dirty lines
+  EXPECT_EQ(c.Snapshot().cached_dirty_lines, 4u);
+  p.WriteBack(a, 256);
+  TrafficStats t = c.Snapshot();
+  EXPECT_EQ(t.media_writes, 1u) << "four lines of one block, written back together";
+  EXPECT_EQ(t.flushed_lines, 4u);
+  EXPECT_EQ(t.cached_dirty_lines, 0u);
+  p.WriteBack(a, 256);  // clean now
+  p.WriteBack(big[1].bytes, 256);  // never written
+  t = c.Snapshot();
+  EXPECT_EQ(t.media_writes, 1u);
+  EXPECT_EQ(t.flushed_lines, 4u);
+
+  pm::TrafficCounters adr(256, 64 << 10);
+  adr.set_enabled(true);
+  pm::Persister<pm::Adr> q(&adr);
+  q.WriteBack(a, 256);
+  t = adr.Snapshot();
+  EXPECT_EQ(t.flushed_lines + t.media_writes + t.persists, 0u);
+}
+
 // Least recently written goes first: a line written again moves to the front of its set.
 TEST(TrafficCounters, EadrCacheEvictsLeastRecentlyWritten) {
   pm::TrafficCounters c(64, 16 * 64);  // one set of 16 ways, 64 B blocks: no merging

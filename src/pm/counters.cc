@@ -63,9 +63,9 @@ void TrafficCounters::CacheLine(uintptr_t line_addr) {
   ways[0] = tag;
 }
 
-void TrafficCounters::UncacheLine(uintptr_t line_addr) {
+bool TrafficCounters::UncacheLine(uintptr_t line_addr) {
   LockGuard<SpinLock> g(cache_.mu);
-  if (!cache_.tags) return;
+  if (!cache_.tags) return false;
   uint64_t* ways = CacheSet(line_addr);
   const uint64_t tag = static_cast<uint64_t>(line_addr) + 1;
   for (uint32_t i = 0; i < kCacheWays && ways[i] != 0; i++) {
@@ -73,8 +73,9 @@ void TrafficCounters::UncacheLine(uintptr_t line_addr) {
     std::copy(ways + i + 1, ways + kCacheWays, ways + i);
     ways[kCacheWays - 1] = 0;
     cache_.resident--;
-    return;
+    return true;
   }
+  return false;
 }
 
 void TrafficCounters::OnFlush(const void* addr, size_t len, bool writes_back) {
@@ -115,6 +116,21 @@ void TrafficCounters::OnNtCopy(const void* dst, size_t len, bool writes_back) {
   }
   if (!writes_back && cache_.sets != 0) {
     for (; p < end; p += 64) UncacheLine(p);
+  }
+}
+
+void TrafficCounters::OnWriteBack(const void* addr, size_t len) {
+  // Only a line the model holds dirty is written: a clean one (evicted already, or charged at
+  // once with the model off) costs nothing, as clwb of a clean line writes nothing.
+  if (cache_.sets == 0) return;
+  Stripe& s = MyStripe();
+  uintptr_t p = reinterpret_cast<uintptr_t>(addr) & ~uintptr_t{63};
+  const uintptr_t end = reinterpret_cast<uintptr_t>(addr) + len;
+  for (; p < end; p += 64) {
+    if (!UncacheLine(p)) continue;
+    LockGuard<SpinLock> g(s.mu);
+    s.flushed_lines++;
+    if (s.wc.Write(BlockOf(p))) s.media_writes++;
   }
 }
 

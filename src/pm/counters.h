@@ -62,6 +62,9 @@ class TrafficCounters {
   void OnFence();
   // Non-temporal stores; `writes_back` as for OnFlush (false: eADR, the cache model drops them).
   void OnNtCopy(const void* dst, size_t len, bool writes_back);
+  // An eADR write-back hint (Persister::WriteBack): the lines the cache model holds dirty are
+  // written back now, through the thread's write-combining buffer, and leave the model.
+  void OnWriteBack(const void* addr, size_t len);
 
   TrafficStats Snapshot() const;
   // Zeroes the counts. The eADR cache model keeps its dirty lines (the machine's state): a phase
@@ -99,7 +102,8 @@ class TrafficCounters {
   Stripe& MyStripe();
   uint64_t BlockOf(uintptr_t line_addr) const { return (line_addr >> block_shift_) + 1; }
   void CacheLine(uintptr_t line_addr);  // an eADR persist of the line: dirty in the cache model
-  void UncacheLine(uintptr_t line_addr);  // a non-temporal store: the line leaves the cache
+  // A non-temporal store or a write-back: the line leaves the cache model; true if it was there.
+  bool UncacheLine(uintptr_t line_addr);
   uint64_t* CacheSet(uintptr_t line_addr) PMHASH_REQUIRES(cache_.mu);
 
   std::atomic<bool> enabled_{false};

@@ -227,6 +227,18 @@ class Persister {
       if (counters_->enabled()) counters_->OnNtCopy(dst, n, P::kWritesBack);
     }
   }
+  // A hint under eADR, where durability never needs a write-back: write the lines back now, so
+  // that a block written in full (ElimDA's sealed log block) reaches the media as one block
+  // instead of lines the cache evicts at unrelated times. Orders nothing and issues no fence.
+  // Every other policy: nothing (ADR flushed the lines when they were written; Dram has no
+  // media; Sim is ADR).
+  void WriteBack(const void* addr, size_t len) const {
+    if constexpr (P::kPersistent && !P::kWritesBack) {
+      static const FlushInstruction how = ActiveFlushInstruction();
+      detail::FlushLines(addr, len, how);
+      if (counters_->enabled()) counters_->OnWriteBack(addr, len);
+    }
+  }
   TrafficCounters* counters() const { return counters_; }
 
  private:

@@ -12,14 +12,15 @@
 //     granularity L) selected by the top log2(logs) bits of the key's hash. An insert appends
 //     its 16 B item to the log's active block and sets the item's bit in the block's header
 //     word. Under eADR the blocks live in the pool and are never flushed (Persister<Eadr>::Flush
-//     is a no-op; the fences only order); under ADR (paper 3.7) each item is flushed as it is
-//     appended, so the log block IS the backup log. Our addition (ADR): the item goes to the
-//     block's first line, which holds the header, so that one flush and one fence persist the
-//     item and its bit together; when that line's three slots are taken, their items first
-//     move to free slots of the other lines (LB+-tree's entry moving, as in Pea): one persist
-//     per append, two once per three appends at most, against the paper's two per append.
-//     This needs a line to reach the media whole; ElimdaParams::tear_safe appends in order,
-//     item then bit, for platforms with 8-byte failure atomicity only.
+//     is a no-op; the fences only order; a sealed block's item lines are written back as a
+//     media-traffic hint, ElimdaParams::eadr_write_back); under ADR (paper 3.7) each item is
+//     flushed as it is appended, so the log block IS the backup log. Our addition (ADR): the
+//     item goes to the block's first line, which holds the header, so that one flush and one
+//     fence persist the item and its bit together; when that line's three slots are taken,
+//     their items first move to free slots of the other lines (LB+-tree's entry moving, as in
+//     Pea): one persist per append, two once per three appends at most, against the paper's
+//     two per append. This needs a line to reach the media whole; ElimdaParams::tear_safe
+//     appends in order, item then bit, for platforms with 8-byte failure atomicity only.
 //   * PM layer: the backup log is the set of sealed log blocks. When a log's active block is
 //     full it is sealed and a fresh block is swapped in by one 8-byte pointer write (the paper's
 //     shadow-log swap: no data moves); the sealed block keeps its items and, with them, backs
@@ -255,10 +256,12 @@ struct PersistentParams : index::LayoutWords<kBlockBytes, kBlockSlots> {
 struct Config : PersistentParams {
   uint64_t max_directory_bytes = 0;
   bool tear_safe = false;
+  bool eadr_write_back = true;
   uint32_t reclaim_batch = 0;  // Options::reclaim_batch (elimda-kv's retired records)
   void SetOpenOptions(const Options& o) {
     max_directory_bytes = o.max_directory_bytes;
     tear_safe = o.elimda.tear_safe;
+    eadr_write_back = o.elimda.eadr_write_back;
     reclaim_batch = o.reclaim_batch;
   }
 };
@@ -1414,6 +1417,13 @@ Status ElimDA<P, R>::Seal(uint32_t li) PMHASH_NO_THREAD_SAFETY_ANALYSIS {
                    DItem{k, sealed->slots[j].value.load(std::memory_order_relaxed), old, j, 1},
                    FpOf(h));
     hashes.push_back(h);
+  }
+  // eADR: the full block's item lines go to the media now, together, rather than as lines the
+  // cache evicts apart (a hint: nothing under ADR, where each append was flushed). After the
+  // reads above (clwb may evict the line). Not the header line: relocations will clear its
+  // bits, and it is evicted once after them.
+  if (params_.eadr_write_back) {
+    persist_.WriteBack(reinterpret_cast<const char*>(sealed) + 64, kBlockBytes - 64);
   }
   if (bits == 0) {
     LockGuard<SpinLock> eg(empty_mu_);
