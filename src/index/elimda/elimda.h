@@ -560,6 +560,7 @@ class ElimDA : public index::EngineBase<ElimDA<P, kRecords>, P, Config> {
     BlockInfo* head = nullptr;  // the active block (newest)
     const BlockInfo* mirror_of = nullptr;
     uint16_t mirror_fp[kBlockSlots] = {};
+    uint64_t head_off = 0;  // head->off (0: no head), so that an append misses on no BlockInfo
   };
   static_assert(sizeof(LogState) == 64, "one cache line per log");
   enum class Layer { kNone, kPm, kDram, kLog };
@@ -744,6 +745,7 @@ void ElimDA<P, R>::DeleteAll() {
         b = o;
       }
       logs_[i].head = nullptr;
+      logs_[i].head_off = 0;
       logs_[i].mirror_of = nullptr;
       logs_[i].mirror_bits = 0;
     }
@@ -926,6 +928,7 @@ Status ElimDA<P, R>::Recover() {
         newer->older = bi;
       } else {
         logs_[li].head = bi;
+        logs_[li].head_off = off;
       }
       newer = bi;
       blocks++;
@@ -1261,7 +1264,7 @@ Status ElimDA<P, R>::Write(const Probe& p, std::string_view value_bytes, Value v
       detail::SharedGuard g(table_mu_);
       LockGuard<detail::LogLock> lg(log.mu);
       // An insert appends to the active block's first line: start that miss before the search's.
-      if (log.head) __builtin_prefetch(Block(log.head), 1);
+      if (log.head_off) __builtin_prefetch(pool_->template At<LogBlock>(log.head_off), 1);
       const Where w = Locate(p);
       if (w.layer != Layer::kNone) {
         if (mode == WriteMode::kInsert) return Status::Exists();
@@ -1283,8 +1286,8 @@ Status ElimDA<P, R>::Write(const Probe& p, std::string_view value_bytes, Value v
         return Status::OK();
       }
       if (mode == WriteMode::kUpdate) return Status::NotFound();
-      if (log.head) {
-        LogBlock* blk = Block(log.head);
+      if (log.head_off) {
+        LogBlock* blk = pool_->template At<LogBlock>(log.head_off);
         const uint64_t hdr = blk->header.load(std::memory_order_relaxed);
         const uint32_t bits = static_cast<uint32_t>(hdr & kFullBits);
         if (bits != kFullBits) {
@@ -1398,6 +1401,7 @@ Status ElimDA<P, R>::Seal(uint32_t li) PMHASH_NO_THREAD_SAFETY_ANALYSIS {
   bi->older = old;
   if (old) old->newer = bi;
   log.head = bi;
+  log.head_off = bi->off;
   log.mirror_of = bi;  // a fresh block: no items
   log.mirror_bits = 0;
   blocks_.fetch_add(1, std::memory_order_relaxed);
@@ -1900,6 +1904,7 @@ Status ElimDA<P, R>::CheckInvariants() const PMHASH_NO_THREAD_SAFETY_ANALYSIS {
   for (uint32_t li = 0; li < params_.logs; li++) {
     const BlockInfo* head = logs_[li].head;
     if (words[li].load() != (head ? head->off : 0)) return fail("log table word");
+    if (logs_[li].head_off != (head ? head->off : 0)) return fail("log head offset");
     if (head && logs_[li].mirror_of == head) {  // the mirror covers every live item (a superset)
       const LogState& log = logs_[li];
       const LogBlock* blk = Block(head);
