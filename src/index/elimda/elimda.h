@@ -186,7 +186,6 @@
 #include <new>
 #include <thread>
 #include <string>
-#include <unordered_map>
 #include <unordered_set>
 #include <vector>
 
@@ -1554,10 +1553,17 @@ void ElimDA<P, R>::Relocate(SegMeta* s, uint32_t b, std::vector<DItem>& items)
     s->fp[size_t{b} * params_.bucket_items + at + i] = FpOf(SlotHash(items[i].key));
   }
   s->count[b] = at + n;
-  // Invalidate the log slots: one header store per block, one fence for all.
-  std::unordered_map<BlockInfo*, uint32_t> clear;
-  for (const DItem& it : items) clear[it.block] |= 1u << it.slot;
-  for (auto& [bi, mask] : clear) {
+  // Invalidate the log slots: one header store per block, one fence for all. The items grouped
+  // by block in a sorted vector (a hash map here cost a node allocation per item).
+  std::vector<std::pair<BlockInfo*, uint32_t>> clear;
+  clear.reserve(n);
+  for (const DItem& it : items) clear.emplace_back(it.block, 1u << it.slot);
+  std::sort(clear.begin(), clear.end(),
+            [](const auto& x, const auto& y) { return std::less<>{}(x.first, y.first); });
+  for (size_t i = 0; i < clear.size();) {
+    BlockInfo* const bi = clear[i].first;
+    uint32_t mask = 0;
+    for (; i < clear.size() && clear[i].first == bi; i++) mask |= clear[i].second;
     LogBlock* blk = Block(bi);
     const uint64_t hdr2 = blk->header.load(std::memory_order_relaxed) & ~uint64_t{mask};
     blk->header.store(hdr2, std::memory_order_release);
