@@ -19,13 +19,14 @@
 // write (through a write-combining FIFO of its own) when it is evicted. A line written again
 // while resident costs nothing more: this is what lets ElimDA's collecting logs (2 MiB at the
 // paper's 8192 logs of 256 B) be appended to without media traffic. Non-temporal stores bypass
-// the cache: they go through the media model at once and drop the line from the cache model.
+// the cache: they go through the media model at once and drop the line from the cache model
+// (the Eadr policy copies with memcpy, but a bulk copy writes whole blocks once either way).
 // Only written lines are modelled; reads would evict sooner, so the default capacity (16 MiB) is
 // below the last-level caches it stands for (36 MB on the ElimDA paper's Xeon, 32 MiB on the
 // EPYC VMs here). `media_cache_bytes == 0` turns the model off: an eADR persist then counts as a
 // write-back at once (the model before 2026-11-27). Dirty lines still resident at a snapshot are
-// reported (cached_dirty_lines), not counted as media writes; Reset keeps them. ADR is unchanged: clwb writes the
-// line back when asked.
+// reported (cached_dirty_lines), not counted as media writes; Reset keeps them. ADR is
+// unchanged: clwb writes the line back when asked.
 #pragma once
 
 #include <array>
