@@ -14,22 +14,24 @@ TrafficCounters::TrafficCounters(uint32_t media_block_bytes, uint64_t media_cach
   cache_.sets = sets == 0 ? 0 : std::bit_floor(sets);
 }
 
-TrafficCounters::~TrafficCounters() = default;
-
 TrafficCounters::Stripe& TrafficCounters::MyStripe() { return stripes_[ThreadStripe<kStripes>()]; }
 
-bool TrafficCounters::WriteCombiner::Write(uint64_t block) {
+namespace {
+// Calls fn(line address) for every 64 B line of [addr, addr + len).
+template <class Fn>
+void ForEachLine(const void* addr, size_t len, Fn&& fn) {
+  const uintptr_t end = reinterpret_cast<uintptr_t>(addr) + len;
+  for (uintptr_t p = reinterpret_cast<uintptr_t>(addr) & ~uintptr_t{63}; p < end; p += 64) fn(p);
+}
+}  // namespace
+
+void TrafficCounters::MediaStream::Line(uint64_t block) {
   for (uint64_t b : wc) {
-    if (b == block) return false;  // merged in the write-combining buffer
+    if (b == block) return;  // merged in the write-combining buffer
   }
+  writes++;
   wc[next] = block;
   next = (next + 1) % kWcEntries;
-  return true;
-}
-
-void TrafficCounters::WriteCombiner::Clear() {
-  wc.fill(0);
-  next = 0;
 }
 
 uint64_t* TrafficCounters::CacheSet(uintptr_t line_addr) {
@@ -53,7 +55,7 @@ void TrafficCounters::CacheLine(uintptr_t line_addr) {
   if (i == kCacheWays) {
     // Miss in a full set: the least recently written line (the last way) is written back.
     i = kCacheWays - 1;
-    if (cache_.wc.Write(BlockOf(ways[i] - 1))) cache_.media_writes++;
+    cache_.evictions.Line(BlockOf(ways[i] - 1));
   } else if (ways[i] == 0) {
     cache_.resident++;
   }
@@ -80,21 +82,19 @@ bool TrafficCounters::UncacheLine(uintptr_t line_addr) {
 
 void TrafficCounters::OnFlush(const void* addr, size_t len, bool writes_back) {
   Stripe& s = MyStripe();
-  uintptr_t p = reinterpret_cast<uintptr_t>(addr) & ~uintptr_t{63};
-  const uintptr_t end = reinterpret_cast<uintptr_t>(addr) + len;
   const bool cached = !writes_back && cache_.sets != 0;
   {
     LockGuard<SpinLock> g(s.mu);
     s.persists++;
     if (!cached) {
-      for (uintptr_t q = p; q < end; q += 64) {
+      ForEachLine(addr, len, [&](uintptr_t p) {
         if (writes_back) s.flushed_lines++;
-        if (s.wc.Write(BlockOf(q))) s.media_writes++;
-      }
+        s.media.Line(BlockOf(p));
+      });
       return;
     }
   }
-  for (; p < end; p += 64) CacheLine(p);
+  ForEachLine(addr, len, [&](uintptr_t p) { CacheLine(p); });
 }
 
 void TrafficCounters::OnFence() {
@@ -105,18 +105,12 @@ void TrafficCounters::OnFence() {
 
 void TrafficCounters::OnNtCopy(const void* dst, size_t len, bool writes_back) {
   Stripe& s = MyStripe();
-  uintptr_t p = reinterpret_cast<uintptr_t>(dst) & ~uintptr_t{63};
-  const uintptr_t end = reinterpret_cast<uintptr_t>(dst) + len;
   {
     LockGuard<SpinLock> g(s.mu);
     s.nt_bytes += len;
-    for (uintptr_t q = p; q < end; q += 64) {
-      if (s.wc.Write(BlockOf(q))) s.media_writes++;
-    }
+    ForEachLine(dst, len, [&](uintptr_t p) { s.media.Line(BlockOf(p)); });
   }
-  if (!writes_back && cache_.sets != 0) {
-    for (; p < end; p += 64) UncacheLine(p);
-  }
+  if (!writes_back && cache_.sets != 0) ForEachLine(dst, len, [&](uintptr_t p) { UncacheLine(p); });
 }
 
 void TrafficCounters::OnWriteBack(const void* addr, size_t len) {
@@ -124,14 +118,12 @@ void TrafficCounters::OnWriteBack(const void* addr, size_t len) {
   // once with the model off) costs nothing, as clwb of a clean line writes nothing.
   if (cache_.sets == 0) return;
   Stripe& s = MyStripe();
-  uintptr_t p = reinterpret_cast<uintptr_t>(addr) & ~uintptr_t{63};
-  const uintptr_t end = reinterpret_cast<uintptr_t>(addr) + len;
-  for (; p < end; p += 64) {
-    if (!UncacheLine(p)) continue;
+  ForEachLine(addr, len, [&](uintptr_t p) {
+    if (!UncacheLine(p)) return;
     LockGuard<SpinLock> g(s.mu);
     s.flushed_lines++;
-    if (s.wc.Write(BlockOf(p))) s.media_writes++;
-  }
+    s.media.Line(BlockOf(p));
+  });
 }
 
 TrafficStats TrafficCounters::Snapshot() const {
@@ -145,11 +137,11 @@ TrafficStats TrafficCounters::Snapshot() const {
     t.fences += s.fences;
     t.flushed_lines += s.flushed_lines;
     t.nt_bytes += s.nt_bytes;
-    t.media_writes += s.media_writes;
+    t.media_writes += s.media.writes;
   }
   Cache& c = const_cast<Cache&>(cache_);
   LockGuard<SpinLock> g(c.mu);
-  t.media_writes += c.media_writes;
+  t.media_writes += c.evictions.writes;
   t.cached_dirty_lines = c.resident;
   return t;
 }
@@ -157,13 +149,13 @@ TrafficStats TrafficCounters::Snapshot() const {
 void TrafficCounters::Reset() {
   for (Stripe& s : stripes_) {
     LockGuard<SpinLock> g(s.mu);
-    s.persists = s.fences = s.flushed_lines = s.nt_bytes = s.media_writes = 0;
-    s.wc.Clear();
+    s.persists = s.fences = s.flushed_lines = s.nt_bytes = 0;
+    s.media = MediaStream{};
   }
   // The cache model keeps its lines: they are the machine's state, not a count. A phase is
   // charged with the evictions that happen during it.
   LockGuard<SpinLock> g(cache_.mu);
-  cache_.media_writes = 0;
+  cache_.evictions.writes = 0;
 }
 
 }  // namespace pmhash::pm

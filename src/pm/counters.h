@@ -52,7 +52,6 @@ class TrafficCounters {
   // set: the model is off).
   explicit TrafficCounters(uint32_t media_block_bytes = 256,
                            uint64_t media_cache_bytes = kDefaultMediaCacheBytes);
-  ~TrafficCounters();
 
   bool enabled() const { return enabled_.load(std::memory_order_relaxed); }
   void set_enabled(bool on) { enabled_.store(on, std::memory_order_relaxed); }
@@ -73,13 +72,13 @@ class TrafficCounters {
   void Reset();
 
  private:
-  // The write-combining FIFO of one stream of line write-backs (a stripe's, or the cache's
-  // evictions); returns true when the line costs a media write.
-  struct WriteCombiner {
+  // One stream of line write-backs to the media (a stripe's, or the cache model's evictions):
+  // its write-combining FIFO and the media writes it cost.
+  struct MediaStream {
     std::array<uint64_t, kWcEntries> wc{};  // block id + 1 (0 = empty)
     uint32_t next = 0;
-    bool Write(uint64_t block);
-    void Clear();
+    uint64_t writes = 0;
+    void Line(uint64_t block);  // one media write unless the block is in the FIFO
   };
   struct alignas(64) Stripe {
     SpinLock mu;
@@ -87,8 +86,7 @@ class TrafficCounters {
     uint64_t fences = 0;
     uint64_t flushed_lines = 0;
     uint64_t nt_bytes = 0;
-    uint64_t media_writes = 0;
-    WriteCombiner wc;
+    MediaStream media;
   };
   // The eADR cache model: one for all threads (it stands for a shared last-level cache), with
   // its own lock; its tags are allocated at the first eADR persist counted.
@@ -97,8 +95,7 @@ class TrafficCounters {
     uint64_t sets = 0;  // power of two; 0: the model is off
     std::unique_ptr<uint64_t[]> tags PMHASH_GUARDED_BY(mu);  // line + 1 per way, MRU first
     uint64_t resident PMHASH_GUARDED_BY(mu) = 0;
-    uint64_t media_writes PMHASH_GUARDED_BY(mu) = 0;
-    WriteCombiner wc PMHASH_GUARDED_BY(mu);
+    MediaStream evictions PMHASH_GUARDED_BY(mu);
   };
   Stripe& MyStripe();
   uint64_t BlockOf(uintptr_t line_addr) const { return (line_addr >> block_shift_) + 1; }

@@ -234,8 +234,7 @@ class Persister {
   // media; Sim is ADR).
   void WriteBack(const void* addr, size_t len) const {
     if constexpr (P::kPersistent && !P::kWritesBack) {
-      static const FlushInstruction how = ActiveFlushInstruction();
-      detail::FlushLines(addr, len, how);
+      Adr::Flush(addr, len);  // the same instructions, issued here as a hint
       if (counters_->enabled()) counters_->OnWriteBack(addr, len);
     }
   }
