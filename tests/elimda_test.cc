@@ -207,29 +207,24 @@ TEST(ElimdaPersist, PersistCost) {
   EXPECT_EQ(t.persists, 800u + 2 * ts_blocks);
   EXPECT_EQ(t.fences, 800u + 2 * ts_blocks);
 
-  ScopedPath epath("elimda_persist_eadr");
-  Options eo = o;
-  eo.path = epath.path();
-  auto e = elimda::ElimDA<pm::Eadr>::Open(eo);
-  ASSERT_TRUE(e.ok()) << e.status().ToString();
-  (*e)->ResetCounters();
-  for (uint64_t i = 0; i < 3000; i++) ASSERT_TRUE((*e)->Insert(SplitMix64(i), i).ok());
-  EXPECT_GT((*e)->relocations(), 0u);
   // eADR flushes nothing for durability; the only lines written back are the write-back hints
-  // of sealed blocks (their three item lines, all dirty in the cache model at this size).
-  const uint64_t swaps = (*e)->log_swaps();
-  EXPECT_GT(swaps, 0u);
-  EXPECT_EQ((*e)->pool().counters().Snapshot().flushed_lines, 3 * swaps);
-
-  ScopedPath npath("elimda_persist_eadr_no_write_back");
-  eo.path = npath.path();
-  eo.elimda.eadr_write_back = false;
-  auto n = elimda::ElimDA<pm::Eadr>::Open(eo);
-  ASSERT_TRUE(n.ok()) << n.status().ToString();
-  (*n)->ResetCounters();
-  for (uint64_t i = 0; i < 3000; i++) ASSERT_TRUE((*n)->Insert(SplitMix64(i), i).ok());
-  EXPECT_GT((*n)->log_swaps(), 0u);
-  EXPECT_EQ((*n)->pool().counters().Snapshot().flushed_lines, 0u) << "eADR never flushes";
+  // of sealed blocks (their three item lines, all dirty in the cache model at this size), and
+  // none with the hint off.
+  for (const bool write_back : {true, false}) {
+    SCOPED_TRACE(write_back ? "eadr_write_back" : "no write-back");
+    ScopedPath epath(write_back ? "elimda_persist_eadr" : "elimda_persist_eadr_no_write_back");
+    Options eo = o;
+    eo.path = epath.path();
+    eo.elimda.eadr_write_back = write_back;
+    auto e = elimda::ElimDA<pm::Eadr>::Open(eo);
+    ASSERT_TRUE(e.ok()) << e.status().ToString();
+    (*e)->ResetCounters();
+    for (uint64_t i = 0; i < 3000; i++) ASSERT_TRUE((*e)->Insert(SplitMix64(i), i).ok());
+    EXPECT_GT((*e)->relocations(), 0u);
+    const uint64_t swaps = (*e)->log_swaps();
+    EXPECT_GT(swaps, 0u);
+    EXPECT_EQ((*e)->pool().counters().Snapshot().flushed_lines, write_back ? 3 * swaps : 0u);
+  }
 }
 
 // A pool whose P-bucket holds a key twice (as one written by the paper's blind appends would):
