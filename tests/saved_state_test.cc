@@ -34,7 +34,7 @@ using testing::ScopedPath;
 // The kinds whose engines save their DRAM state at Close (a kind that starts saving one is
 // added here: KindsThatDoNotSaveLoadNothing fails until it is).
 const std::vector<std::string>& SavingKinds() {
-  static const std::vector<std::string> kinds = {"reh", "smartht"};
+  static const std::vector<std::string> kinds = {"reh", "smartht", "elimda"};
   return kinds;
 }
 
@@ -46,6 +46,13 @@ Options SmallOptions(const std::string& path, std::string_view kind) {
   if (kind.starts_with("smartht")) {
     o.smartht.head_bits = 4;  // growth (split batches) and chained buckets
     o.smartht.save_filter_min_keys = 0;
+  }
+  if (kind.starts_with("elimda")) {  // log swaps, relocations and splits with a few thousand keys
+    o.elimda.bucket_items = 32;
+    o.elimda.dbucket_items = 16;
+    o.elimda.segment_buckets = 2;
+    o.elimda.logs = 4;
+    o.elimda.initial_depth = 1;
   }
   return o;
 }
@@ -223,7 +230,7 @@ TEST_P(SavedStateTest, DamagedImageFallsBackToTheWalk) {
 }
 
 // S3: an image whose allocator bitmap claims a chunk that nothing uses (a leak if trusted) is
-// refused by the accounting (REH), or not used at all (SmartHT, smartht.h I9: its load rebuilds
+// refused by the accounting (REH, ElimDA), or not used at all (SmartHT, smartht.h I9: its load rebuilds
 // the allocator from the links it walks), even with a valid checksum: either way no leak
 // (CheckInvariants in ExpectMatches compares the allocator with what is reachable).
 TEST_P(SavedStateTest, ForgedAllocatorIsRefused) {
@@ -240,7 +247,7 @@ TEST_P(SavedStateTest, ForgedAllocatorIsRefused) {
     words[last] |= 1;
     f.Reseal();
   }
-  const bool loads_bitmap = kind == "reh";
+  const bool loads_bitmap = kind != "smartht";
   ExpectOpens(p.path(), kind, !loads_bitmap, oracle);
 }
 
@@ -488,6 +495,137 @@ TEST(SavedStateSmartHt, ForgedTokenIsFoundByCheckInvariants) {
     *token = static_cast<char>(static_cast<uint8_t>(*token) ^ 0x01);
   }
   auto r = Open("smartht", SmallOptions(p.path(), "smartht"));
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_TRUE((*r)->Stats().state_loaded);
+  const Status s = (*r)->CheckInvariants();
+  EXPECT_TRUE(s.IsCorruption()) << s.ToString();
+}
+
+// ElimDA's section (elimda.h I12), parsed as far as the forgeries below need: the offsets of the
+// header words, of log 0's record, of the first segment's record and of its first bucket with
+// D-bucket items (0 if none).
+struct ElimdaSection {
+  static constexpr size_t kBlocks = 8 + 4;      // the block count
+  static constexpr size_t kLog0 = 8 + 4 + 8 + 8;  // log 0: [ n:4 | offsets:8n | mirror:4+30 ]
+  size_t first_segment = 0;  // [ off:8 | depth:4 | per bucket: count:4 fps:2n nd:4 items:24nd ]
+  size_t first_items = 0;    // the first D-bucket item of the first segment
+  uint32_t log0_blocks = 0;
+
+  explicit ElimdaSection(const char* s, uint32_t logs, uint32_t segment_buckets) {
+    auto u32 = [&](size_t at) {
+      uint32_t v;
+      std::memcpy(&v, s + at, 4);
+      return v;
+    };
+    size_t at = kLog0;
+    for (uint32_t li = 0; li < logs; li++) {
+      const uint32_t n = u32(at);
+      if (li == 0) log0_blocks = n;
+      at += 4 + 8 * size_t{n} + (n ? 4 + 30 : 0);
+    }
+    uint64_t empties;
+    std::memcpy(&empties, s + at, 8);
+    at += 8 + 8 * empties;
+    first_segment = at;
+    at += 12;
+    for (uint32_t b = 0; b < segment_buckets; b++) {
+      at += 4 + 2 * size_t{u32(at)};
+      const uint32_t nd = u32(at);
+      at += 4;
+      if (nd > 0 && first_items == 0) first_items = at;
+      at += 24 * size_t{nd};
+    }
+  }
+};
+
+// S4, ElimDA's section: forged entries with a valid checksum are bounded, never followed.
+TEST(SavedStateElimda, ForgedEntriesAreRefused) {
+  using Forge = std::function<void(char*, const ElimdaSection&)>;
+  auto add64 = [](char* at, uint64_t d) {
+    uint64_t w;
+    std::memcpy(&w, at, 8);
+    w += d;
+    std::memcpy(at, &w, 8);
+  };
+  auto set64 = [](char* at, uint64_t v) { std::memcpy(at, &v, 8); };
+  const std::vector<std::pair<std::string, Forge>> forgeries = {
+      {"a log block outside the pool",
+       [&](char* s, const ElimdaSection& e) { set64(s + e.kLog0 + 4, uint64_t{1} << 40); }},
+      {"a log block off its chunk",
+       [&](char* s, const ElimdaSection& e) { add64(s + e.kLog0 + 4, 64); }},
+      {"a log block named twice",
+       [&](char* s, const ElimdaSection& e) {
+         ASSERT_GE(e.log0_blocks, 2u);
+         std::memcpy(s + e.kLog0 + 12, s + e.kLog0 + 4, 8);
+       }},
+      {"a log's first block not its table word",
+       [&](char* s, const ElimdaSection& e) {
+         ASSERT_GE(e.log0_blocks, 2u);
+         char tmp[8];  // the two newest blocks swapped: every chunk still named once
+         std::memcpy(tmp, s + e.kLog0 + 4, 8);
+         std::memcpy(s + e.kLog0 + 4, s + e.kLog0 + 12, 8);
+         std::memcpy(s + e.kLog0 + 12, tmp, 8);
+       }},
+      {"more blocks than listed", [&](char* s, const ElimdaSection&) { add64(s + 12, 1); }},
+      {"a mirror bit past the last slot",
+       [&](char* s, const ElimdaSection& e) {
+         s[e.kLog0 + 4 + 8 * size_t{e.log0_blocks} + 1] |= static_cast<char>(0x80);
+       }},
+      {"a segment outside the pool",
+       [&](char* s, const ElimdaSection& e) { set64(s + e.first_segment, uint64_t{1} << 40); }},
+      {"a segment off its chunk",
+       [&](char* s, const ElimdaSection& e) { add64(s + e.first_segment, 256); }},
+      {"a depth that does not tile",
+       [&](char* s, const ElimdaSection& e) { s[e.first_segment + 8] += 1; }},
+      {"a bucket count over N_p",
+       [&](char* s, const ElimdaSection& e) {
+         const uint32_t n = 33;
+         std::memcpy(s + e.first_segment + 12, &n, 4);
+       }},
+      {"a D-bucket item naming a block past the list",
+       [&](char* s, const ElimdaSection& e) {
+         ASSERT_NE(e.first_items, 0u) << "the first segment has D-bucket items";
+         set64(s + e.first_items + 16, uint64_t{1} << 40);
+       }},
+      {"a D-bucket item naming slot 15",
+       [&](char* s, const ElimdaSection& e) {
+         ASSERT_NE(e.first_items, 0u);
+         s[e.first_items + 16] |= 0x0F;
+       }},
+  };
+  for (const auto& [what, forge] : forgeries) {
+    SCOPED_TRACE(what);
+    ScopedPath p("saved_forged_elimda");
+    auto oracle = MakeClosedPool(p.path(), "elimda", 3000);
+    {
+      MappedFile f(p.path());
+      ASSERT_NE(f.image(), nullptr);
+      const Options o = SmallOptions(p.path(), "elimda");
+      forge(f.engine_section(),
+            ElimdaSection(f.engine_section(), *o.elimda.logs, *o.elimda.segment_buckets));
+      f.Reseal();
+    }
+    ExpectOpens(p.path(), "elimda", false, oracle);
+  }
+}
+
+// S4: a forgery consistent with the allocator (another fingerprint for the first segment's first
+// slot) loads, as the design accepts, and CheckInvariants (`pmhash check`) reports it.
+TEST(SavedStateElimda, ConsistentForgeryIsFoundByCheckInvariants) {
+  ScopedPath p("saved_forged_elimda_fp");
+  MakeClosedPool(p.path(), "elimda", 3000);
+  {
+    MappedFile f(p.path());
+    ASSERT_NE(f.image(), nullptr);
+    const Options o = SmallOptions(p.path(), "elimda");
+    const ElimdaSection e(f.engine_section(), *o.elimda.logs, *o.elimda.segment_buckets);
+    uint32_t n;
+    std::memcpy(&n, f.engine_section() + e.first_segment + 12, 4);
+    ASSERT_GT(n, 0u) << "the first segment's first P-bucket holds items";
+    f.engine_section()[e.first_segment + 16] ^= 0x5A;
+    f.Reseal();
+  }
+  auto r = Open("elimda", SmallOptions(p.path(), "elimda"));
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   EXPECT_TRUE((*r)->Stats().state_loaded);
   const Status s = (*r)->CheckInvariants();

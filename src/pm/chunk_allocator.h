@@ -105,4 +105,31 @@ class ChunkAllocator {
   uint64_t reused_ PMHASH_GUARDED_BY(mu_) = 0;
 };
 
+// A set of heap chunks in the allocator's bitmap format: a loader of a saved image
+// (saved_state.h, S3/S4) adds every chunk its image names, refusing one outside the heap,
+// misaligned or named twice, and at the end requires the set to be exactly the loaded bitmap
+// (nothing named that the allocator lacks, nothing allocated that is unnamed).
+class ChunkSet {
+ public:
+  explicit ChunkSet(const ChunkAllocator& a) : a_(a), words_(a.bitmap_words(), 0) {}
+  // Adds [offset, offset + n chunks). False (the set unchanged but for a prefix of the range)
+  // if the range is not ValidChunk or one of its chunks is already in the set.
+  bool Add(uint64_t offset, uint32_t n = 1) {
+    if (!a_.ValidChunk(offset, n)) return false;  // bounds first: the index below stays inside
+    const uint64_t first = (offset - a_.heap_offset()) / a_.chunk_size();
+    for (uint64_t c = first; c < first + n; c++) {
+      uint64_t& w = words_[c >> 6];
+      const uint64_t bit = uint64_t{1} << (c & 63);
+      if (w & bit) return false;
+      w |= bit;
+    }
+    return true;
+  }
+  bool EqualsAllocator() const { return a_.BitmapEquals(words_.data()); }
+
+ private:
+  const ChunkAllocator& a_;
+  std::vector<uint64_t> words_;
+};
+
 }  // namespace pmhash::pm

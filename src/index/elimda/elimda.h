@@ -136,12 +136,26 @@
 //       same key hash, or lengths too long to tell) is fenced at once by NewChecked, so no stale
 //       record is ever taken for the new one. An update's record is fenced before the value
 //       store, as before: dropping a torn update would lose the old value.
+//   I12 Clean shutdown (not in the paper; src/pm/saved_state.h), elimda only: Close saves what
+//       the two walks below derive — per log its blocks' offsets and the active block's mirror,
+//       per segment its offset, depth, counts, the fingerprints below the counts and the live
+//       D-bucket items (key, value, block, slot) — and the next open of a clean pool loads it
+//       instead of walking. Nothing changed in PM since the save (Close quiesced the index; the
+//       clean mark is its last write), so the loaded state is the one the walks would build.
+//       The load bounds every offset and names every chunk once (segments, blocks, the log
+//       table), which must then be exactly the loaded allocator's chunks; each log's first
+//       block must be its log-table word; any mismatch falls back to the walk. It reads no
+//       segment or block: no reader follows an offset read from PM (segments are found through
+//       the directory, blocks through their BlockInfo, counts are DRAM), so a forged image can
+//       make answers wrong, never a read out of bounds; `pmhash check` (CheckInvariants)
+//       compares the loaded state with PM. elimda-kv walks at every open: its items name
+//       records, which every open validates before a reader follows them.
 //
 // Recovery (paper 3.6): walk the segment chain (tiling and tags checked, every offset
 // validated, MarkReachable), rebuild directory, counts and fingerprints; walk every log chain
 // (tags, offsets, each logged key must belong to the log), clear the bits of relocated keys
 // (I5), put every sealed item into its D-bucket, unlink empty sealed blocks. Any inconsistency
-// is Status::Corruption.
+// is Status::Corruption. After a clean Close, the saved state instead (I12).
 //
 // ============================================================================================
 // Concurrency, and where this deviates from the paper
@@ -186,6 +200,7 @@
 #include <new>
 #include <thread>
 #include <string>
+#include <unordered_map>
 #include <unordered_set>
 #include <vector>
 
@@ -201,6 +216,7 @@
 #include "index/records.h"
 #include "pm/persist.h"
 #include "pm/pool.h"
+#include "pm/saved_state.h"
 #include "pm/slot.h"
 #include "pmhash/index.h"
 
@@ -214,6 +230,7 @@ inline constexpr uint32_t kFullBits = (1u << kBlockSlots) - 1;
 inline constexpr uint32_t kFirstLineBytes = 64;  // header, next and three items (I3')
 inline constexpr uint32_t kFirstLineSlots = 3;
 inline constexpr uint32_t kFirstLineBits = (1u << kFirstLineSlots) - 1;
+inline constexpr uint32_t kMirrorMissing = ~0u;  // saved state: the log's mirror was not kept
 inline constexpr uint32_t kMaxSegmentBuckets = 16;
 inline constexpr uint32_t kMaxDepthLimit = 40;
 inline constexpr uint64_t kBlockTag = 0xE11DA10C0B10ULL;  // 48 bits
@@ -575,6 +592,16 @@ class ElimDA : public index::EngineBase<ElimDA<P, kRecords>, P, Config> {
   Status Init();
   Status Create();
   Status Recover();
+  // I12: the image of a clean Close (src/pm/saved_state.h). elimda only: elimda-kv's items name
+  // records, which every open validates before a reader follows them (as reh-kv's).
+  struct SavedItem {  // a live D-bucket item
+    uint64_t key;
+    uint64_t value;
+    uint64_t block_slot;  // block index (in the image's order) << 4 | slot
+  };
+  static_assert(sizeof(SavedItem) == 24);
+  void SaveState(pm::StateWriter& w) const requires(!kRecords);
+  Status LoadState(pm::StateReader& r) requires(!kRecords);
   // A key as the search compares it: the inline key, or hash + bytes (elimda-kv).
   using Probe = index::KeyProbe;
   using Keys = index::ProbeKeys<kRecords>;  // src/index/records.h
@@ -990,6 +1017,162 @@ Status ElimDA<P, R>::Recover() {
   blocks_.store(blocks, std::memory_order_relaxed);
   SweepEmptyBlocks();
   for (uint32_t li = 0; li < params_.logs; li++) MirrorActiveBlock(&logs_[li]);
+  size_.Reset(static_cast<int64_t>(live));
+  return Status::OK();
+}
+
+// I12: live items, global depth, block and segment counts; then per log its blocks' offsets
+// (newest first) and the active block's mirror; the sealed blocks awaiting the sweep; then per
+// segment in prefix order its offset, depth and, per bucket, the count, the fingerprints of the
+// slots below it and the live D-bucket items. What Recover derives from PM, without the reads.
+template <pm::PersistPolicy P, bool R>
+void ElimDA<P, R>::SaveState(pm::StateWriter& w) const
+    requires(!R) {
+  w.Put<uint64_t>(Size());
+  w.Put<uint32_t>(gd_);
+  w.Put<uint64_t>(blocks_.load(std::memory_order_relaxed));
+  w.Put<uint64_t>(segments_.load(std::memory_order_relaxed));
+  std::unordered_map<const BlockInfo*, uint64_t> index;
+  index.reserve(blocks_.load(std::memory_order_relaxed));
+  for (uint32_t li = 0; li < params_.logs; li++) {
+    const LogState& log = logs_[li];
+    uint32_t n = 0;
+    for (const BlockInfo* bi = log.head; bi; bi = bi->older) n++;
+    w.Put(n);
+    for (const BlockInfo* bi = log.head; bi; bi = bi->older) {
+      index.emplace(bi, index.size());
+      w.Put(bi->off);
+    }
+    if (n == 0) continue;
+    // The mirror, or a flag asking the load to rebuild it from the block.
+    w.Put<uint32_t>(log.mirror_of == log.head ? log.mirror_bits : kMirrorMissing);
+    w.Put(log.mirror_fp);
+  }
+  std::vector<uint64_t> empties;
+  for (const BlockInfo* bi : empty_blocks_) empties.push_back(index.at(bi));
+  w.Put<uint64_t>(empties.size());
+  for (uint64_t e : empties) w.Put(e);
+  for (size_t i = 0; i < dir_.size();) {
+    const SegMeta* s = dir_[i];
+    w.Put(s->off);
+    w.Put(s->depth);
+    for (uint32_t b = 0; b < params_.segment_buckets; b++) {
+      w.Put(s->count[b]);
+      w.Put(&s->fp[size_t{b} * params_.bucket_items], s->count[b] * sizeof(uint16_t));
+      uint32_t nd = 0;
+      for (const DItem& it : s->dbucket[b]) nd += it.live;
+      w.Put(nd);
+      for (const DItem& it : s->dbucket[b]) {
+        if (it.live) w.Put(SavedItem{it.key, it.value, index.at(it.block) << 4 | it.slot});
+      }
+    }
+    i += size_t{1} << (gd_ - s->depth);
+  }
+}
+
+// I12: the DRAM table, fingerprints and log chains from the image, after the checks Recover
+// makes of the structure (depths in range, segments tiling the directory within its budget,
+// counts <= N_p, every segment, log block and the log table a heap chunk named once, each log's
+// table word its first block) plus: every D-bucket item names a listed block and a slot, and the
+// chunks named are exactly the loaded allocator's. No bucket or block is read but the log table.
+template <pm::PersistPolicy P, bool R>
+Status ElimDA<P, R>::LoadState(pm::StateReader& r) requires(!R) {
+  DeleteAll();
+  const pm::ChunkAllocator& alloc = pool_->allocator();
+  const Status bad = Status::Corruption("elimda: saved state");
+  uint64_t live = 0, nblocks = 0, nsegs = 0;
+  uint32_t gd = 0;
+  if (!r.Get(&live) || !r.Get(&gd) || !r.Get(&nblocks) || !r.Get(&nsegs)) return bad;
+  if (gd < 1 || gd > params_.max_depth || (uint64_t{8} << gd) > max_directory_bytes_ ||
+      nblocks > alloc.used_chunks() || nsegs == 0 || nsegs > alloc.used_chunks() / seg_chunks_) {
+    return bad;
+  }
+  pm::ChunkSet named(alloc);
+  const uint64_t table = pool_->root(1);
+  if (!named.Add(table, static_cast<uint32_t>(LogTableChunks(params_)))) return bad;
+  const auto* words = LogTable();
+  std::vector<BlockInfo*> blocks;
+  blocks.reserve(nblocks);
+  for (uint32_t li = 0; li < params_.logs; li++) {
+    LogState& log = logs_[li];
+    uint32_t n = 0;
+    if (!r.Get(&n) || n > nblocks - blocks.size()) return bad;
+    BlockInfo* newer = nullptr;
+    for (uint32_t x = 0; x < n; x++) {
+      uint64_t off = 0;
+      if (!r.Get(&off) || !named.Add(off)) return bad;
+      auto* bi = new (std::nothrow) BlockInfo;
+      if (!bi) return Status::OutOfMemory("elimda: log block metadata");
+      bi->off = off;
+      bi->log = li;
+      bi->newer = newer;
+      if (newer) {
+        newer->older = bi;
+      } else {
+        log.head = bi;
+        log.head_off = off;
+      }
+      newer = bi;
+      blocks.push_back(bi);
+    }
+    if (words[li].load(std::memory_order_relaxed) != log.head_off) return bad;
+    if (n == 0) continue;
+    uint32_t bits = 0;
+    if (!r.Get(&bits) || !r.Get(&log.mirror_fp)) return bad;
+    if (bits == kMirrorMissing) {
+      MirrorActiveBlock(&log);
+    } else if ((bits & ~kFullBits) != 0) {
+      return bad;
+    } else {
+      log.mirror_of = log.head;
+      log.mirror_bits = bits;
+    }
+  }
+  if (blocks.size() != nblocks) return bad;
+  uint64_t nempty = 0;
+  if (!r.Get(&nempty) || nempty > nblocks) return bad;
+  for (uint64_t x = 0; x < nempty; x++) {
+    uint64_t e = 0;
+    if (!r.Get(&e) || e >= nblocks) return bad;
+    empty_blocks_.push_back(blocks[e]);
+  }
+  gd_ = gd;
+  dir_.assign(size_t{1} << gd, nullptr);
+  uint64_t i = 0, segs = 0;
+  while (i < dir_.size()) {
+    uint64_t off = 0;
+    uint32_t ld = 0;
+    if (!r.Get(&off) || !r.Get(&ld) || ld < 1 || ld > gd) return bad;
+    const uint64_t stride = uint64_t{1} << (gd - ld);
+    if (i % stride != 0 || ++segs > nsegs) return bad;  // tiling is checked as Recover does
+    if (!named.Add(off, static_cast<uint32_t>(seg_chunks_))) return bad;
+    SegMeta* s = NewSegMeta(off, ld);
+    if (!s) return Status::OutOfMemory("elimda: segment metadata");
+    for (uint64_t e = i; e < i + stride; e++) dir_[e] = s;  // DeleteAll frees it on failure
+    i += stride;
+    for (uint32_t b = 0; b < params_.segment_buckets; b++) {
+      uint32_t n = 0, nd = 0;
+      if (!r.Get(&n) || n > params_.bucket_items ||
+          !r.Get(&s->fp[size_t{b} * params_.bucket_items], n * sizeof(uint16_t)) ||
+          !r.Get(&nd) || nd > r.remaining() / sizeof(SavedItem)) {
+        return bad;
+      }
+      s->count[b] = n;
+      s->dbucket[b].reserve(nd);
+      s->dfp[b].reserve(nd);
+      for (uint32_t x = 0; x < nd; x++) {
+        SavedItem it;
+        if (!r.Get(&it)) return bad;
+        const uint64_t blk = it.block_slot >> 4;
+        const uint32_t slot = static_cast<uint32_t>(it.block_slot & 15);
+        if (blk >= nblocks || slot >= kBlockSlots) return bad;
+        s->Push(b, DItem{it.key, it.value, blocks[blk], slot, 1}, FpOf(SlotHash(it.key)));
+      }
+    }
+  }
+  if (segs != nsegs || !named.EqualsAllocator()) return bad;
+  segments_.store(nsegs, std::memory_order_relaxed);
+  blocks_.store(nblocks, std::memory_order_relaxed);
   size_.Reset(static_cast<int64_t>(live));
   return Status::OK();
 }

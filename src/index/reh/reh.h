@@ -778,7 +778,7 @@ Status Reh<P, R>::LoadState(pm::StateReader& r) requires(!R) {
   PMHASH_RETURN_IF_ERROR(StartRebuild(gd, buckets, "the saved state", &dir, &metas));
   // The chunks the buckets take (a bucket is one chunk), each named once: at the end they must
   // be exactly the loaded allocator's used chunks.
-  std::vector<uint64_t> named(alloc.bitmap_words(), 0);
+  pm::ChunkSet named(alloc);
   uint64_t pos = 0, pairs = 0;
   for (uint64_t n = 0; n < buckets; n++) {
     SavedBucket b;
@@ -786,13 +786,8 @@ Status Reh<P, R>::LoadState(pm::StateReader& r) requires(!R) {
     const uint32_t ld = HeaderDepth(b.ld_bucket);
     const uint64_t first = pos;
     if (ld < 1 || (b.bitmap >> kSlots) != 0 || !TileNext(&pos, gd, ld)) return bad;
-    const uint64_t off = HeaderOffset(b.ld_bucket);
-    if (!alloc.ValidChunk(off)) return bad;  // bounds first: `chunk` indexes `named`
-    const uint64_t chunk = (off - alloc.heap_offset()) / alloc.chunk_size();
-    uint64_t& word = named[chunk >> 6];
-    const uint64_t bit = uint64_t{1} << (chunk & 63);
-    if (word & bit) return bad;  // a bucket named twice
-    word |= bit;
+    // Inside the heap, chunk-aligned, not named twice.
+    if (!named.Add(HeaderOffset(b.ld_bucket))) return bad;
     Meta* m = &metas[n];
     m->fp[0].store(b.fp[0], std::memory_order_relaxed);
     m->fp[1].store(b.fp[1], std::memory_order_relaxed);
@@ -802,7 +797,7 @@ Status Reh<P, R>::LoadState(pm::StateReader& r) requires(!R) {
     pairs += static_cast<uint64_t>(std::popcount(b.bitmap));
   }
   if (pos != dir->size() || pairs != live) return bad;
-  if (!alloc.BitmapEquals(named.data())) return bad;  // a leak, or a bucket the bitmap lacks
+  if (!named.EqualsAllocator()) return bad;  // a leak, or a bucket the bitmap lacks
   InstallDirectory(std::move(dir));
   size_.Reset(static_cast<int64_t>(live));
   return Status::OK();
