@@ -609,6 +609,36 @@ TEST(SavedStateElimda, ForgedEntriesAreRefused) {
   }
 }
 
+// S4: a P-bucket count over N_p, its fingerprints all present (the section grown to hold them,
+// so that the rest still parses), is refused: the load would write past the bucket's
+// fingerprints, and readers would read past its slots.
+TEST(SavedStateElimda, CountOverBucketItemsIsRefused) {
+  ScopedPath p("saved_forged_elimda_count");
+  auto oracle = MakeClosedPool(p.path(), "elimda", 3000);
+  {
+    MappedFile f(p.path());
+    ASSERT_NE(f.image(), nullptr);
+    const Options o = SmallOptions(p.path(), "elimda");
+    const uint32_t over = *o.elimda.bucket_items + 1;
+    pm::SavedStateHeader* h = f.image();
+    char* s = f.engine_section();
+    const size_t len = h->payload_bytes - h->allocator_words * sizeof(uint64_t);
+    const ElimdaSection e(s, *o.elimda.logs, *o.elimda.segment_buckets);
+    uint32_t n;
+    std::memcpy(&n, s + e.first_segment + 12, 4);
+    const size_t at = e.first_segment + 16 + 2 * size_t{n};  // past the bucket's fingerprints
+    const size_t extra = 2 * size_t{over - n};
+    ASSERT_LE(sizeof(pm::SavedStateHeader) + h->payload_bytes + extra, h->chunks * 256)
+        << "the image's last chunk has room for the added fingerprints";
+    std::memmove(s + at + extra, s + at, len - at);
+    std::memset(s + at, 0, extra);
+    std::memcpy(s + e.first_segment + 12, &over, 4);
+    h->payload_bytes += extra;
+    f.Reseal();
+  }
+  ExpectOpens(p.path(), "elimda", false, oracle);
+}
+
 // S4: a forgery consistent with the allocator (another fingerprint for the first segment's first
 // slot) loads, as the design accepts, and CheckInvariants (`pmhash check`) reports it.
 TEST(SavedStateElimda, ConsistentForgeryIsFoundByCheckInvariants) {
