@@ -505,7 +505,7 @@ TEST(SavedStateSmartHt, ForgedTokenIsFoundByCheckInvariants) {
 // header words, of log 0's record, of the first segment's record and of its first bucket with
 // D-bucket items (0 if none).
 struct ElimdaSection {
-  static constexpr size_t kBlocks = 8 + 4;      // the block count
+  static constexpr size_t kBlocks = 8 + 4;        // the block count
   static constexpr size_t kLog0 = 8 + 4 + 8 + 8;  // log 0: [ n:4 | offsets:8n | mirror:4+30 ]
   size_t first_segment = 0;  // [ off:8 | depth:4 | per bucket: count:4 fps:2n nd:4 items:24nd ]
   size_t first_items = 0;    // the first D-bucket item of the first segment
@@ -566,7 +566,8 @@ TEST(SavedStateElimda, ForgedEntriesAreRefused) {
          std::memcpy(s + e.kLog0 + 4, s + e.kLog0 + 12, 8);
          std::memcpy(s + e.kLog0 + 12, tmp, 8);
        }},
-      {"more blocks than listed", [&](char* s, const ElimdaSection&) { add64(s + 12, 1); }},
+      {"more blocks than listed",
+       [&](char* s, const ElimdaSection& e) { add64(s + e.kBlocks, 1); }},
       {"a mirror bit past the last slot",
        [&](char* s, const ElimdaSection& e) {
          s[e.kLog0 + 4 + 8 * size_t{e.log0_blocks} + 1] |= static_cast<char>(0x80);

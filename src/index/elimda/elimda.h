@@ -1026,14 +1026,25 @@ Status ElimDA<P, R>::Recover() {
 // segment in prefix order its offset, depth and, per bucket, the count, the fingerprints of the
 // slots below it and the live D-bucket items. What Recover derives from PM, without the reads.
 template <pm::PersistPolicy P, bool R>
-void ElimDA<P, R>::SaveState(pm::StateWriter& w) const
-    requires(!R) {
+void ElimDA<P, R>::SaveState(pm::StateWriter& w) const requires(!R) {
+  // The counts as the structures hold them (the load requires them to match what follows).
+  uint64_t nblocks = 0, nsegs = 0;
+  for (uint32_t li = 0; li < params_.logs; li++) {
+    for (const BlockInfo* bi = logs_[li].head; bi; bi = bi->older) nblocks++;
+  }
+  for (size_t i = 0; i < dir_.size(); nsegs++) i += size_t{1} << (gd_ - dir_[i]->depth);
   w.Put<uint64_t>(Size());
   w.Put<uint32_t>(gd_);
-  w.Put<uint64_t>(blocks_.load(std::memory_order_relaxed));
-  w.Put<uint64_t>(segments_.load(std::memory_order_relaxed));
+  w.Put(nblocks);
+  w.Put(nsegs);
+  // Blocks are named by their position in the image. A block not listed (none is: every
+  // BlockInfo is in its log's chain) gets an index the load refuses: it walks instead.
   std::unordered_map<const BlockInfo*, uint64_t> index;
-  index.reserve(blocks_.load(std::memory_order_relaxed));
+  index.reserve(nblocks);
+  auto index_of = [&](const BlockInfo* bi) {
+    const auto it = index.find(bi);
+    return it == index.end() ? nblocks : it->second;
+  };
   for (uint32_t li = 0; li < params_.logs; li++) {
     const LogState& log = logs_[li];
     uint32_t n = 0;
@@ -1048,10 +1059,8 @@ void ElimDA<P, R>::SaveState(pm::StateWriter& w) const
     w.Put<uint32_t>(log.mirror_of == log.head ? log.mirror_bits : kMirrorMissing);
     w.Put(log.mirror_fp);
   }
-  std::vector<uint64_t> empties;
-  for (const BlockInfo* bi : empty_blocks_) empties.push_back(index.at(bi));
-  w.Put<uint64_t>(empties.size());
-  for (uint64_t e : empties) w.Put(e);
+  w.Put<uint64_t>(empty_blocks_.size());
+  for (const BlockInfo* bi : empty_blocks_) w.Put<uint64_t>(index_of(bi));
   for (size_t i = 0; i < dir_.size();) {
     const SegMeta* s = dir_[i];
     w.Put(s->off);
@@ -1063,7 +1072,7 @@ void ElimDA<P, R>::SaveState(pm::StateWriter& w) const
       for (const DItem& it : s->dbucket[b]) nd += it.live;
       w.Put(nd);
       for (const DItem& it : s->dbucket[b]) {
-        if (it.live) w.Put(SavedItem{it.key, it.value, index.at(it.block) << 4 | it.slot});
+        if (it.live) w.Put(SavedItem{it.key, it.value, index_of(it.block) << 4 | it.slot});
       }
     }
     i += size_t{1} << (gd_ - s->depth);
