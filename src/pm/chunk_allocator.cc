@@ -165,6 +165,14 @@ bool ChunkAllocator::BitmapEquals(const uint64_t* words) const {
   return std::equal(bits_.begin(), bits_.end(), words);
 }
 
+bool ChunkAllocator::BitmapCovers(const uint64_t* words) const {
+  LockGuard<SpinLock> g(mu_);
+  for (size_t w = 0; w < bits_.size(); w++) {
+    if ((words[w] & ~bits_[w]) != 0) return false;
+  }
+  return true;
+}
+
 bool ChunkAllocator::LoadBitmap(const uint64_t* src) {
   const uint64_t tail = chunk_count_ & 63;
   if (tail != 0 && (src[bitmap_words() - 1] >> tail) != 0) return false;

@@ -48,8 +48,9 @@ class ChunkAllocator {
   // the last chunk is set.
   uint64_t bitmap_words() const { return (chunk_count_ + 63) / 64; }
   void CopyBitmap(uint64_t* dst) const PMHASH_EXCLUDES(mu_);
-  // True if the bitmap equals these bitmap_words() words.
+  // True if the bitmap equals these bitmap_words() words; Covers: if it has every bit they have.
   bool BitmapEquals(const uint64_t* words) const PMHASH_EXCLUDES(mu_);
+  bool BitmapCovers(const uint64_t* words) const PMHASH_EXCLUDES(mu_);
   bool LoadBitmap(const uint64_t* src) PMHASH_EXCLUDES(mu_);
 
   // True if [offset, offset + n*chunk) is inside the heap and chunk-aligned.
@@ -122,14 +123,18 @@ class ChunkSet {
       const uint64_t bit = uint64_t{1} << (c & 63);
       if (w & bit) return false;
       w |= bit;
+      count_++;
     }
     return true;
   }
+  uint64_t count() const { return count_; }
   bool EqualsAllocator() const { return a_.BitmapEquals(words_.data()); }
+  bool AllocatorHasAll() const { return a_.BitmapCovers(words_.data()); }
 
  private:
   const ChunkAllocator& a_;
   std::vector<uint64_t> words_;
+  uint64_t count_ = 0;
 };
 
 }  // namespace pmhash::pm

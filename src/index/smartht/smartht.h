@@ -95,8 +95,8 @@
 // incomplete, negative searches go to PM, so the filter never gives a false negative. Open
 // itself walks every chain once (reachability for the chunk allocator, every offset validated,
 // a split batch cut by the crash cleaned up), which is the part not yet lazy. After a clean
-// Close that walk skips its per-slot work (I9): it follows and bounds every link, counts the
-// tokens, and hashes no key.
+// Close there is no walk (I9): the allocator and the counts come from the saved state, the
+// filter from its saved copy, and readers bound every link themselves (Next).
 //
 // ============================================================================================
 // Layout
@@ -158,16 +158,21 @@
 //       first copy in the head bucket (its pair written before its token). Open clears the
 //       movers and the second copies (token, persisted) before serving; anywhere else a
 //       misplaced or repeated pair is kCorruption (repeats: CheckInvariants).
-//   I9  smartht only (not -kv): a clean Close saves root 0, the live keys and the chained
-//       buckets in the pool's state image (src/pm/saved_state.h: checksummed, trusted only after
-//       a clean shutdown, used once). The open that loads it walks the chains as Recover does —
-//       every link bounded, the allocator rebuilt from what the links reach, never from the
-//       image — but checks no slot (I1 and the absence of I8's movers hold at a clean Close) and
-//       counts non-zero tokens; counts or root 0 other than the image's make it walk as after a
-//       crash. A slot's words are data, never followed, so a forged image can make answers
-//       wrong (CheckInvariants, which hashes every key, finds it) but no read out of bounds;
-//       smartht-kv follows record offsets from its slots and always validates them.
-//
+//   I9  smartht only (not -kv): a clean Close saves root 0, the live keys, the chained buckets
+//       and the saved filter's place in the pool's state image (src/pm/saved_state.h:
+//       checksummed, trusted only after a clean shutdown, used once, with the allocator's
+//       bitmap). The open that loads it walks no chain: nothing changed in PM since the save
+//       (Close quiesced the index; the clean mark is its last write). It checks the loaded
+//       allocator against what it can name without a walk — the directory, the segments and
+//       the saved filter inside the heap, named once and in use, the used chunks exactly those
+//       plus the saved count of chained buckets, root 0 and root 1 the image's, the live count
+//       the saved filter's — and frees the saved filter's chunks once the filter is loaded.
+//       Since no walk bounded the links, every reader bounds them itself (Next: a link must be
+//       a bucket of the heap, a chain at most the heap's chunk count long; anything else ends
+//       the chain and is counted in "smartht.bad_links"). So a forged image or a bucket damaged
+//       after the Close can make answers wrong, never a read out of bounds; CheckInvariants
+//       (`pmhash check`) walks the chains and reports it, and an open after a crash refuses
+//       it. smartht-kv follows record offsets from its slots and always walks.//
 // Thread safety: every public operation may run concurrently; Close() requires quiescence.
 #pragma once
 
@@ -179,6 +184,7 @@
 #include <chrono>
 #include <cstring>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <new>
 #include <optional>
@@ -505,15 +511,30 @@ class SmartHt : public index::EngineBase<SmartHt<P, kRecords>, P, Config> {
       then();
     }
   }
+  // The bucket after b in its chain, or nullptr at the end. Every reader bounds the links
+  // itself (I9: an open that loaded the saved state walked none): a link that is not a bucket
+  // of the heap, or a hop past the heap's bucket count (a cycle), ends the chain and is counted
+  // (bad_links_, "smartht.bad_links"; CheckInvariants reports such a chain). *hops counts the
+  // hops of one traversal.
+  PMHASH_ALWAYS_INLINE const PmBucket* Next(const PmBucket* b, uint64_t* hops) const {
+    const uint64_t next = b->next.load(std::memory_order_acquire);
+    if (next == 0) return nullptr;
+    const uint64_t rel = next - heap_lo_;  // wraps above link_span_ below the heap
+    if (rel > link_span_ || (rel & (sizeof(PmBucket) - 1)) != 0 || ++*hops > max_hops_)
+        [[unlikely]] {
+      bad_links_.fetch_add(1, std::memory_order_relaxed);
+      return nullptr;
+    }
+    return At(next);
+  }
+  PmBucket* Next(PmBucket* b, uint64_t* hops) const {
+    return const_cast<PmBucket*>(Next(static_cast<const PmBucket*>(b), hops));
+  }
   // Calls fn(bucket) for every bucket of head i's chain, head first.
   template <class Fn>
   void ForChain(uint64_t i, Fn&& fn) const {
-    for (const PmBucket* b = HeadAt(i);;) {
-      fn(b);
-      const uint64_t next = b->next.load(std::memory_order_relaxed);
-      if (next == 0) return;
-      b = At(next);
-    }
+    uint64_t hops = 0;
+    for (const PmBucket* b = HeadAt(i); b != nullptr; b = Next(b, &hops)) fn(b);
   }
   // A key as the search compares it: the inline key, or hash + bytes (smartht-kv).
   using Probe = index::KeyProbe;
@@ -587,7 +608,7 @@ class SmartHt : public index::EngineBase<SmartHt<P, kRecords>, P, Config> {
 
   Status Create();
   Status Recover();
-  // A clean open (I9): the image of the last Close vouches for the slots; the links are walked.
+  // A clean open (I9): the image of the last Close vouches for the chains; nothing is walked.
   void SaveState(pm::StateWriter& w) const requires(!kRecords);
   Status LoadState(pm::StateReader& r) requires(!kRecords);
   // Recovery, its steps: root 0 checked; the directory validated and the segments marked
@@ -598,8 +619,10 @@ class SmartHt : public index::EngineBase<SmartHt<P, kRecords>, P, Config> {
     uint64_t cleaned = 0;  // I8 movers and second copies cleared
   };
   Status CheckGeometry(uint64_t geo) const;
-  Status RecoverDirectory(uint64_t geo);
-  Status WalkChains(uint64_t geo, bool check_slots, WalkCounts* c);
+  // mark(offset, chunks): MarkReachable (the walk), or a load's check of the loaded allocator.
+  template <class Mark>
+  Status RecoverDirectory(uint64_t geo, Mark&& mark);
+  Status WalkChains(uint64_t geo, WalkCounts* c);
   Status Serve(uint64_t geo, const WalkCounts& c);
   Status Quiesce();
   // Loads the filter saved at root 1 if it matches this table; false otherwise.
@@ -614,6 +637,9 @@ class SmartHt : public index::EngineBase<SmartHt<P, kRecords>, P, Config> {
   uint64_t dir_off_ = 0;
   std::atomic<PmBucket*> seg_[kMaxSegments] = {};
   uint64_t seg_off_[kMaxSegments] = {};  // written at open and under resize_mu_
+  // Next(): a link is a bucket of the heap iff link - heap_lo_ <= link_span_ and is a multiple
+  // of the bucket size (heap_lo_ the heap's offset, link_span_ the last bucket's distance).
+  uint64_t heap_lo_ = 0, link_span_ = 0, max_hops_ = 0;  // max_hops_: the heap's chunks
   HugeArray<Stripe> stripes_;  // a power of two of them, fixed for the life of the open
   uint32_t stripe_shift_ = 0;  // StripeOf; S + stripe_shift_ <= L at open (L only grows)
 
@@ -634,6 +660,7 @@ class SmartHt : public index::EngineBase<SmartHt<P, kRecords>, P, Config> {
   mutable std::atomic<bool> stw_{false};  // a LockAll is under way
   std::atomic<uint64_t> chained_{0};       // chained buckets (not heads)
   std::atomic<uint64_t> links_{0};         // head insertions since open
+  mutable std::atomic<uint64_t> bad_links_{0};  // links Next() refused (a damaged pool)
   std::atomic<uint64_t> rebuilds_{0};      // filter rebuilds since open
   std::atomic<uint64_t> batches_{0};       // split batches since open
   std::atomic<uint64_t> split_cleanups_{0};  // movers of a cut batch cleared at open (I8)
@@ -656,6 +683,13 @@ template <pm::PersistPolicy P, bool R>
 SmartHt<P, R>::SmartHt(std::unique_ptr<pm::Pool> pool, const Config& config)
     : Base(std::move(pool), config),
       background_(pm::BackgroundOptions{config.background_threads, pool_->sim_hook()}) {
+  static_assert(sizeof(PmBucket) == 64, "a bucket is one allocator chunk (Layout)");
+  const pm::ChunkAllocator& alloc = pool_->allocator();
+  if (alloc.chunk_count() != 0) {  // (else every link but 0 is refused: heap_lo_ = span = 0)
+    heap_lo_ = alloc.heap_offset();
+    link_span_ = (alloc.chunk_count() - 1) * alloc.chunk_size();
+    max_hops_ = alloc.chunk_count();
+  }
   if constexpr (R) {
     index::MakeRecords(*pool_, config.reclaim_batch, config.max_record_bytes, kKindName, &epoch_,
                        &records_);
@@ -741,11 +775,11 @@ Status SmartHt<P, R>::Create() {
 // Root 2: L0, the segments holding heads in use (present, each a whole reachable block), at
 // most the next one allocated ahead, none past it (I5, I6).
 template <pm::PersistPolicy P, bool R>
-Status SmartHt<P, R>::RecoverDirectory(uint64_t geo) {
-  pm::ChunkAllocator& alloc = pool_->allocator();
+template <class Mark>
+Status SmartHt<P, R>::RecoverDirectory(uint64_t geo, Mark&& mark) {
   const uint64_t dir = pool_->root(2);
   if (dir == 0) return Status::Corruption("smartht: pool has no directory (root 2 is empty)");
-  if (Status s = alloc.MarkReachable(dir, kDirChunks); !s.ok()) {
+  if (Status s = mark(dir, kDirChunks); !s.ok()) {
     return Status::Corruption("smartht: directory: " + std::string(s.message()));
   }
   const auto* d = pool_->template At<DirBlock>(dir);
@@ -765,8 +799,7 @@ Status SmartHt<P, R>::RecoverDirectory(uint64_t geo) {
       continue;
     }
     if (k > ahead) return Status::Corruption(what + " is past the next level");
-    if (Status s = alloc.MarkReachable(off, static_cast<uint32_t>(SegmentHeads(l0, k)));
-        !s.ok()) {
+    if (Status s = mark(off, static_cast<uint32_t>(SegmentHeads(l0, k))); !s.ok()) {
       return Status::Corruption(what + ": " + std::string(s.message()));
     }
     seg_off_[k] = off;
@@ -797,11 +830,10 @@ Status SmartHt<P, R>::CheckGeometry(uint64_t geo) const {
 }
 
 // Walks every chain of the heads in use: reachability (cycles, shared and stray chunks are
-// rejected by MarkReachable) and, with check_slots, tokens and addresses against keys (I1), the
-// movers of a split batch that the crash cut cleared (I8); live keys counted (without
-// check_slots: the non-zero tokens).
+// rejected by MarkReachable), tokens and addresses against keys (I1), the movers of a split
+// batch that the crash cut cleared (I8); live keys counted.
 template <pm::PersistPolicy P, bool R>
-Status SmartHt<P, R>::WalkChains(uint64_t geo, bool check_slots, WalkCounts* c) {
+Status SmartHt<P, R>::WalkChains(uint64_t geo, WalkCounts* c) {
   pm::ChunkAllocator& alloc = pool_->allocator();
   const uint32_t bits = GeoBits(geo);
   const uint64_t split = GeoSplit(geo);
@@ -816,7 +848,6 @@ Status SmartHt<P, R>::WalkChains(uint64_t geo, bool check_slots, WalkCounts* c) 
     cut_n = std::min<uint64_t>(params_.split_batch, uint64_t{1} << cut_level);
     cut = (uint64_t{1} << cut_level) - cut_n;
   }
-  if (!check_slots) cut_n = 0;
   const uint64_t n = HeadsInUse(geo);
   // The pairs of a cut source's chain (I8: a stayer may be there twice), by key word (smartht)
   // or record offset (smartht-kv: a stayer's copies name one record).
@@ -841,10 +872,6 @@ Status SmartHt<P, R>::WalkChains(uint64_t geo, bool check_slots, WalkCounts* c) 
       for (int j = 0; j < kSlots; j++) {
         const uint8_t t = b->tokens[j].load(std::memory_order_relaxed);
         if (t == 0) continue;
-        if (!check_slots) {
-          c->live++;
-          continue;
-        }
         const uint64_t kw = b->slots[j].key.load(std::memory_order_relaxed);
         const uint64_t vw = b->slots[j].value.load(std::memory_order_relaxed);
         const uint64_t h = SlotHash(kw);
@@ -890,40 +917,54 @@ template <pm::PersistPolicy P, bool R>
 Status SmartHt<P, R>::Recover() {
   const uint64_t geo = pool_->root(0);
   PMHASH_RETURN_IF_ERROR(CheckGeometry(geo));
-  PMHASH_RETURN_IF_ERROR(RecoverDirectory(geo));
+  PMHASH_RETURN_IF_ERROR(RecoverDirectory(geo, [this](uint64_t off, uint32_t n) {
+    return pool_->allocator().MarkReachable(off, n);
+  }));
   if constexpr (R) records_->Reset();
   WalkCounts c;
-  PMHASH_RETURN_IF_ERROR(WalkChains(geo, /*check_slots=*/true, &c));
+  PMHASH_RETURN_IF_ERROR(WalkChains(geo, &c));
   return Serve(geo, c);
 }
 
-// I9: root 0, live keys and chained buckets as Close left them.
+// I9: root 0, live keys, chained buckets, and the filter Close saved (its offset and chunks).
 template <pm::PersistPolicy P, bool R>
 void SmartHt<P, R>::SaveState(pm::StateWriter& w) const requires(!R) {
   w.Put<uint64_t>(geo_.load(std::memory_order_acquire));
   w.Put<uint64_t>(Size());
   w.Put<uint64_t>(chained_.load(std::memory_order_relaxed));
+  const uint64_t filter = pool_->root(1);  // SaveFilter (Quiesce) ran before this
+  w.Put<uint64_t>(filter);
+  w.Put<uint64_t>(filter ? 1 + pool_->template At<SavedFilterHeader>(filter)->blocks : 0);
 }
 
-// I9: the walk of Recover without its per-slot work (the keys are not hashed: the image vouches
-// for I1 and for the absence of I8's movers). Every link is still followed and bounded, and the
-// allocator rebuilt from what the links reach, not taken from the image: no reader follows an
-// offset the walk has not validated. The image's counts must match the walk's.
+// I9: the walk of Recover is not made. The image vouches for the chains (no reader follows a
+// link it does not bound: Next); the loaded allocator is checked against what the image and the
+// directory name: the directory, the segments and the saved filter inside the heap, named once
+// and in use, and the used chunks exactly those plus the chained buckets. The live count must be
+// the saved filter's, if one was saved. Then the saved filter's chunks are free (it is loaded
+// from them before anything allocates).
 template <pm::PersistPolicy P, bool R>
 Status SmartHt<P, R>::LoadState(pm::StateReader& r) requires(!R) {
   const Status bad = Status::Corruption("smartht: saved state");
-  uint64_t geo = 0, live = 0, chained = 0;
-  if (!r.Get(&geo) || !r.Get(&live) || !r.Get(&chained) || r.remaining() != 0 ||
-      geo != pool_->root(0)) {
+  uint64_t geo = 0, live = 0, chained = 0, filter = 0, filter_chunks = 0;
+  if (!r.Get(&geo) || !r.Get(&live) || !r.Get(&chained) || !r.Get(&filter) ||
+      !r.Get(&filter_chunks) || r.remaining() != 0 || geo != pool_->root(0) ||
+      filter != pool_->root(1) || (filter == 0) != (filter_chunks == 0) ||
+      filter_chunks > std::numeric_limits<uint32_t>::max()) {
     return bad;  // (the whole section checked before Serve starts the background work)
   }
-  pool_->allocator().Reset();
+  pm::ChunkAllocator& alloc = pool_->allocator();
+  pm::ChunkSet named(alloc);
+  auto name = [&](uint64_t off, uint32_t n) { return named.Add(off, n) ? Status::OK() : bad; };
   PMHASH_RETURN_IF_ERROR(CheckGeometry(geo));
-  PMHASH_RETURN_IF_ERROR(RecoverDirectory(geo));
-  WalkCounts c;
-  PMHASH_RETURN_IF_ERROR(WalkChains(geo, /*check_slots=*/false, &c));
-  if (c.live != live || c.chained != chained) return bad;
-  return Serve(geo, c);
+  PMHASH_RETURN_IF_ERROR(RecoverDirectory(geo, name));
+  if (filter != 0) {
+    PMHASH_RETURN_IF_ERROR(name(filter, static_cast<uint32_t>(filter_chunks)));
+    if (pool_->template At<SavedFilterHeader>(filter)->keys != live) return bad;
+  }
+  if (!named.AllocatorHasAll() || alloc.used_chunks() != named.count() + chained) return bad;
+  if (filter != 0) alloc.Free(filter, static_cast<uint32_t>(filter_chunks));
+  return Serve(geo, WalkCounts{live, chained, 0});
 }
 
 // The DRAM side of an open, after the walk: lock stripes, counts, and the filter — the saved
@@ -1043,6 +1084,7 @@ template <pm::PersistPolicy P, bool R>
 bool SmartHt<P, R>::Locate(const PmBucket* head, const Probe& p, PmBucket** bucket,
                            int* slot) const {
   const uint8_t t = Token(p.h);
+  uint64_t hops = 0;
   for (const PmBucket* b = head;;) {
     for (int j = 0; j < kSlots; j++) {
       if (b->tokens[j].load(std::memory_order_acquire) == t &&
@@ -1052,9 +1094,7 @@ bool SmartHt<P, R>::Locate(const PmBucket* head, const Probe& p, PmBucket** buck
         return true;
       }
     }
-    const uint64_t next = b->next.load(std::memory_order_acquire);
-    if (next == 0) return false;
-    b = At(next);
+    if ((b = Next(b, &hops)) == nullptr) return false;
   }
 }
 
@@ -1131,9 +1171,10 @@ Status SmartHt<P, R>::Write(const Probe& p, std::string_view value_bytes, Value 
   // A free slot of the head or of its first chained bucket (Algorithm 1, line 7).
   b = head;
   j = FreeSlot(head);
+  uint64_t hops = 0;
   if (j < 0) {
-    if (const uint64_t next = head->next.load(std::memory_order_relaxed); next != 0) {
-      b = At(next);
+    if (PmBucket* first = Next(head, &hops)) {
+      b = first;
       j = FreeSlot(b);
     }
   }
@@ -1142,14 +1183,12 @@ Status SmartHt<P, R>::Write(const Probe& p, std::string_view value_bytes, Value 
     fresh = pool_->allocator().Allocate(1);
     if (!fresh->ok()) {
       // Out of space: any free slot further down the chain (erased keys leave them).
-      for (PmBucket* c = head;;) {
+      hops = 0;
+      for (PmBucket* c = head; c != nullptr; c = Next(c, &hops)) {
         if ((j = FreeSlot(c)) >= 0) {
           b = c;
           break;
         }
-        const uint64_t next = c->next.load(std::memory_order_relaxed);
-        if (next == 0) break;
-        c = At(next);
       }
       if (j < 0) {
         l.unlock();
@@ -1565,6 +1604,7 @@ IndexStats SmartHt<P, R>::Stats() const PMHASH_NO_THREAD_SAFETY_ANALYSIS {
   add("smartht.chain.mean", heads ? static_cast<double>(buckets) / heads : 0);
   add("smartht.chain.max", static_cast<double>(max_chain));
   add("smartht.chain.links", static_cast<double>(links_.load()));
+  add("smartht.bad_links", static_cast<double>(bad_links_.load()));
   add("smartht.stripes", static_cast<double>(stripes_.size()));
   add("smartht.filter.blocks", static_cast<double>(filter_blocks));
   add("smartht.filter.bits_per_key",
