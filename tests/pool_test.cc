@@ -1309,6 +1309,31 @@ TEST(ChunkAllocator, MarkReachableAndReset) {
   EXPECT_EQ(a.dram_bytes(), 2 * sizeof(uint64_t));  // the bitmap and its summary of full words
 }
 
+// ChunkSet (a saved-state loader's account of the chunks its image names): ranges across word
+// boundaries, a chunk named twice (also inside a range), bounds, the count, and the two
+// comparisons with the allocator's bitmap.
+TEST(ChunkAllocator, ChunkSetNamesChunksOnce) {
+  pm::ChunkAllocator a(4096, 64, 300);
+  a.Reset();
+  ASSERT_TRUE(a.MarkReachable(4096 + 60 * 64, 140).ok());  // chunks 60..199: words 0-3
+  ASSERT_TRUE(a.MarkReachable(4096 + 250 * 64).ok());
+  pm::ChunkSet s(a);
+  EXPECT_TRUE(s.Add(4096 + 60 * 64, 70));   // 60..129
+  EXPECT_FALSE(s.Add(4096 + 129 * 64, 2));  // 129 is named already
+  EXPECT_FALSE(s.Add(4096 + 100 * 64));     // inside the first range
+  EXPECT_TRUE(s.Add(4096 + 130 * 64, 70));  // 130..199
+  EXPECT_FALSE(s.Add(4096 + 299 * 64, 2));  // runs past the heap
+  EXPECT_FALSE(s.Add(4096 + 64 + 8));       // off a chunk
+  EXPECT_FALSE(s.Add(0));                   // below the heap
+  EXPECT_TRUE(s.AllocatorHasAll());
+  EXPECT_FALSE(s.EqualsAllocator()) << "chunk 250 is used and not named";
+  EXPECT_TRUE(s.Add(4096 + 250 * 64));
+  EXPECT_TRUE(s.EqualsAllocator());
+  EXPECT_TRUE(s.Add(4096 + 10 * 64));
+  EXPECT_FALSE(s.AllocatorHasAll()) << "chunk 10 is named and free";
+  EXPECT_EQ(s.count(), 142u);
+}
+
 // Regression: frees scattered over a full heap (SmartHT's split batches free old chains
 // anywhere) must not make each following allocation walk the used words between them: the
 // summary of full words skips 4096 chunks per step (a walk word by word takes ~16k steps here).

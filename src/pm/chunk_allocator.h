@@ -16,6 +16,7 @@
 // rare compared with index operations: one per bucket/segment split).
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <bit>
 #include <cstdint>
@@ -118,12 +119,15 @@ class ChunkSet {
   bool Add(uint64_t offset, uint32_t n = 1) {
     if (!a_.ValidChunk(offset, n)) return false;  // bounds first: the index below stays inside
     const uint64_t first = (offset - a_.heap_offset()) / a_.chunk_size();
-    for (uint64_t c = first; c < first + n; c++) {
+    // A word at a time: a range can be large (SmartHT's segment of 2^L heads, 2^L chunks).
+    for (uint64_t c = first, end = first + n; c < end;) {
+      const uint64_t k = std::min<uint64_t>(64 - (c & 63), end - c);
+      const uint64_t mask = (k == 64 ? ~uint64_t{0} : (uint64_t{1} << k) - 1) << (c & 63);
       uint64_t& w = words_[c >> 6];
-      const uint64_t bit = uint64_t{1} << (c & 63);
-      if (w & bit) return false;
-      w |= bit;
-      count_++;
+      if (w & mask) return false;
+      w |= mask;
+      count_ += k;
+      c += k;
     }
     return true;
   }
