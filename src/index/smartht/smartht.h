@@ -172,7 +172,8 @@
 //       the chain and is counted in "smartht.bad_links"). So a forged image or a bucket damaged
 //       after the Close can make answers wrong, never a read out of bounds; CheckInvariants
 //       (`pmhash check`) walks the chains and reports it, and an open after a crash refuses
-//       it. smartht-kv follows record offsets from its slots and always walks.//
+//       it. smartht-kv follows record offsets from its slots and always walks.
+//
 // Thread safety: every public operation may run concurrently; Close() requires quiescence.
 #pragma once
 
