@@ -17,15 +17,12 @@ void ChunkAllocator::SetLocked(uint64_t i, uint64_t n, bool used) {
   // A word at a time: the bits of [i, i + n) in word w, counted (a double Free changes nothing).
   for (uint64_t j = i; j < i + n;) {
     const uint64_t w = j >> 6;
-    const uint64_t k = std::min<uint64_t>(64 - (j & 63), i + n - j);
-    const uint64_t mask = (k == 64 ? ~uint64_t{0} : (uint64_t{1} << k) - 1) << (j & 63);
-    const uint64_t changed = (used ? ~bits_[w] : bits_[w]) & mask;
+    const uint64_t changed = (used ? ~bits_[w] : bits_[w]) & BitmapWordMask(&j, i + n);
     bits_[w] ^= changed;
     const auto c = static_cast<uint64_t>(std::popcount(changed));
     used_ = used ? used_ + c : used_ - c;
     const uint64_t f = uint64_t{1} << (w & 63);
     full_[w >> 6] = bits_[w] == ~uint64_t{0} ? full_[w >> 6] | f : full_[w >> 6] & ~f;
-    j += k;
   }
 }
 

@@ -27,6 +27,15 @@
 
 namespace pmhash::pm {
 
+// Walks the chunks [j, end) of a bitmap a word at a time: the mask of their bits in word j >> 6,
+// with *j moved past them. for (j = i; j < end;) { w = j >> 6; mask = BitmapWordMask(&j, end); }
+inline uint64_t BitmapWordMask(uint64_t* j, uint64_t end) {
+  const uint64_t k = std::min<uint64_t>(64 - (*j & 63), end - *j);
+  const uint64_t mask = (k == 64 ? ~uint64_t{0} : (uint64_t{1} << k) - 1) << (*j & 63);
+  *j += k;
+  return mask;
+}
+
 class ChunkAllocator {
  public:
   ChunkAllocator(uint64_t heap_offset, uint32_t chunk_size, uint64_t chunk_count);
@@ -118,16 +127,14 @@ class ChunkSet {
   // if the range is not ValidChunk or one of its chunks is already in the set.
   bool Add(uint64_t offset, uint32_t n = 1) {
     if (!a_.ValidChunk(offset, n)) return false;  // bounds first: the index below stays inside
-    const uint64_t first = (offset - a_.heap_offset()) / a_.chunk_size();
     // A word at a time: a range can be large (SmartHT's segment of 2^L heads, 2^L chunks).
-    for (uint64_t c = first, end = first + n; c < end;) {
-      const uint64_t k = std::min<uint64_t>(64 - (c & 63), end - c);
-      const uint64_t mask = (k == 64 ? ~uint64_t{0} : (uint64_t{1} << k) - 1) << (c & 63);
-      uint64_t& w = words_[c >> 6];
+    const uint64_t first = (offset - a_.heap_offset()) / a_.chunk_size();
+    for (uint64_t j = first; j < first + n;) {
+      uint64_t& w = words_[j >> 6];
+      const uint64_t mask = BitmapWordMask(&j, first + n);
       if (w & mask) return false;
       w |= mask;
-      count_ += k;
-      c += k;
+      count_ += static_cast<uint64_t>(std::popcount(mask));
     }
     return true;
   }

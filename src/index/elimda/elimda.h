@@ -602,6 +602,9 @@ class ElimDA : public index::EngineBase<ElimDA<P, kRecords>, P, Config> {
   static_assert(sizeof(SavedItem) == 24);
   void SaveState(pm::StateWriter& w) const requires(!kRecords);
   Status LoadState(pm::StateReader& r) requires(!kRecords);
+  // Recover and LoadState, building log li's chain newest first: the BlockInfo of the block at
+  // `off`, linked after `newer` (nullptr: it is the log's head). nullptr if out of memory.
+  BlockInfo* AppendBlockInfo(uint32_t li, uint64_t off, BlockInfo* newer);
   // A key as the search compares it: the inline key, or hash + bytes (elimda-kv).
   using Probe = index::KeyProbe;
   using Keys = index::ProbeKeys<kRecords>;  // src/index/records.h
@@ -945,17 +948,8 @@ Status ElimDA<P, R>::Recover() {
     for (uint64_t off = words[li].load(std::memory_order_relaxed); off != 0;) {
       if (!alloc.ValidChunk(off, 1)) return bad("log block offset " + std::to_string(off));
       PMHASH_RETURN_IF_ERROR(alloc.MarkReachable(off, 1));
-      auto* bi = new (std::nothrow) BlockInfo;
+      BlockInfo* bi = AppendBlockInfo(li, off, newer);
       if (!bi) return Status::OutOfMemory("elimda: log block metadata");
-      bi->off = off;
-      bi->log = li;
-      bi->newer = newer;
-      if (newer) {
-        newer->older = bi;
-      } else {
-        logs_[li].head = bi;
-        logs_[li].head_off = off;
-      }
       newer = bi;
       blocks++;
       LogBlock* blk = Block(bi);
@@ -1019,6 +1013,23 @@ Status ElimDA<P, R>::Recover() {
   for (uint32_t li = 0; li < params_.logs; li++) MirrorActiveBlock(&logs_[li]);
   size_.Reset(static_cast<int64_t>(live));
   return Status::OK();
+}
+
+template <pm::PersistPolicy P, bool R>
+typename ElimDA<P, R>::BlockInfo* ElimDA<P, R>::AppendBlockInfo(uint32_t li, uint64_t off,
+                                                                BlockInfo* newer) {
+  auto* bi = new (std::nothrow) BlockInfo;
+  if (!bi) return nullptr;
+  bi->off = off;
+  bi->log = li;
+  bi->newer = newer;
+  if (newer) {
+    newer->older = bi;
+  } else {
+    logs_[li].head = bi;
+    logs_[li].head_off = off;
+  }
+  return bi;
 }
 
 // I12: live items, global depth, block and segment counts; then per log its blocks' offsets
@@ -1110,17 +1121,8 @@ Status ElimDA<P, R>::LoadState(pm::StateReader& r) requires(!R) {
     for (uint32_t x = 0; x < n; x++) {
       uint64_t off = 0;
       if (!r.Get(&off) || !named.Add(off)) return bad;
-      auto* bi = new (std::nothrow) BlockInfo;
+      BlockInfo* bi = AppendBlockInfo(li, off, newer);
       if (!bi) return Status::OutOfMemory("elimda: log block metadata");
-      bi->off = off;
-      bi->log = li;
-      bi->newer = newer;
-      if (newer) {
-        newer->older = bi;
-      } else {
-        log.head = bi;
-        log.head_off = off;
-      }
       newer = bi;
       blocks.push_back(bi);
     }
