@@ -448,8 +448,8 @@ TEST(SavedStateSmartHt, LongerSectionIsRefused) {
 // smartht.h I9: the load walks no chain, so a link damaged after a clean Close (out of the pool,
 // or closing a cycle) is not seen at open; every reader bounds it instead (Next): finds, inserts,
 // erases, ForEach, Stats and the filter rebuild end the chain there and count it, nothing reads
-// out of bounds or loops forever, CheckInvariants reports the chain, and an open after a crash
-// refuses the pool (its walk).
+// out of bounds or loops forever, CheckInvariants reports the chain, and after a crash the
+// recovery walk refuses the pool (I10: the lazy open's, or the eager open's).
 TEST(SavedStateSmartHt, ForgedLinksAreBoundedByEveryReader) {
   for (const bool cycle : {false, true}) {
     SCOPED_TRACE(cycle ? "a cycle" : "a link out of the pool");
@@ -495,7 +495,16 @@ TEST(SavedStateSmartHt, ForgedLinksAreBoundedByEveryReader) {
       EXPECT_TRUE(inv.IsCorruption()) << inv.ToString();
       idx.Abandon();
     }
-    auto r = Open("smartht", SmallOptions(p.path(), "smartht"));
+    {  // smartht.h I10: the lazy crash open serves; its recovery walk finds the link
+      auto r = Open("smartht", SmallOptions(p.path(), "smartht"));
+      ASSERT_TRUE(r.ok()) << r.status().ToString();
+      EXPECT_TRUE((*r)->CheckInvariants().IsCorruption()) << "the walk refuses the pool";
+      EXPECT_TRUE((*r)->Insert(1, 1).IsCorruption());
+      EXPECT_TRUE((*r)->Close().IsCorruption());
+    }
+    Options eager = SmallOptions(p.path(), "smartht");
+    eager.smartht.lazy_recovery = false;
+    auto r = Open("smartht", eager);
     ASSERT_FALSE(r.ok()) << "after a crash the walk refuses the pool";
     EXPECT_TRUE(r.status().IsCorruption()) << r.status().ToString();
   }

@@ -215,9 +215,30 @@ TEST_F(SmartHtTest, FilterGrowsWithoutTableGrowth) {
   ASSERT_TRUE(st.ok()) << st.ToString();
 }
 
-// A crash, then an open in manual mode: the filter is empty and incomplete until the rebuild
-// task runs, and meanwhile every read, insert, erase and reinsert still answers exactly.
+// Every key of `model` is found with its value, `absent` keys are not (Find only: Size() would
+// end a lazy recovery).
+template <class T>
+void ExpectFinds(T& ix, const std::unordered_map<Key, Value>& model,
+                 const std::vector<Key>& absent) {
+  for (const auto& [k, v] : model) {
+    Value got = 0;
+    ASSERT_TRUE(ix.Find(k, &got).ok()) << k;
+    ASSERT_EQ(got, v) << k;
+  }
+  for (const Key k : absent) {
+    Value got;
+    ASSERT_TRUE(ix.Find(k, &got).IsNotFound()) << k;
+  }
+}
+
+// A crash, then an open in manual mode: the filter is empty and incomplete until the recovery
+// walk (I10; the rebuild task with lazy_recovery off) runs, and meanwhile every read, insert,
+// erase and reinsert still answers exactly; after it, Size() and the invariants hold.
 TEST_F(SmartHtTest, CrashBeforeFilterRebuildHasNoFalseNegative) {
+  for (const bool lazy : {true, false}) {
+  SCOPED_TRACE(lazy ? "lazy recovery" : "eager recovery");
+  Options o = MakeOptions();
+  o.smartht.lazy_recovery = lazy;
   std::unordered_map<Key, Value> model;
   std::vector<Key> absent;
   std::mt19937_64 rng(3);
@@ -233,12 +254,12 @@ TEST_F(SmartHtTest, CrashBeforeFilterRebuildHasNoFalseNegative) {
     ix->Abandon();  // crash
   }
   for (int i = 0; i < 1000; i++) absent.push_back(rng());
-  auto ix = OpenOk(MakeOptions());
+  auto ix = OpenOk(o);
   ASSERT_TRUE(ix);
   EXPECT_FALSE(ix->filter_complete());
   EXPECT_FALSE(ix->filter_loaded());
-  EXPECT_TRUE(ix->Stats().recovered);
-  ASSERT_NO_FATAL_FAILURE(ExpectContents(*ix, model, absent));
+  EXPECT_EQ(ix->recovering(), lazy);
+  ASSERT_NO_FATAL_FAILURE(ExpectFinds(*ix, model, absent));
   // Writes before the rebuild: erase some, reinsert some, insert new ones.
   int j = 0;
   for (auto it = model.begin(); it != model.end() && j < 500; j++) {
@@ -257,12 +278,67 @@ TEST_F(SmartHtTest, CrashBeforeFilterRebuildHasNoFalseNegative) {
     ASSERT_TRUE(ix->Insert(k, 9).ok());
     model[k] = 9;
   }
-  ASSERT_NO_FATAL_FAILURE(ExpectContents(*ix, model, absent));
+  ASSERT_NO_FATAL_FAILURE(ExpectFinds(*ix, model, absent));
   EXPECT_FALSE(ix->filter_complete());
+  EXPECT_EQ(ix->recovering(), lazy);
+  if (!lazy) {
+    ASSERT_NO_FATAL_FAILURE(ExpectContents(*ix, model, absent));
+  }
   ix->background().RunPending();
   ASSERT_TRUE(ix->background().status().ok());
   EXPECT_TRUE(ix->filter_complete());
+  EXPECT_FALSE(ix->recovering());
   ASSERT_NO_FATAL_FAILURE(ExpectContents(*ix, model, absent));
+  const IndexStats st = ix->Stats();
+  EXPECT_TRUE(st.recovered);
+  EXPECT_EQ(Detail(st, "smartht.recovery.lazy"), lazy ? 1 : 0);
+  ix.reset();
+  unlink(path_.c_str());
+  model.clear();
+  absent.clear();
+  }
+}
+
+// I10: writers and erasers run while the recovery walk does (one worker thread), on heads it
+// has passed and heads it has not: Size() counts each write once, the chunks they take come
+// from above root 3, and the pool checks out after the walk.
+TEST_F(SmartHtTest, WritesDuringTheRecoveryWalkAreCountedOnce) {
+  std::unordered_map<Key, Value> model;
+  const uint64_t n = Scaled(60000, 10);
+  Options o = MakeOptions();
+  o.smartht.grow_keys_per_head = 6;  // (longer chains: writers link new buckets)
+  {
+    auto ix = OpenOk(o);
+    ASSERT_TRUE(ix);
+    for (uint64_t k = 1; k <= n; k++) {
+      ASSERT_TRUE(ix->Insert(k * 7919, k).ok());
+      model[k * 7919] = k;
+    }
+    ix->Abandon();
+  }
+  auto ix = OpenOk(MakeOptions(/*background_threads=*/1));
+  ASSERT_TRUE(ix);
+  std::vector<std::thread> ts;
+  std::atomic<bool> failed{false};
+  for (int t = 0; t < 2; t++) {
+    ts.emplace_back([&, t] {
+      for (uint64_t k = 1 + t; k <= n; k += 2) {
+        if (k % 3 == 0 && !ix->Erase(k * 7919).ok()) failed = true;           // old keys
+        if (k % 5 == 0 && !ix->Insert(k * 7919 + 1, k).ok()) failed = true;  // new keys
+      }
+    });
+  }
+  for (auto& t : ts) t.join();
+  EXPECT_FALSE(failed.load());
+  for (uint64_t k = 1; k <= n; k++) {
+    if (k % 3 == 0) model.erase(k * 7919);
+    if (k % 5 == 0) model[k * 7919 + 1] = k;
+  }
+  ASSERT_TRUE(ix->background().Drain().ok());
+  EXPECT_FALSE(ix->recovering());
+  EXPECT_TRUE(ix->filter_complete());
+  EXPECT_EQ(Detail(ix->Stats(), "smartht.recovery.lazy"), 1);
+  ASSERT_NO_FATAL_FAILURE(ExpectContents(*ix, model, {7919 * 3, 1}));
 }
 
 // A crash, then an open with a worker thread: readers running while the background task fills
@@ -357,9 +433,11 @@ TEST_F(SmartHtTest, CorruptSavedFilterIsRebuilt) {
 }
 
 // Hostile pools: a chain that loops (onto itself, onto a head) and a root naming an impossible
-// table are kCorruption at open, never a hang or a crash.
+// table are kCorruption at open (lazy recovery: at open, or from the recovery walk), never a
+// hang or a crash.
 TEST_F(SmartHtTest, HostileChainCycleIsCorruption) {
   Options o = MakeOptions();
+  o.smartht.lazy_recovery = false;
   o.smartht.head_bits = 1;
   o.smartht.grow_keys_per_head = 0;  // long chains
   {
@@ -419,6 +497,38 @@ TEST_F(SmartHtTest, HostileChainCycleIsCorruption) {
     ASSERT_FALSE(r.ok());
     EXPECT_TRUE(r.status().IsCorruption()) << r.status().ToString();
   }
+  // Lazy recovery (I10): a damaged root or directory is refused at open; a damaged link opens,
+  // readers and writers bound it until the recovery walk (run by Size() here, in manual mode)
+  // finds it; then writes, CheckInvariants and Close report it, and the pool stays unclean.
+  Options lazy = o;
+  lazy.smartht.lazy_recovery = true;
+  int served = 0;
+  for (const Case& c : cases) {
+    SCOPED_TRACE(std::string("lazy: ") + c.what);
+    ASSERT_NO_FATAL_FAILURE(restore());
+    WriteWord(c.at, c.value);
+    auto r = SmartHt<pm::Adr>::Open(lazy);
+    if (!r.ok()) {
+      EXPECT_TRUE(r.status().IsCorruption()) << r.status().ToString();
+      continue;
+    }
+    served++;
+    SmartHt<pm::Adr>& ix = *r.value();
+    EXPECT_TRUE(ix.recovering());
+    for (Key k = 1; k <= 30; k++) {
+      Value v = 0;
+      (void)ix.Find(k, &v);
+      (void)ix.Upsert(k, k + 1);
+    }
+    (void)ix.Size();  // runs the walk
+    EXPECT_FALSE(ix.recovering());
+    EXPECT_TRUE(ix.background().status().IsCorruption()) << ix.background().status().ToString();
+    EXPECT_TRUE(ix.Insert(1000, 1).IsCorruption());
+    EXPECT_TRUE(ix.Erase(1).IsCorruption());
+    EXPECT_TRUE(ix.CheckInvariants().IsCorruption());
+    EXPECT_TRUE(ix.Close().IsCorruption());
+  }
+  EXPECT_EQ(served, 5) << "the five damaged links open and fail in the walk";
   // After a clean Close (I9) the open walks no chain: a damaged root or directory is refused by
   // the load's checks and then by the walk; a damaged link opens, every reader bounds it
   // (finds, writes and ForEach end the chain there and count it), and CheckInvariants

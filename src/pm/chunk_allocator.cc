@@ -152,6 +152,35 @@ void ChunkAllocator::Reset() {
   high_water_ = 0;
 }
 
+void ChunkAllocator::ClaimBelow(uint64_t end) {
+  end = std::min(end, chunk_count_);
+  LockGuard<SpinLock> g(mu_);
+  SetLocked(0, end, true);
+  high_water_ = std::max(high_water_, end);
+}
+
+void ChunkAllocator::SettleBelow(uint64_t end, const uint64_t* words) {
+  end = std::min(end, chunk_count_);
+  LockGuard<SpinLock> g(mu_);
+  for (uint64_t j = 0; j < end;) {
+    const uint64_t w = j >> 6;
+    const uint64_t mask = BitmapWordMask(&j, end);
+    const uint64_t next = (bits_[w] & ~mask) | (words[w] & mask);
+    used_ = used_ - static_cast<uint64_t>(std::popcount(bits_[w])) +
+            static_cast<uint64_t>(std::popcount(next));
+    bits_[w] = next;
+    const uint64_t f = uint64_t{1} << (w & 63);
+    full_[w >> 6] = next == ~uint64_t{0} ? full_[w >> 6] | f : full_[w >> 6] & ~f;
+  }
+  hints_.fill(0);  // (lower bounds: 0 is always one)
+  aligned_hint_ = 0;
+}
+
+uint64_t ChunkAllocator::high_water() const {
+  LockGuard<SpinLock> g(mu_);
+  return high_water_;
+}
+
 void ChunkAllocator::CopyBitmap(uint64_t* dst) const {
   LockGuard<SpinLock> g(mu_);
   std::copy(bits_.begin(), bits_.end(), dst);

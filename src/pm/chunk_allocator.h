@@ -52,6 +52,16 @@ class ChunkAllocator {
   void Reset() PMHASH_EXCLUDES(mu_);
   Status MarkReachable(uint64_t offset, uint32_t n = 1) PMHASH_EXCLUDES(mu_);
 
+  // Lazy recovery (an owner that serves before its walk ends: SmartHT after a crash, I10 of
+  // smartht.h). ClaimBelow(end) takes every chunk below chunk index `end` as used, so that
+  // nothing below it is handed out while the walk runs; SettleBelow(end, words) then makes the
+  // chunks below `end` exactly those set in `words` (bitmap_words() words: the walk's findings)
+  // and leaves the rest as they are. REQUIRES: no Free below `end` in between.
+  void ClaimBelow(uint64_t end) PMHASH_EXCLUDES(mu_);
+  void SettleBelow(uint64_t end, const uint64_t* words) PMHASH_EXCLUDES(mu_);
+  // 1 + the highest chunk marked or allocated since the last Reset/LoadBitmap (0: none).
+  uint64_t high_water() const PMHASH_EXCLUDES(mu_);
+
   // The bitmap as bitmap_words() words (bit i of word w: chunk 64w + i in use), for the image a
   // clean Close saves (saved_state.h); LoadBitmap replaces the bitmap with such words, as
   // Reset() + MarkReachable of every set bit would, and fails (changing nothing) if a bit past
@@ -139,6 +149,7 @@ class ChunkSet {
     return true;
   }
   uint64_t count() const { return count_; }
+  const uint64_t* words() const { return words_.data(); }  // bitmap_words() of them
   bool EqualsAllocator() const { return a_.BitmapEquals(words_.data()); }
   bool AllocatorHasAll() const { return a_.BitmapCovers(words_.data()); }
 

@@ -92,11 +92,17 @@
 // Recovery (paper III-D): after a clean shutdown the filter saved in the pool is loaded (its
 // checksum, geometry and key count must match; otherwise it is rebuilt); after a crash the index
 // serves at once with an empty, *incomplete* filter that a background task fills: while it is
-// incomplete, negative searches go to PM, so the filter never gives a false negative. Open
-// itself walks every chain once (reachability for the chunk allocator, every offset validated,
-// a split batch cut by the crash cleaned up), which is the part not yet lazy. After a clean
-// Close there is no walk (I9): the allocator and the counts come from the saved state, the
-// filter from its saved copy, and readers bound every link themselves (Next).
+// incomplete, negative searches go to PM, so the filter never gives a false negative. After a
+// clean Close there is no walk (I9): the allocator and the counts come from the saved state, the
+// filter from its saved copy, and readers bound every link themselves (Next). After a crash
+// there is no walk before serving either (I10, smartht): open checks root 0 and the directory,
+// cleans the split batch the crash cut (at most split_batch heads), holds every chunk below
+// root 3 in the allocator and returns; one background walk then checks every chain, marks what
+// it reaches, counts the keys and fills the filter, while readers and writers run (writes take
+// chunks above root 3). Size(), Stats() and CheckInvariants wait for it; a damaged chain found
+// by it fails every later write, CheckInvariants and Close with kCorruption (the pool stays
+// unclean). Options::smartht.lazy_recovery = false (and smartht-kv, whose records the walk must
+// count) walks at open as before.
 //
 // ============================================================================================
 // Layout
@@ -118,6 +124,8 @@
 //     root 2  offset of the directory block (4 chunks, 256 B):
 //             [ L0 | seg 0 | seg 1 | ... | seg 30 ]   seg k: offset of segment k, 0 = none yet
 //             segment 0 = 2^L0 contiguous heads, segment k >= 1 = 2^(L0+k-1) contiguous heads
+//     root 3  the link bound (smartht): every chunk of the table (directory, segments, chained
+//             buckets) ends at or below this offset (I10)
 //
 //   Saved filter (chunks of 64 B, allocated at Close):
 //     [ magic:8 | root 0:8 | blocks:8 | keys:8 | stale:8 | checksum:8 | pad:16 ][ blocks x 64 B ]
@@ -142,9 +150,9 @@
 //   I5  A split batch writes only fresh chunks and heads beyond those in use until its root
 //       store; if root 0 counts a head in use, its chain was persisted before (fence before the
 //       root store). A segment's directory word is persisted before any of its heads is used.
-//   I6  No leak: the allocator's bitmap is rebuilt from roots 0 and 2 at open; a bucket
-//       allocated but not linked, a batch's chains before its commit, the chained buckets a
-//       batch's cleanup unlinked and a saved filter are free. smartht-kv: a record is reachable
+//   I6  No leak: the allocator's bitmap is rebuilt from roots 0 and 2 at open (after a crash,
+//       by the lazy walk: I10); a bucket allocated but not linked, a batch's chains before its
+//       commit, the chained buckets a batch's cleanup unlinked and a saved filter are free. smartht-kv: a record is reachable
 //       only from a live slot (one slot per record; I8's second copies of a stayer name the
 //       same record and are cleared before the heap is counted), so a record written but not
 //       published, or replaced or erased before a crash, is free after it.
@@ -173,6 +181,20 @@
 //       after the Close can make answers wrong, never a read out of bounds; CheckInvariants
 //       (`pmhash check`) walks the chains and reports it, and an open after a crash refuses
 //       it. smartht-kv follows record offsets from its slots and always walks.
+//   I10 smartht only: root 3 bounds the table. A chunk is linked (a bucket into a chain, a
+//       segment into the directory, the directory at creation) only after root 3 covers it
+//       (CoverChunks: raised by 1/32 of the heap at a time, persisted before the link's store),
+//       and root 3 never shrinks. So after a crash every chunk above root 3 is free, and the
+//       lazy open hands out only those (ClaimBelow holds the rest) until its walk has named the
+//       reachable chunks below it (SettleBelow: the rest below it is free, I6). No chunk below
+//       root 3 is freed meanwhile (no split runs until the walk ends; a split is the only
+//       freeing path of smartht). The walk follows each chain under its stripe's lock shared,
+//       so a writer sees it before or after a head, never during: a write to a head the walk
+//       has passed counts in the size counter, one to a head still ahead is counted by the walk
+//       (CountLive). A link the walk meets past root 3 must be a chunk allocated since the
+//       open (a writer's head insertion); the walk's set of reached chunks catches one reached
+//       twice. The cut batch (I8) is cleaned before the open returns, so every head a reader
+//       or writer visits holds what I1 says.
 //
 // Thread safety: every public operation may run concurrently; Close() requires quiescence.
 #pragma once
@@ -366,6 +388,7 @@ struct Config : PersistentParams {
   double rebuild_erased_ratio = 0.25;
   bool tear_safe = false;
   uint64_t save_filter_min_keys = 1024;
+  bool lazy_recovery = true;
   uint32_t background_threads = 1;
   uint32_t reclaim_batch = 0;  // Options::reclaim_batch (smartht-kv's retired records)
   void SetOpenOptions(const Options& o) {
@@ -374,6 +397,7 @@ struct Config : PersistentParams {
     rebuild_erased_ratio = o.smartht.rebuild_erased_ratio;
     tear_safe = o.smartht.tear_safe;
     save_filter_min_keys = o.smartht.save_filter_min_keys;
+    lazy_recovery = o.smartht.lazy_recovery;
     background_threads = o.background_threads;
     reclaim_batch = o.reclaim_batch;
   }
@@ -451,7 +475,12 @@ class SmartHt : public index::EngineBase<SmartHt<P, kRecords>, P, Config> {
 
  public:
   ~SmartHt() { this->CloseUnlessAbandoned(); }  // src/index/lifecycle.h
-  using Base::Size;
+  // Live pairs. After a lazy crash open (I10) it waits for the recovery walk (in manual mode it
+  // runs the walk on the calling thread).
+  uint64_t Size() const {
+    WaitRecovered();
+    return Base::Size();
+  }
 
   // Variable-size API (BytesIndex, src/index/records.h). NotSupported on "smartht".
   PMHASH_PROBE_RECORDS_API(kRecords);
@@ -469,6 +498,8 @@ class SmartHt : public index::EngineBase<SmartHt<P, kRecords>, P, Config> {
   bool FilterMayContain(Key k) const;
   // Rebuilds the filter now, on the calling thread (tests; the index schedules it itself).
   Status RebuildFilter() { return RebuildFilterTask(); }
+  // True while the recovery walk of a lazy crash open (I10) has not ended.
+  bool recovering() const { return recovering_.load(std::memory_order_acquire); }
 
  private:
   using WriteMode = index::WriteMode;
@@ -486,8 +517,9 @@ class SmartHt : public index::EngineBase<SmartHt<P, kRecords>, P, Config> {
     return seg_[k].load(std::memory_order_relaxed) + (i - SegmentFirst(base_bits_, k));
   }
   // The head of hash h. REQUIRES: h's stripe locked (the geometry may move on, but not for h).
-  PmBucket* HeadFor(uint64_t h) const {
-    return HeadAt(AddressOf(h, geo_.load(std::memory_order_acquire)));
+  PmBucket* HeadFor(uint64_t h) const { return HeadAt(HeadIndex(h)); }
+  uint64_t HeadIndex(uint64_t h) const {
+    return AddressOf(h, geo_.load(std::memory_order_acquire));
   }
   // The stripe of a hash or of a head index: address bits [g, g + S), g = stripe_shift_. Bit L
   // is never among them, so a head and the heads split from it share a stripe; and 2^g
@@ -530,6 +562,14 @@ class SmartHt : public index::EngineBase<SmartHt<P, kRecords>, P, Config> {
   }
   PmBucket* Next(PmBucket* b, uint64_t* hops) const {
     return const_cast<PmBucket*>(Next(static_cast<const PmBucket*>(b), hops));
+  }
+  // The recovery walks read the heads in order (the hardware prefetches them); a head's first
+  // chained bucket is a random line, prefetched 16 heads early (a bound on the offset, not a
+  // validation: a prefetch never faults, and the walk validates the link when it reaches it).
+  void PrefetchChainAhead(uint64_t i, uint64_t n) const {
+    if (i + 16 >= n) return;
+    const uint64_t ahead = HeadAt(i + 16)->next.load(std::memory_order_relaxed);
+    if (ahead != 0 && ahead - heap_lo_ <= link_span_) PrefetchLine(At(ahead));
   }
   // Calls fn(bucket) for every bucket of head i's chain, head first.
   template <class Fn>
@@ -609,6 +649,30 @@ class SmartHt : public index::EngineBase<SmartHt<P, kRecords>, P, Config> {
 
   Status Create();
   Status Recover();
+  // I10: root 3 raised (persisted) to cover chunks [off, off + n buckets) before they are linked.
+  void CoverChunks(uint64_t off, uint64_t n);
+  // A root 3 the heap can hold: past the heap's start, at most its end, chunk-aligned.
+  bool ValidBound(uint64_t b) const {
+    return b > heap_lo_ && b - heap_lo_ <= link_span_ + sizeof(PmBucket) &&
+           (b - heap_lo_) % sizeof(PmBucket) == 0;
+  }
+  // bound_ from root 3, raised over every chunk in use if it does not cover them.
+  void EstablishBound();
+  // I10: the open after a crash that serves at once: root 0 and the directory checked, the cut
+  // batch cleaned (I8), the chunks below root 3 claimed; RecoverTask walks the chains.
+  Status RecoverLazily(uint64_t geo);
+  Status RecoverTask();
+  // Waits for (manual mode: runs) the recovery walk of a lazy open. REQUIRES: not from a task.
+  void WaitRecovered() const;
+  // The size counter's share of a write to head a: during the recovery walk, only a head it
+  // has passed counts (it counts the others itself). REQUIRES: a's stripe locked.
+  PMHASH_ALWAYS_INLINE void CountLive(uint64_t a, int64_t d) {
+    if (recovering_.load(std::memory_order_relaxed) &&
+        a >= walked_.load(std::memory_order_relaxed)) [[unlikely]] {
+      return;
+    }
+    size_.Add(d);
+  }
   // A clean open (I9): the image of the last Close vouches for the chains; nothing is walked.
   void SaveState(pm::StateWriter& w) const requires(!kRecords);
   Status LoadState(pm::StateReader& r) requires(!kRecords);
@@ -619,12 +683,26 @@ class SmartHt : public index::EngineBase<SmartHt<P, kRecords>, P, Config> {
     uint64_t chained = 0;  // chained buckets
     uint64_t cleaned = 0;  // I8 movers and second copies cleared
   };
+  // The last split batch (I8): its sources [first, first + n), split at level `level`.
+  struct Cut {
+    uint64_t first = 0, n = 0;
+    uint32_t level = 0;
+    bool Has(uint64_t i) const { return i - first < n; }
+  };
+  Cut LastBatch(uint64_t geo) const;
+  // Head i's chain: every live slot checked (I1) and counted, add(hash) called for it; in a
+  // source of `cut`, its movers and second copies cleared instead (I8; *seen: scratch); every
+  // link's Status from link(next) (which counts it) before it is followed.
+  template <class Link, class Add>
+  Status WalkHead(uint64_t i, uint64_t geo, const Cut& cut, std::unordered_set<uint64_t>* seen,
+                  WalkCounts* c, Link&& link, Add&& add);
   Status CheckGeometry(uint64_t geo) const;
   // mark(offset, chunks): MarkReachable (the walk), or a load's check of the loaded allocator.
   template <class Mark>
   Status RecoverDirectory(uint64_t geo, Mark&& mark);
   Status WalkChains(uint64_t geo, WalkCounts* c);
-  Status Serve(uint64_t geo, const WalkCounts& c);
+  // lazy: the chains are still to be walked (RecoverTask), c counts only the cleaned pairs.
+  Status Serve(uint64_t geo, const WalkCounts& c, bool lazy = false);
   Status Quiesce();
   // Loads the filter saved at root 1 if it matches this table; false otherwise.
   bool LoadSavedFilter(uint64_t off, uint64_t live);
@@ -669,11 +747,30 @@ class SmartHt : public index::EngineBase<SmartHt<P, kRecords>, P, Config> {
   std::atomic<uint64_t> no_grow_below_{0};  // after a failed growth: retry past this size
   mutable StripedCounter false_positives_;  // filter said maybe, PM said no (Find)
 
+  // I10: root 3's mirror (every chunk the table links ends at or below it), raised under
+  // bound_mu_ by bound_step_ bytes at a time (smartht only).
+  std::atomic<uint64_t> bound_{0};
+  SpinLock bound_mu_;
+  uint64_t bound_step_ = 0;
+  std::atomic<uint64_t> bound_raises_{0};
+  // The recovery walk of a lazy crash open (I10): the chunks below claimed_ (a chunk index) are
+  // held in the allocator until it ends; reach_ collects what it reaches; walked_ heads passed.
+  mutable std::atomic<bool> recovering_{false};
+  std::atomic<uint64_t> walked_{0};
+  std::atomic<bool> failed_{false};  // the walk found the pool damaged: failure_ says how
+  Status failure_;                   // (written before failed_, read after it)
+  std::unique_ptr<pm::ChunkSet> reach_;
+  uint64_t claimed_ = 0;
+  bool lazy_ = false;  // this open recovered lazily
+  std::chrono::steady_clock::time_point served_at_{};
+  double walk_seconds_ = 0;  // open to the walk's end (read after recovering_ is false)
+
   std::unique_ptr<index::Records> records_;  // smartht-kv only (src/index/records.h)
   // smartht-kv only, after pool_ and records_: its destructor frees into them.
   std::unique_ptr<EpochManager> epoch_;
 
-  pm::BackgroundWork background_;  // last: destroyed (joined) first
+  // Last: destroyed (joined) first. Mutable: Size() (const) may run the recovery walk.
+  mutable pm::BackgroundWork background_;
 };
 
 // ============================================================================================
@@ -691,6 +788,7 @@ SmartHt<P, R>::SmartHt(std::unique_ptr<pm::Pool> pool, const Config& config)
     link_span_ = (alloc.chunk_count() - 1) * alloc.chunk_size();
     max_hops_ = alloc.chunk_count();
   }
+  bound_step_ = std::max<uint64_t>(64, alloc.chunk_count() / 32) * sizeof(PmBucket);
   if constexpr (R) {
     index::MakeRecords(*pool_, config.reclaim_batch, config.max_record_bytes, kKindName, &epoch_,
                        &records_);
@@ -770,6 +868,8 @@ Status SmartHt<P, R>::Create() {
   pool_->SetRoot(0, PackGeo(bits, 0));
   pool_->SetRoot(1, 0);
   pool_->SetRoot(2, dir.value());
+  CoverChunks(dir.value(), kDirChunks);
+  CoverChunks(off.value(), n);
   return pool_->CommitCreate();
 }
 
@@ -830,94 +930,110 @@ Status SmartHt<P, R>::CheckGeometry(uint64_t geo) const {
   return Status::OK();
 }
 
-// Walks every chain of the heads in use: reachability (cycles, shared and stray chunks are
-// rejected by MarkReachable), tokens and addresses against keys (I1), the movers of a split
-// batch that the crash cut cleared (I8); live keys counted.
+// I8: the last batch is [s - B, s) at level L, or the last batch of level L - 1 if s = 0 (none
+// on a table that never split).
 template <pm::PersistPolicy P, bool R>
-Status SmartHt<P, R>::WalkChains(uint64_t geo, WalkCounts* c) {
-  pm::ChunkAllocator& alloc = pool_->allocator();
+typename SmartHt<P, R>::Cut SmartHt<P, R>::LastBatch(uint64_t geo) const {
   const uint32_t bits = GeoBits(geo);
   const uint64_t split = GeoSplit(geo);
-  // I8: the sources of the last batch, [cut, cut + cut_n), split at level cut_level.
-  uint64_t cut = 0, cut_n = 0;
-  uint32_t cut_level = bits;
+  Cut cut;
+  cut.level = bits;
   if (split != 0) {
-    cut_n = std::min<uint64_t>(params_.split_batch, uint64_t{1} << bits);
-    cut = split - cut_n;
+    cut.n = std::min<uint64_t>(params_.split_batch, uint64_t{1} << bits);
+    cut.first = split - cut.n;
   } else if (bits > base_bits_) {
-    cut_level = bits - 1;
-    cut_n = std::min<uint64_t>(params_.split_batch, uint64_t{1} << cut_level);
-    cut = (uint64_t{1} << cut_level) - cut_n;
+    cut.level = bits - 1;
+    cut.n = std::min<uint64_t>(params_.split_batch, uint64_t{1} << cut.level);
+    cut.first = (uint64_t{1} << cut.level) - cut.n;
   }
-  const uint64_t n = HeadsInUse(geo);
+  return cut;
+}
+
+template <pm::PersistPolicy P, bool R>
+template <class Link, class Add>
+Status SmartHt<P, R>::WalkHead(uint64_t i, uint64_t geo, const Cut& cut,
+                               std::unordered_set<uint64_t>* seen, WalkCounts* c, Link&& link,
+                               Add&& add) {
   // The pairs of a cut source's chain (I8: a stayer may be there twice), by key word (smartht)
   // or record offset (smartht-kv: a stayer's copies name one record).
-  std::unordered_set<uint64_t> seen;
-  // The heads are read in order (the hardware prefetches them); a head's first chained bucket is
-  // a random line, prefetched kAhead heads early (a bound on the offset, not a validation: a
-  // prefetch never faults, and the walk validates the link when it reaches it).
-  constexpr uint64_t kAhead = 16;
-  const uint64_t limit = pool_->size() - sizeof(PmBucket);
-  for (uint64_t i = 0; i < n; i++) {
-    if (i + kAhead < n) {
-      const uint64_t ahead = HeadAt(i + kAhead)->next.load(std::memory_order_relaxed);
-      if (ahead != 0 && ahead <= limit) PrefetchLine(At(ahead));
-    }
-    uint64_t steps = 0;
-    const bool cut_source = i - cut < cut_n;
-    if (cut_source) seen.clear();  // (only cut sources use it; clear() costs its buckets)
-    const uint32_t k = SegmentOf(base_bits_, i);
-    for (uint64_t b_off = seg_off_[k] + (i - SegmentFirst(base_bits_, k)) * sizeof(PmBucket);
-         b_off != 0;) {
-      PmBucket* b = At(b_off);
-      for (int j = 0; j < kSlots; j++) {
-        const uint8_t t = b->tokens[j].load(std::memory_order_relaxed);
-        if (t == 0) continue;
-        const uint64_t kw = b->slots[j].key.load(std::memory_order_relaxed);
-        const uint64_t vw = b->slots[j].value.load(std::memory_order_relaxed);
-        const uint64_t h = SlotHash(kw);
-        const uint64_t a = AddressOf(h, geo);
-        if (t == Token(h) && cut_source &&
-            (a == i + (uint64_t{1} << cut_level) ||
-             (a == i && !seen.insert(R ? vw : kw).second))) {
-          // I8: a mover (its new head holds it) or a stayer's second copy (the head holds it).
-          b->tokens[j].store(0, std::memory_order_relaxed);
-          persist_.Persist(&b->tokens[j], 1);
-          c->cleaned++;
-          continue;
-        }
-        if (t != Token(h) || a != i) {
-          return Status::Corruption("smartht: bucket at offset " + std::to_string(b_off) +
-                                    " slot " + std::to_string(j) + ": token " +
-                                    std::to_string(t) + " does not match a key of head " +
-                                    std::to_string(i));
-        }
-        if constexpr (R) PMHASH_RETURN_IF_ERROR(records_->Recover(vw, kw, hash_));
-        c->live++;
+  const bool cut_source = cut.Has(i);
+  if (cut_source) seen->clear();  // (only cut sources use it; clear() costs its buckets)
+  const uint32_t k = SegmentOf(base_bits_, i);
+  uint64_t steps = 0;
+  for (uint64_t b_off = seg_off_[k] + (i - SegmentFirst(base_bits_, k)) * sizeof(PmBucket);
+       b_off != 0;) {
+    PmBucket* b = At(b_off);
+    for (int j = 0; j < kSlots; j++) {
+      const uint8_t t = b->tokens[j].load(std::memory_order_relaxed);
+      if (t == 0) continue;
+      const uint64_t kw = b->slots[j].key.load(std::memory_order_relaxed);
+      const uint64_t vw = b->slots[j].value.load(std::memory_order_relaxed);
+      const uint64_t h = SlotHash(kw);
+      const uint64_t a = AddressOf(h, geo);
+      if (t == Token(h) && cut_source &&
+          (a == i + (uint64_t{1} << cut.level) ||
+           (a == i && !seen->insert(R ? vw : kw).second))) {
+        // I8: a mover (its new head holds it) or a stayer's second copy (the head holds it).
+        b->tokens[j].store(0, std::memory_order_relaxed);
+        persist_.Persist(&b->tokens[j], 1);
+        c->cleaned++;
+        continue;
       }
-      const uint64_t next = b->next.load(std::memory_order_relaxed);
-      if (next != 0) {
-        if (++steps > alloc.chunk_count()) {
-          return Status::Corruption("smartht: chain of head " + std::to_string(i) +
-                                    " does not end");
-        }
-        if (Status s = alloc.MarkReachable(next); !s.ok()) {
-          return Status::Corruption("smartht: chain of head " + std::to_string(i) + ": " +
-                                    std::string(s.message()));
-        }
-        c->chained++;
+      if (t != Token(h) || a != i) {
+        return Status::Corruption("smartht: bucket at offset " + std::to_string(b_off) +
+                                  " slot " + std::to_string(j) + ": token " + std::to_string(t) +
+                                  " does not match a key of head " + std::to_string(i));
       }
-      b_off = next;
+      if constexpr (R) PMHASH_RETURN_IF_ERROR(records_->Recover(vw, kw, hash_));
+      add(h);
+      c->live++;
     }
+    const uint64_t next = b->next.load(std::memory_order_relaxed);
+    if (next != 0) {
+      if (++steps > pool_->allocator().chunk_count()) {
+        return Status::Corruption("smartht: chain of head " + std::to_string(i) +
+                                  " does not end");
+      }
+      if (Status s = link(next); !s.ok()) {
+        return Status::Corruption("smartht: chain of head " + std::to_string(i) + ": " +
+                                  std::string(s.message()));
+      }
+    }
+    b_off = next;
   }
   return Status::OK();
 }
 
-// The walk of every chain (WalkChains with the slot checks), then the DRAM side (Serve).
+// Walks every chain of the heads in use (WalkHead): reachability (cycles, shared and stray
+// chunks are rejected by MarkReachable), the slots checked, the cut batch cleaned.
+template <pm::PersistPolicy P, bool R>
+Status SmartHt<P, R>::WalkChains(uint64_t geo, WalkCounts* c) {
+  pm::ChunkAllocator& alloc = pool_->allocator();
+  const Cut cut = LastBatch(geo);
+  const uint64_t n = HeadsInUse(geo);
+  std::unordered_set<uint64_t> seen;
+  auto link = [&](uint64_t next) {
+    c->chained++;
+    return alloc.MarkReachable(next);
+  };
+  for (uint64_t i = 0; i < n; i++) {
+    PrefetchChainAhead(i, n);
+    PMHASH_RETURN_IF_ERROR(WalkHead(i, geo, cut, &seen, c, link, [](uint64_t) {}));
+  }
+  return Status::OK();
+}
+
+// The walk of every chain (WalkChains with the slot checks), then the DRAM side (Serve); or,
+// after a crash, the lazy open (I10) when root 3 bounds the chains.
 template <pm::PersistPolicy P, bool R>
 Status SmartHt<P, R>::Recover() {
   const uint64_t geo = pool_->root(0);
   PMHASH_RETURN_IF_ERROR(CheckGeometry(geo));
+  if constexpr (!R) {
+    if (params_.lazy_recovery && !pool_->created() && ValidBound(pool_->root(3))) {
+      return RecoverLazily(geo);
+    }
+  }
   PMHASH_RETURN_IF_ERROR(RecoverDirectory(geo, [this](uint64_t off, uint32_t n) {
     return pool_->allocator().MarkReachable(off, n);
   }));
@@ -925,6 +1041,135 @@ Status SmartHt<P, R>::Recover() {
   WalkCounts c;
   PMHASH_RETURN_IF_ERROR(WalkChains(geo, &c));
   return Serve(geo, c);
+}
+
+// I10. The directory and the segments go into reach_ (below root 3, named once); the cut
+// batch's sources are cleaned now (their links only bounded: the walk checks them later), so
+// that every chain holds what I1 says before the first request; the chunks below root 3 are
+// held in the allocator until the walk settles them.
+template <pm::PersistPolicy P, bool R>
+Status SmartHt<P, R>::RecoverLazily(uint64_t geo) {
+  pm::ChunkAllocator& alloc = pool_->allocator();
+  const uint64_t bound = pool_->root(3);
+  reach_ = std::make_unique<pm::ChunkSet>(alloc);
+  PMHASH_RETURN_IF_ERROR(RecoverDirectory(geo, [&](uint64_t off, uint32_t n) {
+    return reach_->Add(off, n) && off + uint64_t{n} * sizeof(PmBucket) <= bound
+               ? Status::OK()
+               : Status::Corruption("not heap chunks below root 3 named once: " +
+                                    std::to_string(off));
+  }));
+  const Cut cut = LastBatch(geo);
+  std::unordered_set<uint64_t> seen;
+  WalkCounts c;
+  auto bounded = [&](uint64_t next) {
+    return alloc.ValidChunk(next) ? Status::OK()
+                                  : Status::Corruption(std::to_string(next) + " is not a bucket");
+  };
+  for (uint64_t i = cut.first; i < cut.first + cut.n; i++) {
+    PMHASH_RETURN_IF_ERROR(WalkHead(i, geo, cut, &seen, &c, bounded, [](uint64_t) {}));
+  }
+  claimed_ = (bound - heap_lo_) / sizeof(PmBucket);
+  alloc.ClaimBelow(claimed_);
+  return Serve(geo, WalkCounts{0, 0, c.cleaned}, /*lazy=*/true);
+}
+
+// The recovery walk of a lazy open (I10), on the background executor while the index serves:
+// each head's chain under its stripe's lock shared (WalkHead: the checks of the eager walk), its
+// keys into a new filter (writers add theirs to it too), its links into reach_ (a link below
+// the claimed chunks is counted as chained; one past them must be a chunk a writer allocated
+// since the open); then the allocator settled, the counts added, the filter swapped in. No
+// split runs meanwhile (MaybeGrow waits for the walk's end). Persists nothing.
+template <pm::PersistPolicy P, bool R>
+Status SmartHt<P, R>::RecoverTask() PMHASH_NO_THREAD_SAFETY_ANALYSIS {
+  LockGuard<Mutex> g(rebuild_mu_);
+  pm::ChunkAllocator& alloc = pool_->allocator();
+  const uint64_t geo = geo_.load(std::memory_order_acquire);
+  const uint64_t n = HeadsInUse(geo);
+  const uint64_t bound = heap_lo_ + claimed_ * sizeof(PmBucket);
+  auto nf = std::make_unique<BloomFilter>(BloomFilter::BlocksFor(
+      filter_capacity_.load(std::memory_order_relaxed), params_.filter_bits_per_key));
+  Status st = *nf ? Status::OK() : Status::OutOfMemory("smartht: Bloom filter");
+  if (st.ok()) building_.store(nf.get(), std::memory_order_release);
+  WalkCounts c;
+  std::unordered_set<uint64_t> seen;
+  auto link = [&](uint64_t next) {
+    if (!reach_->Add(next)) {
+      return Status::Corruption(std::to_string(next) + " is not a bucket, or is reached twice");
+    }
+    if (next < bound) {
+      c.chained++;
+      return Status::OK();
+    }
+    return alloc.IsUsed(next) ? Status::OK()
+                              : Status::Corruption(std::to_string(next) + " is past root 3");
+  };
+  for (uint64_t i = 0; i < n && st.ok(); i++) {
+    PrefetchChainAhead(i, n);
+    RwSpinLock& l = stripes_[StripeOf(i)].lock;
+    l.lock_shared();
+    st = WalkHead(i, geo, Cut{}, &seen, &c, link, [&](uint64_t h) { nf->Add(h); });
+    walked_.store(i + 1, std::memory_order_relaxed);  // (under the lock: CountLive)
+    l.unlock_shared();
+  }
+  if (st.ok()) {
+    alloc.SettleBelow(claimed_, reach_->words());
+    size_.Add(static_cast<int64_t>(c.live));
+    chained_.fetch_add(c.chained, std::memory_order_relaxed);
+  }
+  reach_.reset();
+  LockAll();
+  if (st.ok()) {
+    filter_ = std::move(nf);
+    stale_.store(0, std::memory_order_relaxed);
+    filter_keys_.fetch_add(c.live, std::memory_order_relaxed);
+    complete_.store(true, std::memory_order_release);
+  }
+  building_.store(nullptr, std::memory_order_relaxed);
+  UnlockAll();
+  walk_seconds_ =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - served_at_).count();
+  if (!st.ok()) {
+    failure_ = st;  // (rebuild_pending_ stays set: no rebuild of a damaged pool)
+    failed_.store(true, std::memory_order_release);
+  } else {
+    rebuild_pending_.store(false);
+    rebuilds_.fetch_add(1, std::memory_order_relaxed);
+  }
+  recovering_.store(false, std::memory_order_release);
+  recovering_.notify_all();
+  if (st.ok()) MaybeGrow();  // (the filter's capacity was a guess; growth was held back)
+  return st;
+}
+
+template <pm::PersistPolicy P, bool R>
+void SmartHt<P, R>::WaitRecovered() const {
+  while (recovering_.load(std::memory_order_acquire) && !background_.InTask()) {
+    if (!background_.RunOne()) recovering_.wait(true, std::memory_order_acquire);
+  }
+}
+
+template <pm::PersistPolicy P, bool R>
+void SmartHt<P, R>::CoverChunks(uint64_t off, uint64_t n) {
+  if constexpr (R) return;  // (smartht-kv always walks: its records are not covered)
+  const uint64_t end = off + n * sizeof(PmBucket);
+  if (end <= bound_.load(std::memory_order_acquire)) [[likely]] return;
+  LockGuard<SpinLock> g(bound_mu_);
+  if (end <= bound_.load(std::memory_order_relaxed)) return;
+  const uint64_t steps = (end - heap_lo_ + bound_step_ - 1) / bound_step_;
+  const uint64_t raised = std::min(heap_lo_ + link_span_ + sizeof(PmBucket),
+                                   heap_lo_ + steps * bound_step_);
+  pool_->SetRoot(3, raised);  // persisted before the caller links the chunks
+  bound_.store(raised, std::memory_order_release);
+  bound_raises_.fetch_add(1, std::memory_order_relaxed);
+}
+
+template <pm::PersistPolicy P, bool R>
+void SmartHt<P, R>::EstablishBound() {
+  if constexpr (R) return;
+  const uint64_t hw = pool_->allocator().high_water();
+  const uint64_t root = pool_->root(3);
+  if (ValidBound(root)) bound_.store(root, std::memory_order_relaxed);
+  if (hw != 0) CoverChunks(heap_lo_, hw);  // (an older pool, or a damaged root 3)
 }
 
 // I9: root 0, live keys, chained buckets, and the filter Close saved (its offset and chunks).
@@ -971,7 +1216,7 @@ Status SmartHt<P, R>::LoadState(pm::StateReader& r) requires(!R) {
 // The DRAM side of an open, after the walk: lock stripes, counts, and the filter — the saved
 // one (I7) or an incomplete one and a rebuild task.
 template <pm::PersistPolicy P, bool R>
-Status SmartHt<P, R>::Serve(uint64_t geo, const WalkCounts& c) {
+Status SmartHt<P, R>::Serve(uint64_t geo, const WalkCounts& c, bool lazy) {
   const uint32_t bits = GeoBits(geo);
   const uint64_t live = c.live;
   geo_.store(geo, std::memory_order_release);
@@ -988,24 +1233,36 @@ Status SmartHt<P, R>::Serve(uint64_t geo, const WalkCounts& c) {
   chained_.store(c.chained, std::memory_order_relaxed);
   split_cleanups_.store(c.cleaned, std::memory_order_relaxed);
   size_.Reset(static_cast<int64_t>(live));
+  EstablishBound();
+  lazy_ = lazy;
 
   const uint64_t saved = pool_->root(1);
-  filter_loaded_ = !pool_->created() && pool_->was_clean() && saved != 0 &&
+  filter_loaded_ = !lazy && !pool_->created() && pool_->was_clean() && saved != 0 &&
                    LoadSavedFilter(saved, live);
   if (saved != 0) pool_->SetRoot(1, 0);  // I7: durable before any write of this open
   if (!filter_loaded_) {
-    filter_capacity_.store(FilterKeysFor(live));
+    // A lazy open knows no count yet: the filter is sized for the table at its growth
+    // threshold (the walk's end rebuilds it larger if the keys are more).
+    const double per_head = params_.grow_keys_per_head > 0 ? params_.grow_keys_per_head : kSlots;
+    filter_capacity_.store(FilterKeysFor(
+        lazy ? static_cast<uint64_t>(per_head * static_cast<double>(HeadsInUse(geo))) : live));
     filter_ = std::make_unique<BloomFilter>(
         BloomFilter::BlocksFor(filter_capacity_.load(), params_.filter_bits_per_key));
     if (!*filter_) return Status::OutOfMemory("smartht: Bloom filter");
     stale_.store(0);
     filter_keys_.store(0);
   }
-  const bool complete = filter_loaded_ || live == 0;
+  const bool complete = filter_loaded_ || (live == 0 && !lazy);
   complete_.store(complete, std::memory_order_release);
   if (!complete) {
     rebuild_pending_.store(true);
-    PMHASH_RETURN_IF_ERROR(background_.Schedule([this] { return RebuildFilterTask(); }));
+    if (lazy) {
+      served_at_ = std::chrono::steady_clock::now();
+      recovering_.store(true, std::memory_order_release);
+      PMHASH_RETURN_IF_ERROR(background_.Schedule([this] { return RecoverTask(); }));
+    } else {
+      PMHASH_RETURN_IF_ERROR(background_.Schedule([this] { return RebuildFilterTask(); }));
+    }
   }
   return background_.Start();
 }
@@ -1133,9 +1390,11 @@ Status SmartHt<P, R>::Write(const Probe& p, std::string_view value_bytes, Value 
   if (life_.closed()) [[unlikely]] return index::Lifecycle::ClosedError(kKindName);
   const uint64_t h = p.h;
   const uint8_t t = Token(h);
+  if (failed_.load(std::memory_order_acquire)) [[unlikely]] return failure_;
   RwSpinLock& l = StripeLockFor(h);
   l.lock();
-  PmBucket* head = HeadFor(h);
+  const uint64_t a = HeadIndex(h);
+  PmBucket* head = HeadAt(a);
   // Every write reads the head bucket (a search, or a free slot) and the filter block: start the
   // bucket's miss before the filter's, so that the two overlap.
   __builtin_prefetch(head, 1);
@@ -1182,6 +1441,13 @@ Status SmartHt<P, R>::Write(const Probe& p, std::string_view value_bytes, Value 
   std::optional<Result<uint64_t>> fresh;
   if (j < 0) {
     fresh = pool_->allocator().Allocate(1);
+    if (!fresh->ok() && recovering_.load(std::memory_order_acquire)) {
+      // The chunks below root 3 are held until the recovery walk ends (I10): wait for it.
+      l.unlock();
+      if constexpr (R) records_->Retire(w);  // never published (smartht-kv never recovers lazily)
+      WaitRecovered();
+      return Write(p, value_bytes, value, mode);
+    }
     if (!fresh->ok()) {
       // Out of space: any free slot further down the chain (erased keys leave them).
       hops = 0;
@@ -1202,7 +1468,7 @@ Status SmartHt<P, R>::Write(const Probe& p, std::string_view value_bytes, Value 
   // their locked adds after a fence would wait for its write-backs, which the next operation's
   // misses can otherwise overlap (REH, docs/results.md "Batched writes").
   AddToFilters(h);
-  size_.Add(1);
+  CountLive(a, 1);
   if (j >= 0) {
     PmSlot& s = b->slots[j];
     // I2: the pair, then its token, one line. (smartht-kv: the record was fenced before.)
@@ -1214,6 +1480,7 @@ Status SmartHt<P, R>::Write(const Probe& p, std::string_view value_bytes, Value 
   } else {
     // Head insertion of a new bucket (Algorithm 1, lines 16-29; I3).
     const uint64_t off = fresh->value();
+    CoverChunks(off, 1);  // I10
     alignas(64) PmBucket img;
     const Pair pair{Keys::KeyWord(p), w, t};
     FillBucket(&img, &pair, 1, head->next.load(std::memory_order_relaxed));
@@ -1239,6 +1506,7 @@ Status SmartHt<P, R>::Erase(Key k) {
 template <pm::PersistPolicy P, bool R>
 Status SmartHt<P, R>::EraseProbe(const Probe& p) {
   if (life_.closed()) [[unlikely]] return index::Lifecycle::ClosedError(kKindName);
+  if (failed_.load(std::memory_order_acquire)) [[unlikely]] return failure_;
   RwSpinLock& l = StripeLockFor(p.h);
   l.lock();
   if (complete_.load(std::memory_order_acquire) && !filter_->MayContain(p.h)) {
@@ -1247,14 +1515,15 @@ Status SmartHt<P, R>::EraseProbe(const Probe& p) {
   }
   PmBucket* b;
   int j;
-  if (!Locate(HeadFor(p.h), p, &b, &j)) {
+  const uint64_t a = HeadIndex(p.h);
+  if (!Locate(HeadAt(a), p, &b, &j)) {
     l.unlock();
     return Status::NotFound();
   }
   const uint64_t record = b->slots[j].value.load(std::memory_order_relaxed);  // smartht-kv
   b->tokens[j].store(0, std::memory_order_release);  // I4: lazy deletion
   stale_.fetch_add(1, std::memory_order_relaxed);  // before the persist, as in Write
-  size_.Add(-1);
+  CountLive(a, -1);
   persist_.Persist(&b->tokens[j], 1);
   l.unlock();
   if constexpr (R) records_->Retire(record);
@@ -1286,6 +1555,9 @@ void SmartHt<P, R>::MaybeScheduleRebuild() {
 // key present throughout is seen; a key seen twice sets its bits twice).
 template <pm::PersistPolicy P, bool R>
 Status SmartHt<P, R>::RebuildFilterTask() PMHASH_NO_THREAD_SAFETY_ANALYSIS {
+  WaitRecovered();  // (RebuildFilter() from a test: Size() below would run the walk, which
+                    // takes rebuild_mu_)
+  if (failed_.load(std::memory_order_acquire)) return failure_;
   LockGuard<Mutex> g(rebuild_mu_);
   const uint64_t capacity = FilterKeysFor(Size());
   auto nf = std::make_unique<BloomFilter>(
@@ -1330,6 +1602,9 @@ bool SmartHt<P, R>::Over(uint64_t size, double factor) const {
 // suite), while a filter rebuild is pending, or when the task has fallen a quarter behind.
 template <pm::PersistPolicy P, bool R>
 void SmartHt<P, R>::MaybeGrow() PMHASH_NO_THREAD_SAFETY_ANALYSIS {
+  // No split while the recovery walk runs (I10: it walks a fixed set of heads, and a split
+  // would free chunks below root 3); its end calls this.
+  if (recovering_.load(std::memory_order_acquire)) return;
   const uint64_t size = Size();
   // The filter keeps its false-positive rate: past its capacity it is rebuilt larger.
   if (size > filter_capacity_.load(std::memory_order_relaxed)) ScheduleRebuild();
@@ -1388,6 +1663,7 @@ Status SmartHt<P, R>::AddSegment(uint32_t k) {
   if (heads > UINT32_MAX) return Status::OutOfSpace("smartht: head segment of 2^32 buckets");
   auto off = pool_->allocator().Allocate(static_cast<uint32_t>(heads));
   if (!off.ok()) return off.status();
+  CoverChunks(off.value(), heads);  // I10
   // Its heads are written when they are split into (every byte); none is read before.
   auto* d = pool_->template At<DirBlock>(dir_off_);
   d->seg[k].store(off.value(), std::memory_order_release);
@@ -1446,6 +1722,7 @@ Status SmartHt<P, R>::SplitBatch() PMHASH_NO_THREAD_SAFETY_ANALYSIS {
       auto c = alloc.Allocate(1);
       if (!c.ok()) return c.status();
       fresh.push_back(c.value());
+      CoverChunks(c.value(), 1);  // I10
       alignas(64) PmBucket b;
       FillBucket(&b, &pairs[beg], end - beg, next);
       persist_.NtCopy(At(c.value()), &b, sizeof(b));
@@ -1616,6 +1893,9 @@ IndexStats SmartHt<P, R>::Stats() const PMHASH_NO_THREAD_SAFETY_ANALYSIS {
   add("smartht.filter.stale", static_cast<double>(std::max<int64_t>(0, stale_.load())));
   add("smartht.filter.false_positives", static_cast<double>(false_positives_.Sum()));
   add("smartht.grow_failures", static_cast<double>(grow_failures_.load()));
+  add("smartht.recovery.lazy", lazy_ ? 1 : 0);
+  add("smartht.recovery.walk_ms", lazy_ ? walk_seconds_ * 1e3 : 0);  // (Size() waited for it)
+  add("smartht.bound_raises", static_cast<double>(bound_raises_.load()));
   add("alloc.reused", static_cast<double>(pool_->allocator().reused_allocations()));
   background_.stats().AppendTo(&s.details, "smartht.bg");
   if constexpr (R) records_->AddDetails(&s);
@@ -1628,6 +1908,8 @@ Status SmartHt<P, R>::CheckInvariants() const PMHASH_NO_THREAD_SAFETY_ANALYSIS {
   auto fail = [](const std::string& what) {
     return Status::Corruption("smartht invariant: " + what);
   };
+  WaitRecovered();
+  if (failed_.load(std::memory_order_acquire)) return failure_;
   // No split, and no filter swap (a rebuild task may still run: it writes nothing to PM).
   LockGuard<Mutex> g(const_cast<Mutex&>(resize_mu_));
   LockGuard<Mutex> r(const_cast<Mutex&>(rebuild_mu_));
@@ -1646,6 +1928,14 @@ Status SmartHt<P, R>::CheckInvariants() const PMHASH_NO_THREAD_SAFETY_ANALYSIS {
       return fail("directory segment " + std::to_string(k));
     }
     if (seg_off_[k] != 0) seg_chunks += SegmentHeads(base_bits_, k);
+    if (!R && seg_off_[k] != 0 && seg_off_[k] + SegmentHeads(base_bits_, k) * sizeof(PmBucket) > bound_.load()) {
+      return fail("segment " + std::to_string(k) + " past root 3");
+    }
+  }
+  // I10 (smartht): root 3 is its mirror and covers the directory (the segments above, the
+  // buckets below).
+  if (!R && (pool_->root(3) != bound_.load() || dir_off_ + sizeof(DirBlock) > bound_.load())) {
+    return fail("root 3 does not cover the directory");
   }
   const uint64_t n = HeadsInUse(geo);
   if (SegmentOf(base_bits_, n - 1) >= static_cast<uint32_t>(kMaxSegments) ||
@@ -1661,6 +1951,9 @@ Status SmartHt<P, R>::CheckInvariants() const PMHASH_NO_THREAD_SAFETY_ANALYSIS {
     for (uint64_t off = pool_->OffsetOf(HeadAt(i)); off != 0; steps++) {
       if (steps > alloc.chunk_count()) return fail("chain of head " + std::to_string(i) + " cycles");
       if (!alloc.IsUsed(off)) return fail("bucket not marked allocated: " + std::to_string(off));
+      if (!R && off + sizeof(PmBucket) > bound_.load()) {
+        return fail("bucket past root 3: " + std::to_string(off));
+      }
       if (steps > 0) chained++;
       const PmBucket* b = At(off);
       for (int j = 0; j < kSlots; j++) {
