@@ -354,6 +354,9 @@ class BloomFilter {
     return all;
   }
 
+  // Starts the miss of h's block (FilterFill).
+  void Prefetch(uint64_t h) const { __builtin_prefetch(&words_[Block(h) * 8], 1); }
+
   uint64_t blocks() const { return blocks_; }
   uint64_t bytes() const { return blocks_ * 64; }
   // Word i (for saving and loading; REQUIRES no concurrent Add).
@@ -369,6 +372,31 @@ class BloomFilter {
 
   HugeArray<std::atomic<uint64_t>> words_;
   uint64_t blocks_ = 0;
+};
+
+// A walk's adds to a filter, each made kDepth keys after its block was prefetched: a walk meets
+// the keys in head order, each in a random block, and the locked RMW of Add would wait out one
+// DRAM miss per key (a locked instruction overlaps no miss). Flush() before the filter is used.
+class FilterFill {
+ public:
+  explicit FilterFill(BloomFilter* f) : f_(f) {}
+  void Add(uint64_t h) {
+    f_->Prefetch(h);
+    uint64_t& slot = ring_[n_ & (kDepth - 1)];
+    if (n_ >= kDepth) f_->Add(slot);
+    slot = h;
+    n_++;
+  }
+  void Flush() {
+    for (uint64_t i = n_ > kDepth ? n_ - kDepth : 0; i < n_; i++) f_->Add(ring_[i & (kDepth - 1)]);
+    n_ = 0;
+  }
+
+ private:
+  static constexpr uint64_t kDepth = 16;
+  BloomFilter* f_;
+  uint64_t ring_[kDepth] = {};
+  uint64_t n_ = 0;
 };
 
 // The pool properties, as stored in the pool header (src/index/descriptor.h).
@@ -1092,6 +1120,7 @@ Status SmartHt<P, R>::RecoverTask() PMHASH_NO_THREAD_SAFETY_ANALYSIS {
   if (st.ok()) building_.store(nf.get(), std::memory_order_release);
   WalkCounts c;
   std::unordered_set<uint64_t> seen;
+  FilterFill fill(nf.get());
   auto link = [&](uint64_t next) {
     if (!reach_->Add(next)) {
       return Status::Corruption(std::to_string(next) + " is not a bucket, or is reached twice");
@@ -1107,10 +1136,11 @@ Status SmartHt<P, R>::RecoverTask() PMHASH_NO_THREAD_SAFETY_ANALYSIS {
     PrefetchChainAhead(i, n);
     RwSpinLock& l = stripes_[StripeOf(i)].lock;
     l.lock_shared();
-    st = WalkHead(i, geo, Cut{}, &seen, &c, link, [&](uint64_t h) { nf->Add(h); });
+    st = WalkHead(i, geo, Cut{}, &seen, &c, link, [&](uint64_t h) { fill.Add(h); });
     walked_.store(i + 1, std::memory_order_relaxed);  // (under the lock: CountLive)
     l.unlock_shared();
   }
+  fill.Flush();
   if (st.ok()) {
     alloc.SettleBelow(claimed_, reach_->words());
     size_.Add(static_cast<int64_t>(c.live));
@@ -1246,8 +1276,13 @@ Status SmartHt<P, R>::Serve(uint64_t geo, const WalkCounts& c, bool lazy) {
     const double per_head = params_.grow_keys_per_head > 0 ? params_.grow_keys_per_head : kSlots;
     filter_capacity_.store(FilterKeysFor(
         lazy ? static_cast<uint64_t>(per_head * static_cast<double>(HeadsInUse(geo))) : live));
+    // An incomplete filter is never read (searches go to PM until the rebuild swaps a whole
+    // one in): then a placeholder of 64 blocks takes the writers' adds, not a filter of the
+    // table's size whose pages the open would have to fault in (60 MB at 10M keys).
+    const bool complete = live == 0 && !lazy;
     filter_ = std::make_unique<BloomFilter>(
-        BloomFilter::BlocksFor(filter_capacity_.load(), params_.filter_bits_per_key));
+        complete ? BloomFilter::BlocksFor(filter_capacity_.load(), params_.filter_bits_per_key)
+                 : 64);
     if (!*filter_) return Status::OutOfMemory("smartht: Bloom filter");
     stale_.store(0);
     filter_keys_.store(0);
@@ -1566,16 +1601,19 @@ Status SmartHt<P, R>::RebuildFilterTask() PMHASH_NO_THREAD_SAFETY_ANALYSIS {
   filter_keys_.store(0);
   building_.store(nf.get(), std::memory_order_release);
   uint64_t added = 0;
+  FilterFill fill(nf.get());
   WalkHeads([&](uint64_t i) {
+    PrefetchChainAhead(i, HeadsInUse(geo_.load(std::memory_order_acquire)));
     ForChain(i, [&](const PmBucket* b) {
       for (int j = 0; j < kSlots; j++) {
         if (b->tokens[j].load(std::memory_order_relaxed) != 0) {
-          nf->Add(SlotHash(b->slots[j].key.load(std::memory_order_relaxed)));
+          fill.Add(SlotHash(b->slots[j].key.load(std::memory_order_relaxed)));
           added++;
         }
       }
     });
   });
+  fill.Flush();
   LockAll();
   filter_ = std::move(nf);
   filter_capacity_.store(capacity, std::memory_order_relaxed);
