@@ -1334,6 +1334,36 @@ TEST(ChunkAllocator, ChunkSetNamesChunksOnce) {
   EXPECT_EQ(s.count(), 142u);
 }
 
+// The lazy recovery protocol (smartht.h I10): while a walk runs, nothing below the claimed bound
+// is handed out; SettleBelow then keeps below it exactly what the walk named, and above it what
+// was allocated meanwhile.
+TEST(ChunkAllocator, ClaimBelowHoldsTheWalkedRangeUntilSettled) {
+  pm::ChunkAllocator a(4096, 64, 300);
+  a.Reset();
+  a.ClaimBelow(130);
+  EXPECT_EQ(a.used_chunks(), 130u);
+  EXPECT_EQ(a.high_water(), 130u);
+  auto r = a.Allocate(3);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r.value(), 4096 + 130 * 64u) << "the first chunks above the claimed ones";
+  pm::ChunkSet walked(a);
+  ASSERT_TRUE(walked.Add(4096 + 5 * 64, 2));
+  ASSERT_TRUE(walked.Add(4096 + 70 * 64));
+  ASSERT_TRUE(walked.Add(4096 + 131 * 64));  // (above the bound: left as the allocator has it)
+  a.SettleBelow(130, walked.words());
+  EXPECT_EQ(a.used_chunks(), 3u + 3u);
+  EXPECT_TRUE(a.IsUsed(4096 + 6 * 64));
+  EXPECT_TRUE(a.IsUsed(4096 + 70 * 64));
+  EXPECT_FALSE(a.IsUsed(4096 + 69 * 64));
+  EXPECT_TRUE(a.IsUsed(4096 + 132 * 64));
+  auto again = a.Allocate(5);  // the settled range is free again, from its start
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(again.value(), 4096u);
+  auto big = a.Allocate(62);  // 7..68: the run between the walked chunks 6 and 70
+  ASSERT_TRUE(big.ok());
+  EXPECT_EQ(big.value(), 4096 + 7 * 64u);
+}
+
 // Regression: frees scattered over a full heap (SmartHT's split batches free old chains
 // anywhere) must not make each following allocation walk the used words between them: the
 // summary of full words skips 4096 chunks per step (a walk word by word takes ~16k steps here).

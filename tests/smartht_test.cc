@@ -302,7 +302,7 @@ TEST_F(SmartHtTest, CrashBeforeFilterRebuildHasNoFalseNegative) {
 // I10: writers and erasers run while the recovery walk does (one worker thread), on heads it
 // has passed and heads it has not: Size() counts each write once, the chunks they take come
 // from above root 3, and the pool checks out after the walk.
-TEST_F(SmartHtTest, WritesDuringTheRecoveryWalkAreCountedOnce) {
+TEST_F(SmartHtTest, ConcurrentWritesDuringTheRecoveryWalkAreCountedOnce) {
   std::unordered_map<Key, Value> model;
   const uint64_t n = Scaled(60000, 10);
   Options o = MakeOptions();
