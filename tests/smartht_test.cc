@@ -236,66 +236,66 @@ void ExpectFinds(T& ix, const std::unordered_map<Key, Value>& model,
 // erase and reinsert still answers exactly; after it, Size() and the invariants hold.
 TEST_F(SmartHtTest, CrashBeforeFilterRebuildHasNoFalseNegative) {
   for (const bool lazy : {true, false}) {
-  SCOPED_TRACE(lazy ? "lazy recovery" : "eager recovery");
-  Options o = MakeOptions();
-  o.smartht.lazy_recovery = lazy;
-  std::unordered_map<Key, Value> model;
-  std::vector<Key> absent;
-  std::mt19937_64 rng(3);
-  const uint64_t n = Scaled(5000, 4);
-  {
-    auto ix = OpenOk(MakeOptions());
+    SCOPED_TRACE(lazy ? "lazy recovery" : "eager recovery");
+    Options o = MakeOptions();
+    o.smartht.lazy_recovery = lazy;
+    std::unordered_map<Key, Value> model;
+    std::vector<Key> absent;
+    std::mt19937_64 rng(3);
+    const uint64_t n = Scaled(5000, 4);
+    {
+      auto ix = OpenOk(MakeOptions());
+      ASSERT_TRUE(ix);
+      for (uint64_t i = 0; i < n; i++) {
+        const Key k = rng();
+        ASSERT_TRUE(ix->Insert(k, i).ok());
+        model[k] = i;
+      }
+      ix->Abandon();  // crash
+    }
+    for (int i = 0; i < 1000; i++) absent.push_back(rng());
+    auto ix = OpenOk(o);
     ASSERT_TRUE(ix);
-    for (uint64_t i = 0; i < n; i++) {
+    EXPECT_FALSE(ix->filter_complete());
+    EXPECT_FALSE(ix->filter_loaded());
+    EXPECT_EQ(ix->recovering(), lazy);
+    ASSERT_NO_FATAL_FAILURE(ExpectFinds(*ix, model, absent));
+    // Writes before the rebuild: erase some, reinsert some, insert new ones.
+    int j = 0;
+    for (auto it = model.begin(); it != model.end() && j < 500; j++) {
+      ASSERT_TRUE(ix->Erase(it->first).ok());
+      if (j % 2) {
+        ASSERT_TRUE(ix->Insert(it->first, 7).ok());
+        it->second = 7;
+        ++it;
+      } else {
+        absent.push_back(it->first);
+        it = model.erase(it);
+      }
+    }
+    for (int i = 0; i < 500; i++) {
       const Key k = rng();
-      ASSERT_TRUE(ix->Insert(k, i).ok());
-      model[k] = i;
+      ASSERT_TRUE(ix->Insert(k, 9).ok());
+      model[k] = 9;
     }
-    ix->Abandon();  // crash
-  }
-  for (int i = 0; i < 1000; i++) absent.push_back(rng());
-  auto ix = OpenOk(o);
-  ASSERT_TRUE(ix);
-  EXPECT_FALSE(ix->filter_complete());
-  EXPECT_FALSE(ix->filter_loaded());
-  EXPECT_EQ(ix->recovering(), lazy);
-  ASSERT_NO_FATAL_FAILURE(ExpectFinds(*ix, model, absent));
-  // Writes before the rebuild: erase some, reinsert some, insert new ones.
-  int j = 0;
-  for (auto it = model.begin(); it != model.end() && j < 500; j++) {
-    ASSERT_TRUE(ix->Erase(it->first).ok());
-    if (j % 2) {
-      ASSERT_TRUE(ix->Insert(it->first, 7).ok());
-      it->second = 7;
-      ++it;
-    } else {
-      absent.push_back(it->first);
-      it = model.erase(it);
+    ASSERT_NO_FATAL_FAILURE(ExpectFinds(*ix, model, absent));
+    EXPECT_FALSE(ix->filter_complete());
+    EXPECT_EQ(ix->recovering(), lazy);
+    if (!lazy) {
+      ASSERT_NO_FATAL_FAILURE(ExpectContents(*ix, model, absent));
     }
-  }
-  for (int i = 0; i < 500; i++) {
-    const Key k = rng();
-    ASSERT_TRUE(ix->Insert(k, 9).ok());
-    model[k] = 9;
-  }
-  ASSERT_NO_FATAL_FAILURE(ExpectFinds(*ix, model, absent));
-  EXPECT_FALSE(ix->filter_complete());
-  EXPECT_EQ(ix->recovering(), lazy);
-  if (!lazy) {
+    ix->background().RunPending();
+    ASSERT_TRUE(ix->background().status().ok());
+    EXPECT_TRUE(ix->filter_complete());
+    EXPECT_FALSE(ix->recovering());
     ASSERT_NO_FATAL_FAILURE(ExpectContents(*ix, model, absent));
-  }
-  ix->background().RunPending();
-  ASSERT_TRUE(ix->background().status().ok());
-  EXPECT_TRUE(ix->filter_complete());
-  EXPECT_FALSE(ix->recovering());
-  ASSERT_NO_FATAL_FAILURE(ExpectContents(*ix, model, absent));
-  const IndexStats st = ix->Stats();
-  EXPECT_TRUE(st.recovered);
-  EXPECT_EQ(Detail(st, "smartht.recovery.lazy"), lazy ? 1 : 0);
-  ix.reset();
-  unlink(path_.c_str());
-  model.clear();
-  absent.clear();
+    const IndexStats st = ix->Stats();
+    EXPECT_TRUE(st.recovered);
+    EXPECT_EQ(Detail(st, "smartht.recovery.lazy"), lazy ? 1 : 0);
+    ix.reset();
+    unlink(path_.c_str());
+    model.clear();
+    absent.clear();
   }
 }
 

@@ -152,10 +152,11 @@
 //       root store). A segment's directory word is persisted before any of its heads is used.
 //   I6  No leak: the allocator's bitmap is rebuilt from roots 0 and 2 at open (after a crash,
 //       by the lazy walk: I10); a bucket allocated but not linked, a batch's chains before its
-//       commit, the chained buckets a batch's cleanup unlinked and a saved filter are free. smartht-kv: a record is reachable
-//       only from a live slot (one slot per record; I8's second copies of a stayer name the
-//       same record and are cleared before the heap is counted), so a record written but not
-//       published, or replaced or erased before a crash, is free after it.
+//       commit, the chained buckets a batch's cleanup unlinked and a saved filter are free.
+//       smartht-kv: a record is reachable only from a live slot (one slot per record; I8's
+//       second copies of a stayer name the same record and are cleared before the heap is
+//       counted), so a record written but not published, or replaced or erased before a crash,
+//       is free after it.
 //   I7  The saved filter is used only if the pool was shut down cleanly, root 1 names it, and
 //       its checksum, geometry and key count match; root 1 is cleared (persisted) before the
 //       first write of the open, so a filter can never be trusted for a pool changed after it
@@ -1279,10 +1280,10 @@ Status SmartHt<P, R>::Serve(uint64_t geo, const WalkCounts& c, bool lazy) {
     // An incomplete filter is never read (searches go to PM until the rebuild swaps a whole
     // one in): then a placeholder of 64 blocks takes the writers' adds, not a filter of the
     // table's size whose pages the open would have to fault in (60 MB at 10M keys).
-    const bool complete = live == 0 && !lazy;
+    const bool empty = live == 0 && !lazy;  // (complete at once)
     filter_ = std::make_unique<BloomFilter>(
-        complete ? BloomFilter::BlocksFor(filter_capacity_.load(), params_.filter_bits_per_key)
-                 : 64);
+        empty ? BloomFilter::BlocksFor(filter_capacity_.load(), params_.filter_bits_per_key)
+              : 64);
     if (!*filter_) return Status::OutOfMemory("smartht: Bloom filter");
     stale_.store(0);
     filter_keys_.store(0);
@@ -1966,7 +1967,8 @@ Status SmartHt<P, R>::CheckInvariants() const PMHASH_NO_THREAD_SAFETY_ANALYSIS {
       return fail("directory segment " + std::to_string(k));
     }
     if (seg_off_[k] != 0) seg_chunks += SegmentHeads(base_bits_, k);
-    if (!R && seg_off_[k] != 0 && seg_off_[k] + SegmentHeads(base_bits_, k) * sizeof(PmBucket) > bound_.load()) {
+    if (!R && seg_off_[k] != 0 &&
+        seg_off_[k] + SegmentHeads(base_bits_, k) * sizeof(PmBucket) > bound_.load()) {
       return fail("segment " + std::to_string(k) + " past root 3");
     }
   }
