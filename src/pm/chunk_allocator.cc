@@ -155,7 +155,25 @@ void ChunkAllocator::Reset() {
 void ChunkAllocator::ClaimBelow(uint64_t end) {
   end = std::min(end, chunk_count_);
   LockGuard<SpinLock> g(mu_);
-  SetLocked(0, end, true);
+  // Whole words first, without SetLocked's per-word masks (a lazy open waits for this: 2.4 MB
+  // of bitmap at 20M chunks), then the last partial word.
+  const uint64_t whole = end >> 6;
+  uint64_t had = 0;  // (counted only in non-empty words: popcount may be a library call)
+  for (uint64_t w = 0; w < whole; w++) {
+    if (bits_[w] != 0) had += static_cast<uint64_t>(std::popcount(bits_[w]));
+    bits_[w] = ~uint64_t{0};
+  }
+  used_ += 64 * whole - had;
+  for (uint64_t w = 0; w < whole;) {
+    if ((w & 63) == 0 && w + 64 <= whole) {
+      full_[w >> 6] = ~uint64_t{0};
+      w += 64;
+    } else {
+      full_[w >> 6] |= uint64_t{1} << (w & 63);
+      w++;
+    }
+  }
+  if (end & 63) SetLocked(whole << 6, end & 63, true);
   high_water_ = std::max(high_water_, end);
 }
 

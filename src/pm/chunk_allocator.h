@@ -20,6 +20,8 @@
 #include <array>
 #include <bit>
 #include <cstdint>
+#include <cstdlib>
+#include <memory>
 #include <vector>
 
 #include "common/locks.h"
@@ -132,11 +134,18 @@ class ChunkAllocator {
 // (nothing named that the allocator lacks, nothing allocated that is unnamed).
 class ChunkSet {
  public:
-  explicit ChunkSet(const ChunkAllocator& a) : a_(a), words_(a.bitmap_words(), 0) {}
+  // The words come from calloc: zero pages the kernel maps as they are first touched, so a set
+  // over a large heap costs its owner nothing until it names chunks (a lazy open makes one).
+  explicit ChunkSet(const ChunkAllocator& a)
+      : a_(a),
+        words_(static_cast<uint64_t*>(std::calloc(std::max<uint64_t>(1, a.bitmap_words()), 8))) {}
+  // False if the words could not be allocated: every Add then fails.
+  bool ok() const { return words_ != nullptr; }
   // Adds [offset, offset + n chunks). False (the set unchanged but for a prefix of the range)
   // if the range is not ValidChunk or one of its chunks is already in the set.
   bool Add(uint64_t offset, uint32_t n = 1) {
-    if (!a_.ValidChunk(offset, n)) return false;  // bounds first: the index below stays inside
+    // Bounds first: the index below stays inside.
+    if (!words_ || !a_.ValidChunk(offset, n)) return false;
     // A word at a time: a range can be large (SmartHT's segment of 2^L heads, 2^L chunks).
     const uint64_t first = (offset - a_.heap_offset()) / a_.chunk_size();
     for (uint64_t j = first; j < first + n;) {
@@ -149,13 +158,16 @@ class ChunkSet {
     return true;
   }
   uint64_t count() const { return count_; }
-  const uint64_t* words() const { return words_.data(); }  // bitmap_words() of them
-  bool EqualsAllocator() const { return a_.BitmapEquals(words_.data()); }
-  bool AllocatorHasAll() const { return a_.BitmapCovers(words_.data()); }
+  const uint64_t* words() const { return words_.get(); }  // bitmap_words(); REQUIRES: ok()
+  bool EqualsAllocator() const { return words_ && a_.BitmapEquals(words_.get()); }
+  bool AllocatorHasAll() const { return words_ && a_.BitmapCovers(words_.get()); }
 
  private:
   const ChunkAllocator& a_;
-  std::vector<uint64_t> words_;
+  struct Free {
+    void operator()(uint64_t* p) const { std::free(p); }
+  };
+  std::unique_ptr<uint64_t[], Free> words_;
   uint64_t count_ = 0;
 };
 

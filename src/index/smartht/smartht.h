@@ -1081,6 +1081,7 @@ Status SmartHt<P, R>::RecoverLazily(uint64_t geo) {
   pm::ChunkAllocator& alloc = pool_->allocator();
   const uint64_t bound = pool_->root(3);
   reach_ = std::make_unique<pm::ChunkSet>(alloc);
+  if (!reach_->ok()) return Status::OutOfMemory("smartht: the recovery walk's chunk set");
   PMHASH_RETURN_IF_ERROR(RecoverDirectory(geo, [&](uint64_t off, uint32_t n) {
     return reach_->Add(off, n) && off + uint64_t{n} * sizeof(PmBucket) <= bound
                ? Status::OK()
