@@ -630,6 +630,12 @@ TEST(SavedStateElimda, ForgedEntriesAreRefused) {
          ASSERT_NE(e.first_items, 0u);
          s[e.first_items + 16] |= 0x0F;
        }},
+      {"a D-bucket item naming the active block of a log",
+       [&](char* s, const ElimdaSection& e) {
+         ASSERT_NE(e.first_items, 0u);
+         ASSERT_GE(e.log0_blocks, 1u);  // block 0 of the image: log 0's newest, its active one
+         set64(s + e.first_items + 16, static_cast<uint64_t>(s[e.first_items + 16] & 0x0F));
+       }},
   };
   for (const auto& [what, forge] : forgeries) {
     SCOPED_TRACE(what);

@@ -1093,8 +1093,12 @@ void ElimDA<P, R>::SaveState(pm::StateWriter& w) const requires(!R) {
 // I12: the DRAM table, fingerprints and log chains from the image, after the checks Recover
 // makes of the structure (depths in range, segments tiling the directory within its budget,
 // counts <= N_p, every segment, log block and the log table a heap chunk named once, each log's
-// table word its first block) plus: every D-bucket item names a listed block and a slot, and the
-// chunks named are exactly the loaded allocator's. No bucket or block is read but the log table.
+// table word its first block) plus: every D-bucket item names a live slot (its bit set in the
+// block's header) of a listed sealed block, no slot named twice, and the chunks named are exactly
+// the loaded allocator's. No bucket or block is read but the log table and the headers of the
+// blocks D-items name. (The sweep frees a sealed block once its bits are clear: a D-item naming
+// a clear bit, a slot another D-item names, or the active block, whose items become D-items when
+// it is sealed, would be left pointing at a freed block.)
 template <pm::PersistPolicy P, bool R>
 Status ElimDA<P, R>::LoadState(pm::StateReader& r) requires(!R) {
   DeleteAll();
@@ -1147,6 +1151,8 @@ Status ElimDA<P, R>::LoadState(pm::StateReader& r) requires(!R) {
     if (!r.Get(&e) || e >= nblocks) return bad;
     empty_blocks_.push_back(blocks[e]);
   }
+  std::vector<uint16_t> named_slots(nblocks);  // per block, the slots D-items name
+  static_assert(kBlockSlots <= 16);
   gd_ = gd;
   dir_.assign(size_t{1} << gd, nullptr);
   uint64_t i = 0, segs = 0;
@@ -1177,7 +1183,14 @@ Status ElimDA<P, R>::LoadState(pm::StateReader& r) requires(!R) {
         const uint64_t blk = it.block_slot >> 4;
         const uint32_t slot = static_cast<uint32_t>(it.block_slot & 15);
         if (blk >= nblocks || slot >= kBlockSlots) return bad;
-        s->Push(b, DItem{it.key, it.value, blocks[blk], slot, 1}, FpOf(SlotHash(it.key)));
+        BlockInfo* bi = blocks[blk];
+        const auto bit = static_cast<uint16_t>(1u << slot);
+        if (bi == logs_[bi->log].head || (named_slots[blk] & bit) != 0 ||
+            (Block(bi)->header.load(std::memory_order_relaxed) & bit) == 0) {
+          return bad;
+        }
+        named_slots[blk] |= bit;
+        s->Push(b, DItem{it.key, it.value, bi, slot, 1}, FpOf(SlotHash(it.key)));
       }
     }
   }

@@ -89,10 +89,11 @@
 // token is persisted. Open rebuilds the record heap from the live slots (Records::Recover:
 // offset, lengths, slab, sharing and key hash validated before use).
 //
-// Recovery (paper III-D): after a clean shutdown the filter saved in the pool is loaded (its
-// checksum, geometry and key count must match; otherwise it is rebuilt); after a crash the index
-// serves at once with an empty, *incomplete* filter that a background task fills: while it is
-// incomplete, negative searches go to PM, so the filter never gives a false negative. After a
+// Recovery (paper III-D): after a clean shutdown the filter saved in the pool is used (its
+// geometry and key count must match at open, its checksum when a background task loads its
+// blocks; otherwise it is rebuilt); after a crash the index serves at once with an empty,
+// *incomplete* filter that a background task fills. While a filter is incomplete (being loaded,
+// filled or rebuilt), negative searches go to PM, so it never gives a false negative. After a
 // clean Close there is no walk (I9): the allocator and the counts come from the saved state, the
 // filter from its saved copy, and readers bound every link themselves (Next). After a crash
 // there is no walk before serving either (I10, smartht): open checks root 0 and the directory,
@@ -160,7 +161,11 @@
 //   I7  The saved filter is used only if the pool was shut down cleanly, root 1 names it, and
 //       its checksum, geometry and key count match; root 1 is cleared (persisted) before the
 //       first write of the open, so a filter can never be trusted for a pool changed after it
-//       was saved.
+//       was saved. Its blocks are loaded by a background task (LoadFilterTask) while the index
+//       serves, its chunks held in use until then. A key written before the loaded copy is
+//       published as the filter being built marks its stripe (Stripe::dirty, under the
+//       stripe's lock), and the task adds the keys of those stripes' chains before the copy is
+//       swapped in; from the publication on, writers add to it themselves.
 //   I8  Only the last split batch (from root 0: level L, heads [s - B, s), or the last batch of
 //       level L - 1 if s = 0) may hold movers in its source chains, each a copy of a pair that
 //       its new head's chain holds (built and fenced before the commit), and stayers twice, the
@@ -521,8 +526,9 @@ class SmartHt : public index::EngineBase<SmartHt<P, kRecords>, P, Config> {
   uint64_t heads() const { return HeadsInUse(geo_.load(std::memory_order_acquire)); }
   // True if the filter is complete (every live key in it): negative searches skip PM.
   bool filter_complete() const { return complete_.load(std::memory_order_acquire); }
-  // True if the open loaded the filter saved at the last Close.
-  bool filter_loaded() const { return filter_loaded_; }
+  // True if the open took the filter saved at the last Close (loaded by a background task;
+  // false again if its checksum failed there).
+  bool filter_loaded() const { return filter_loaded_.load(std::memory_order_acquire); }
   // Whether the live filter may contain key k (tests: false-positive rate, no false negative).
   bool FilterMayContain(Key k) const;
   // Rebuilds the filter now, on the calling thread (tests; the index schedules it itself).
@@ -535,6 +541,9 @@ class SmartHt : public index::EngineBase<SmartHt<P, kRecords>, P, Config> {
 
   struct alignas(64) Stripe {
     mutable RwSpinLock lock;
+    // A write added a key while the saved filter was being loaded and no filter was being built
+    // (LoadFilterTask walks such stripes' chains). Guarded by `lock`.
+    bool dirty = false;
   };
 
   SmartHt(std::unique_ptr<pm::Pool> pool, const Config& config);
@@ -692,7 +701,9 @@ class SmartHt : public index::EngineBase<SmartHt<P, kRecords>, P, Config> {
   Status RecoverLazily(uint64_t geo);
   Status RecoverTask();
   // Waits for (manual mode: runs) the recovery walk of a lazy open. REQUIRES: not from a task.
-  void WaitRecovered() const;
+  void WaitRecovered() const { WaitWhile(recovering_); }
+  // Waits until `busy` is false, running queued tasks meanwhile (manual mode runs them only so).
+  void WaitWhile(const std::atomic<bool>& busy) const;
   // The size counter's share of a write to head a: during the recovery walk, only a head it
   // has passed counts (it counts the others itself). REQUIRES: a's stripe locked.
   PMHASH_ALWAYS_INLINE void CountLive(uint64_t a, int64_t d) {
@@ -733,8 +744,10 @@ class SmartHt : public index::EngineBase<SmartHt<P, kRecords>, P, Config> {
   // lazy: the chains are still to be walked (RecoverTask), c counts only the cleaned pairs.
   Status Serve(uint64_t geo, const WalkCounts& c, bool lazy = false);
   Status Quiesce();
-  // Loads the filter saved at root 1 if it matches this table; false otherwise.
-  bool LoadSavedFilter(uint64_t off, uint64_t live);
+  // Takes the filter saved at root 1 if its header matches this table: its chunks held (named
+  // by the loaded image, *held; or marked now), its counts; LoadFilterTask reads the blocks.
+  bool HoldSavedFilter(uint64_t off, uint64_t live, uint64_t* held);
+  Status LoadFilterTask();
   Status SaveFilter();
 
   // Table. geo_ mirrors root 0; it moves on only under the stripes of the heads it adds (read it
@@ -760,7 +773,13 @@ class SmartHt : public index::EngineBase<SmartHt<P, kRecords>, P, Config> {
   std::atomic<int64_t> stale_{0};         // keys erased since the filter was built
   std::atomic<uint64_t> filter_keys_{0};  // keys added since the filter was built
   std::atomic<uint64_t> filter_capacity_{0};  // keys the live filter was sized for
-  bool filter_loaded_ = false;
+  std::atomic<bool> filter_loaded_{false};
+  // The saved filter of a clean open: its offset and chunks (LoadState: the chunks its image
+  // named), held until LoadFilterTask has read them; loading_: writers mark their stripe dirty;
+  // filter_pending_: the chunks are still held (CheckInvariants waits).
+  uint64_t saved_filter_ = 0, saved_filter_chunks_ = 0;
+  std::atomic<bool> loading_{false};
+  mutable std::atomic<bool> filter_pending_{false};
 
   Mutex resize_mu_;   // split batches, one at a time
   Mutex rebuild_mu_;  // filter rebuilds, one at a time
@@ -853,7 +872,11 @@ void SmartHt<P, R>::WaitStopTheWorld() const {
 template <pm::PersistPolicy P, bool R>
 void SmartHt<P, R>::AddToFilters(uint64_t h) {
   filter_->Add(h);
-  if (BloomFilter* b = building_.load(std::memory_order_acquire)) b->Add(h);
+  if (BloomFilter* b = building_.load(std::memory_order_acquire)) {
+    b->Add(h);
+  } else if (loading_.load(std::memory_order_relaxed)) [[unlikely]] {
+    stripes_[StripeOf(h)].dirty = true;  // (h's stripe is locked: Write)
+  }
   filter_keys_.fetch_add(1, std::memory_order_relaxed);
 }
 
@@ -1056,6 +1079,7 @@ Status SmartHt<P, R>::WalkChains(uint64_t geo, WalkCounts* c) {
 // after a crash, the lazy open (I10) when root 3 bounds the chains.
 template <pm::PersistPolicy P, bool R>
 Status SmartHt<P, R>::Recover() {
+  saved_filter_chunks_ = 0;  // (a failed LoadState's: the allocator starts empty)
   const uint64_t geo = pool_->root(0);
   PMHASH_RETURN_IF_ERROR(CheckGeometry(geo));
   if constexpr (!R) {
@@ -1174,9 +1198,9 @@ Status SmartHt<P, R>::RecoverTask() PMHASH_NO_THREAD_SAFETY_ANALYSIS {
 }
 
 template <pm::PersistPolicy P, bool R>
-void SmartHt<P, R>::WaitRecovered() const {
-  while (recovering_.load(std::memory_order_acquire) && !background_.InTask()) {
-    if (!background_.RunOne()) recovering_.wait(true, std::memory_order_acquire);
+void SmartHt<P, R>::WaitWhile(const std::atomic<bool>& busy) const {
+  while (busy.load(std::memory_order_acquire) && !background_.InTask()) {
+    if (!background_.RunOne()) busy.wait(true, std::memory_order_acquire);
   }
 }
 
@@ -1219,8 +1243,8 @@ void SmartHt<P, R>::SaveState(pm::StateWriter& w) const requires(!R) {
 // link it does not bound: Next); the loaded allocator is checked against what the image and the
 // directory name: the directory, the segments and the saved filter inside the heap, named once
 // and in use, and the used chunks exactly those plus the chained buckets. The live count must be
-// the saved filter's, if one was saved. Then the saved filter's chunks are free (it is loaded
-// from them before anything allocates).
+// the saved filter's, if one was saved. The saved filter's chunks stay in use until the
+// background task that loads the filter has read them (Serve, LoadFilterTask).
 template <pm::PersistPolicy P, bool R>
 Status SmartHt<P, R>::LoadState(pm::StateReader& r) requires(!R) {
   const Status bad = Status::Corruption("smartht: saved state");
@@ -1241,7 +1265,7 @@ Status SmartHt<P, R>::LoadState(pm::StateReader& r) requires(!R) {
     if (pool_->template At<SavedFilterHeader>(filter)->keys != live) return bad;
   }
   if (!named.AllocatorHasAll() || alloc.used_chunks() != named.count() + chained) return bad;
-  if (filter != 0) alloc.Free(filter, static_cast<uint32_t>(filter_chunks));
+  saved_filter_chunks_ = filter_chunks;
   return Serve(geo, WalkCounts{live, chained, 0});
 }
 
@@ -1268,11 +1292,20 @@ Status SmartHt<P, R>::Serve(uint64_t geo, const WalkCounts& c, bool lazy) {
   EstablishBound();
   lazy_ = lazy;
 
+  // I7: the filter saved at the last Close, if this open may trust it; its blocks are loaded in
+  // the background (LoadFilterTask), the chunks held until then.
   const uint64_t saved = pool_->root(1);
-  filter_loaded_ = !lazy && !pool_->created() && pool_->was_clean() && saved != 0 &&
-                   LoadSavedFilter(saved, live);
+  uint64_t held = saved_filter_chunks_;  // (LoadState: named and in use)
+  saved_filter_chunks_ = 0;
+  const bool use_saved = !lazy && !pool_->created() && pool_->was_clean() && saved != 0 &&
+                         HoldSavedFilter(saved, live, &held);
+  if (!use_saved && held != 0) pool_->allocator().Free(saved, static_cast<uint32_t>(held));
+  filter_loaded_.store(use_saved, std::memory_order_release);
   if (saved != 0) pool_->SetRoot(1, 0);  // I7: durable before any write of this open
-  if (!filter_loaded_) {
+  if (use_saved) {
+    filter_ = std::make_unique<BloomFilter>(64);  // (a placeholder: see below)
+    if (!*filter_) return Status::OutOfMemory("smartht: Bloom filter");
+  } else {
     // A lazy open knows no count yet: the filter is sized for the table at its growth
     // threshold (the walk's end rebuilds it larger if the keys are more).
     const double per_head = params_.grow_keys_per_head > 0 ? params_.grow_keys_per_head : kSlots;
@@ -1289,11 +1322,15 @@ Status SmartHt<P, R>::Serve(uint64_t geo, const WalkCounts& c, bool lazy) {
     stale_.store(0);
     filter_keys_.store(0);
   }
-  const bool complete = filter_loaded_ || (live == 0 && !lazy);
+  const bool complete = live == 0 && !lazy && !use_saved;
   complete_.store(complete, std::memory_order_release);
   if (!complete) {
     rebuild_pending_.store(true);
-    if (lazy) {
+    if (use_saved) {
+      loading_.store(true, std::memory_order_relaxed);
+      filter_pending_.store(true, std::memory_order_release);
+      PMHASH_RETURN_IF_ERROR(background_.Schedule([this] { return LoadFilterTask(); }));
+    } else if (lazy) {
       served_at_ = std::chrono::steady_clock::now();
       recovering_.store(true, std::memory_order_release);
       PMHASH_RETURN_IF_ERROR(background_.Schedule([this] { return RecoverTask(); }));
@@ -1305,8 +1342,8 @@ Status SmartHt<P, R>::Serve(uint64_t geo, const WalkCounts& c, bool lazy) {
 }
 
 template <pm::PersistPolicy P, bool R>
-bool SmartHt<P, R>::LoadSavedFilter(uint64_t off, uint64_t live) {
-  const pm::ChunkAllocator& alloc = pool_->allocator();
+bool SmartHt<P, R>::HoldSavedFilter(uint64_t off, uint64_t live, uint64_t* held) {
+  pm::ChunkAllocator& alloc = pool_->allocator();
   if (!alloc.ValidChunk(off, 1)) return false;
   const auto* hdr = pool_->template At<SavedFilterHeader>(off);
   const uint64_t blocks = hdr->blocks;
@@ -1315,20 +1352,87 @@ bool SmartHt<P, R>::LoadSavedFilter(uint64_t off, uint64_t live) {
       !alloc.ValidChunk(off, static_cast<uint32_t>(blocks + 1))) {
     return false;
   }
-  const char* data = pool_->base() + off + sizeof(SavedFilterHeader);
-  SavedFilterHeader h = *hdr;
-  h.checksum = 0;
-  const uint64_t sum = XXH3_64bits_withSeed(data, blocks * 64, XXH3_64bits(&h, sizeof(h)));
-  if (sum != hdr->checksum) return false;
-  auto f = std::make_unique<BloomFilter>(blocks);
-  if (!*f) return false;
-  const auto* words = reinterpret_cast<const uint64_t*>(data);
-  for (uint64_t i = 0; i < blocks * 8; i++) f->SetWord(i, words[i]);
-  filter_ = std::move(f);
+  // In use until the task has read them: named by the image, or marked now (after a walk,
+  // which reaches no saved filter).
+  if (*held != 0 ? *held != blocks + 1
+                 : !alloc.MarkReachable(off, static_cast<uint32_t>(blocks + 1)).ok()) {
+    return false;
+  }
+  *held = blocks + 1;
+  saved_filter_ = off;
+  saved_filter_chunks_ = blocks + 1;
   filter_capacity_.store(blocks * BloomFilter::kBlockBits / params_.filter_bits_per_key);
   stale_.store(static_cast<int64_t>(hdr->stale));
   filter_keys_.store(live + hdr->stale);
   return true;
+}
+
+// The saved filter of a clean open, loaded while the index serves (its blocks are tens of MB
+// at millions of keys: checksum, copy and page faults were most of a clean open). Until it is
+// swapped in, searches go to PM (the filter is incomplete) and writers mark their stripe dirty;
+// once the copy is published as the filter being built (writers add to it), the chains of the
+// dirty stripes are walked for the keys written before. A copy that fails its checksum is
+// replaced by a rebuild from the chains. Persists nothing; frees the saved chunks.
+template <pm::PersistPolicy P, bool R>
+Status SmartHt<P, R>::LoadFilterTask() PMHASH_NO_THREAD_SAFETY_ANALYSIS {
+  bool ok = false;
+  {
+    LockGuard<Mutex> g(rebuild_mu_);
+    const auto* hdr = pool_->template At<SavedFilterHeader>(saved_filter_);
+    const uint64_t blocks = saved_filter_chunks_ - 1;
+    const char* data = pool_->base() + saved_filter_ + sizeof(SavedFilterHeader);
+    SavedFilterHeader h = *hdr;
+    h.checksum = 0;
+    auto nf = std::make_unique<BloomFilter>(blocks);
+    ok = *nf && XXH3_64bits_withSeed(data, blocks * 64, XXH3_64bits(&h, sizeof(h))) ==
+                    hdr->checksum;
+    if (ok) {
+      const auto* words = reinterpret_cast<const uint64_t*>(data);
+      for (uint64_t i = 0; i < blocks * 8; i++) nf->SetWord(i, words[i]);
+    }
+    std::vector<uint8_t> dirty(stripes_.size());
+    LockAll();
+    if (ok) building_.store(nf.get(), std::memory_order_release);
+    loading_.store(false, std::memory_order_relaxed);
+    for (size_t x = 0; x < stripes_.size(); x++) {
+      dirty[x] = stripes_[x].dirty;
+      stripes_[x].dirty = false;
+    }
+    UnlockAll();
+    pool_->allocator().Free(saved_filter_, static_cast<uint32_t>(saved_filter_chunks_));
+    filter_pending_.store(false, std::memory_order_release);
+    filter_pending_.notify_all();
+    if (ok) {
+      // The keys written before the copy was published, in the chains of the dirty stripes
+      // (a split moves a key only to a higher head of the same stripe: still ahead).
+      FilterFill fill(nf.get());
+      for (uint64_t i = 0; i < HeadsInUse(geo_.load(std::memory_order_acquire)); i++) {
+        if (!dirty[StripeOf(i)]) continue;
+        RwSpinLock& l = stripes_[StripeOf(i)].lock;
+        l.lock_shared();
+        if (i < HeadsInUse(geo_.load(std::memory_order_acquire))) {
+          ForChain(i, [&](const PmBucket* b) {
+            for (int j = 0; j < kSlots; j++) {
+              if (b->tokens[j].load(std::memory_order_relaxed) != 0) {
+                fill.Add(SlotHash(b->slots[j].key.load(std::memory_order_relaxed)));
+              }
+            }
+          });
+        }
+        l.unlock_shared();
+      }
+      fill.Flush();
+      LockAll();
+      filter_ = std::move(nf);
+      building_.store(nullptr, std::memory_order_relaxed);
+      complete_.store(true, std::memory_order_release);
+      UnlockAll();
+      rebuild_pending_.store(false);
+    } else {
+      filter_loaded_.store(false, std::memory_order_release);
+    }
+  }
+  return ok ? Status::OK() : RebuildFilterTask();  // (rebuild_pending_ still set)
 }
 
 // Close: the filter (complete: the background work has been drained) into fresh chunks, then
@@ -1928,7 +2032,7 @@ IndexStats SmartHt<P, R>::Stats() const PMHASH_NO_THREAD_SAFETY_ANALYSIS {
   add("smartht.filter.bits_per_key",
       s.size ? static_cast<double>(filter_blocks * 512) / static_cast<double>(s.size) : 0);
   add("smartht.filter.complete", complete_.load() ? 1 : 0);
-  add("smartht.filter.loaded", filter_loaded_ ? 1 : 0);
+  add("smartht.filter.loaded", filter_loaded_.load() ? 1 : 0);
   add("smartht.filter.rebuilds", static_cast<double>(rebuilds_.load()));
   add("smartht.filter.stale", static_cast<double>(std::max<int64_t>(0, stale_.load())));
   add("smartht.filter.false_positives", static_cast<double>(false_positives_.Sum()));
@@ -1949,6 +2053,7 @@ Status SmartHt<P, R>::CheckInvariants() const PMHASH_NO_THREAD_SAFETY_ANALYSIS {
     return Status::Corruption("smartht invariant: " + what);
   };
   WaitRecovered();
+  WaitWhile(filter_pending_);  // (the saved filter's chunks are held until it is read)
   if (failed_.load(std::memory_order_acquire)) return failure_;
   // No split, and no filter swap (a rebuild task may still run: it writes nothing to PM).
   LockGuard<Mutex> g(const_cast<Mutex&>(resize_mu_));
