@@ -227,8 +227,12 @@ bool ChunkAllocator::LoadBitmap(const uint64_t* src) {
   for (uint64_t w = 0; w < bits_.size(); w++) {
     bits_[w] = src[w];
     if (src[w] == 0) continue;
-    used_ += static_cast<uint64_t>(std::popcount(src[w]));
-    if (src[w] == ~uint64_t{0}) full_[w >> 6] |= uint64_t{1} << (w & 63);
+    if (src[w] == ~uint64_t{0}) {  // (most words of a used heap: no popcount, a library call)
+      used_ += 64;
+      full_[w >> 6] |= uint64_t{1} << (w & 63);
+    } else {
+      used_ += static_cast<uint64_t>(std::popcount(src[w]));
+    }
     high_water_ = w * 64 + 64 - static_cast<uint64_t>(std::countl_zero(src[w]));
   }
   hints_.fill(0);
