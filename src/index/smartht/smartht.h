@@ -615,6 +615,15 @@ class SmartHt : public index::EngineBase<SmartHt<P, kRecords>, P, Config> {
     uint64_t hops = 0;
     for (const PmBucket* b = HeadAt(i); b != nullptr; b = Next(b, &hops)) fn(b);
   }
+  // Calls fn(slot) for every live slot of head i's chain.
+  template <class Fn>
+  void ForLiveSlots(uint64_t i, Fn&& fn) const {
+    ForChain(i, [&](const PmBucket* b) {
+      for (int j = 0; j < kSlots; j++) {
+        if (b->tokens[j].load(std::memory_order_relaxed) != 0) fn(b->slots[j]);
+      }
+    });
+  }
   // A key as the search compares it: the inline key, or hash + bytes (smartht-kv).
   using Probe = index::KeyProbe;
   using Keys = index::ProbeKeys<kRecords>;  // src/index/records.h
@@ -683,6 +692,10 @@ class SmartHt : public index::EngineBase<SmartHt<P, kRecords>, P, Config> {
   Status AddSegment(uint32_t k) PMHASH_REQUIRES(resize_mu_);
   void MaybeScheduleRebuild();
   void ScheduleRebuild();
+  // Swaps a filled filter in, every stripe locked: complete from then on, none being built,
+  // rebuild_pending_ cleared. built_keys: a filter filled from the chains, with that many keys
+  // and none stale; nullopt: a loaded copy, whose counts were set at open.
+  void InstallFilter(std::unique_ptr<BloomFilter> nf, std::optional<uint64_t> built_keys);
   Status RebuildFilterTask();
 
   Status Create();
@@ -1173,22 +1186,19 @@ Status SmartHt<P, R>::RecoverTask() PMHASH_NO_THREAD_SAFETY_ANALYSIS {
     chained_.fetch_add(c.chained, std::memory_order_relaxed);
   }
   reach_.reset();
-  LockAll();
   if (st.ok()) {
-    filter_ = std::move(nf);
-    stale_.store(0, std::memory_order_relaxed);
-    filter_keys_.fetch_add(c.live, std::memory_order_relaxed);
-    complete_.store(true, std::memory_order_release);
+    InstallFilter(std::move(nf), c.live);
+  } else {
+    LockAll();
+    building_.store(nullptr, std::memory_order_relaxed);
+    UnlockAll();
   }
-  building_.store(nullptr, std::memory_order_relaxed);
-  UnlockAll();
   walk_seconds_ =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - served_at_).count();
   if (!st.ok()) {
     failure_ = st;  // (rebuild_pending_ stays set: no rebuild of a damaged pool)
     failed_.store(true, std::memory_order_release);
   } else {
-    rebuild_pending_.store(false);
     rebuilds_.fetch_add(1, std::memory_order_relaxed);
   }
   recovering_.store(false, std::memory_order_release);
@@ -1411,23 +1421,14 @@ Status SmartHt<P, R>::LoadFilterTask() PMHASH_NO_THREAD_SAFETY_ANALYSIS {
         RwSpinLock& l = stripes_[StripeOf(i)].lock;
         l.lock_shared();
         if (i < HeadsInUse(geo_.load(std::memory_order_acquire))) {
-          ForChain(i, [&](const PmBucket* b) {
-            for (int j = 0; j < kSlots; j++) {
-              if (b->tokens[j].load(std::memory_order_relaxed) != 0) {
-                fill.Add(SlotHash(b->slots[j].key.load(std::memory_order_relaxed)));
-              }
-            }
+          ForLiveSlots(i, [&](const PmSlot& sl) {
+            fill.Add(SlotHash(sl.key.load(std::memory_order_relaxed)));
           });
         }
         l.unlock_shared();
       }
       fill.Flush();
-      LockAll();
-      filter_ = std::move(nf);
-      building_.store(nullptr, std::memory_order_relaxed);
-      complete_.store(true, std::memory_order_release);
-      UnlockAll();
-      rebuild_pending_.store(false);
+      InstallFilter(std::move(nf), std::nullopt);
     } else {
       filter_loaded_.store(false, std::memory_order_release);
     }
@@ -1710,27 +1711,31 @@ Status SmartHt<P, R>::RebuildFilterTask() PMHASH_NO_THREAD_SAFETY_ANALYSIS {
   FilterFill fill(nf.get());
   WalkHeads([&](uint64_t i) {
     PrefetchChainAhead(i, HeadsInUse(geo_.load(std::memory_order_acquire)));
-    ForChain(i, [&](const PmBucket* b) {
-      for (int j = 0; j < kSlots; j++) {
-        if (b->tokens[j].load(std::memory_order_relaxed) != 0) {
-          fill.Add(SlotHash(b->slots[j].key.load(std::memory_order_relaxed)));
-          added++;
-        }
-      }
+    ForLiveSlots(i, [&](const PmSlot& sl) {
+      fill.Add(SlotHash(sl.key.load(std::memory_order_relaxed)));
+      added++;
     });
   });
   fill.Flush();
-  LockAll();
-  filter_ = std::move(nf);
   filter_capacity_.store(capacity, std::memory_order_relaxed);
-  building_.store(nullptr, std::memory_order_relaxed);
-  stale_.store(0, std::memory_order_relaxed);
-  filter_keys_.fetch_add(added, std::memory_order_relaxed);
-  complete_.store(true, std::memory_order_release);
-  UnlockAll();
-  rebuild_pending_.store(false);  // (erases during the walk are forgotten with stale_)
+  InstallFilter(std::move(nf), added);  // (erases during the walk are forgotten with stale_)
   rebuilds_.fetch_add(1, std::memory_order_relaxed);
   return Status::OK();
+}
+
+template <pm::PersistPolicy P, bool R>
+void SmartHt<P, R>::InstallFilter(std::unique_ptr<BloomFilter> nf,
+                                  std::optional<uint64_t> built_keys) {
+  LockAll();
+  filter_ = std::move(nf);
+  building_.store(nullptr, std::memory_order_relaxed);
+  if (built_keys) {
+    stale_.store(0, std::memory_order_relaxed);
+    filter_keys_.fetch_add(*built_keys, std::memory_order_relaxed);
+  }
+  complete_.store(true, std::memory_order_release);
+  UnlockAll();
+  rebuild_pending_.store(false);
 }
 
 template <pm::PersistPolicy P, bool R>
@@ -1976,13 +1981,7 @@ void SmartHt<P, R>::WalkLiveSlots(Take&& take, Done&& done) const
   // index).
   LockGuard<Mutex> g(const_cast<Mutex&>(resize_mu_));
   WalkHeads(
-      [&](uint64_t i) {
-        ForChain(i, [&](const PmBucket* b) {
-          for (int j = 0; j < kSlots; j++) {
-            if (b->tokens[j].load(std::memory_order_relaxed) != 0) take(b->slots[j]);
-          }
-        });
-      },
+      [&](uint64_t i) { ForLiveSlots(i, take); },
       done);
 }
 
