@@ -1334,6 +1334,61 @@ TEST(ChunkAllocator, ChunkSetNamesChunksOnce) {
   EXPECT_EQ(s.count(), 142u);
 }
 
+// The saved image's bitmap (saved_state.h): UsedWords() ends at the last word with a chunk in
+// use; LoadBitmap of that prefix frees every chunk past it (also ones allocated before the
+// load) and refuses more words than the bitmap has or a bit past the last chunk.
+TEST(ChunkAllocator, LoadBitmapTakesTheUsedPrefix) {
+  pm::ChunkAllocator a(4096, 64, 300);  // 5 words, the last with 44 chunks
+  a.Reset();
+  EXPECT_EQ(a.UsedWords(), 0u);
+  ASSERT_TRUE(a.MarkReachable(4096 + 3 * 64, 2).ok());
+  ASSERT_TRUE(a.MarkReachable(4096 + 130 * 64).ok());
+  EXPECT_EQ(a.UsedWords(), 3u);
+  a.Free(4096 + 130 * 64);
+  EXPECT_EQ(a.UsedWords(), 1u) << "the high water is only a bound";
+  std::vector<uint64_t> words(a.bitmap_words());
+  a.CopyBitmap(words.data(), a.UsedWords());
+  EXPECT_EQ(words[0], uint64_t{3} << 3);
+  ASSERT_TRUE(a.MarkReachable(4096 + 200 * 64, 90).ok());  // words 3-4: past the prefix
+  ASSERT_TRUE(a.LoadBitmap(words.data(), 1));
+  EXPECT_EQ(a.used_chunks(), 2u);
+  EXPECT_EQ(a.high_water(), 5u);
+  EXPECT_FALSE(a.IsUsed(4096 + 250 * 64)) << "cleared past the loaded words";
+  EXPECT_TRUE(a.RangeUsed(4096 + 3 * 64, 2));
+  EXPECT_FALSE(a.RangeUsed(4096 + 3 * 64, 3));
+  EXPECT_FALSE(a.RangeUsed(4096 + 299 * 64, 2)) << "past the heap";
+  EXPECT_FALSE(a.LoadBitmap(words.data(), 6)) << "more words than the bitmap";
+  words.assign(5, 0);
+  words[4] = uint64_t{1} << 44;  // chunk 300: past the last
+  EXPECT_FALSE(a.LoadBitmap(words.data(), 5));
+  EXPECT_EQ(a.used_chunks(), 2u) << "a refused load changes nothing";
+}
+
+// ChunkRanges (SmartHT's open: a few large ranges checked without a heap-sized set): bounds
+// at Add, a chunk named twice (overlap in any order), every chunk in use, the count.
+TEST(ChunkAllocator, ChunkRangesAreDisjointAndUsed) {
+  pm::ChunkAllocator a(4096, 64, 300);
+  a.Reset();
+  ASSERT_TRUE(a.MarkReachable(4096 + 60 * 64, 140).ok());  // chunks 60..199
+  pm::ChunkRanges r(a);
+  EXPECT_FALSE(r.Add(4096 + 299 * 64, 2)) << "runs past the heap";
+  EXPECT_FALSE(r.Add(4096 + 8));
+  EXPECT_TRUE(r.Add(4096 + 130 * 64, 70));  // 130..199
+  EXPECT_TRUE(r.Add(4096 + 60 * 64, 70));   // 60..129
+  EXPECT_TRUE(r.Disjoint());
+  EXPECT_TRUE(r.AllUsed());
+  EXPECT_EQ(r.count(), 140u);
+  pm::ChunkSet set(a);
+  EXPECT_TRUE(r.AddTo(set));
+  EXPECT_TRUE(set.EqualsAllocator());
+  EXPECT_TRUE(r.Add(4096 + 10 * 64));
+  EXPECT_FALSE(r.AllUsed()) << "chunk 10 is free";
+  pm::ChunkRanges twice(a);
+  EXPECT_TRUE(twice.Add(4096 + 129 * 64, 2));  // 129..130
+  EXPECT_TRUE(twice.Add(4096 + 60 * 64, 70));  // 60..129
+  EXPECT_FALSE(twice.Disjoint());
+}
+
 // The lazy recovery protocol (smartht.h I10): while a walk runs, nothing below the claimed bound
 // is handed out; SettleBelow then keeps below it exactly what the walk named, and above it what
 // was allocated meanwhile.

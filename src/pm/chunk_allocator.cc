@@ -199,9 +199,17 @@ uint64_t ChunkAllocator::high_water() const {
   return high_water_;
 }
 
-void ChunkAllocator::CopyBitmap(uint64_t* dst) const {
+uint64_t ChunkAllocator::UsedWords() const {
   LockGuard<SpinLock> g(mu_);
-  std::copy(bits_.begin(), bits_.end(), dst);
+  // No bit at or past high_water_ is set (Reset and LoadBitmap set it, every marking raises it).
+  uint64_t w = std::min<uint64_t>(bits_.size(), (high_water_ + 63) / 64);
+  while (w > 0 && bits_[w - 1] == 0) w--;
+  return w;
+}
+
+void ChunkAllocator::CopyBitmap(uint64_t* dst, uint64_t words) const {
+  LockGuard<SpinLock> g(mu_);
+  std::copy_n(bits_.begin(), std::min<uint64_t>(words, bits_.size()), dst);
 }
 
 bool ChunkAllocator::BitmapEquals(const uint64_t* words) const {
@@ -217,14 +225,21 @@ bool ChunkAllocator::BitmapCovers(const uint64_t* words) const {
   return true;
 }
 
-bool ChunkAllocator::LoadBitmap(const uint64_t* src) {
+bool ChunkAllocator::LoadBitmap(const uint64_t* src, uint64_t words) {
+  if (words > bitmap_words()) return false;
   const uint64_t tail = chunk_count_ & 63;
-  if (tail != 0 && (src[bitmap_words() - 1] >> tail) != 0) return false;
+  if (words == bitmap_words() && tail != 0 && (src[words - 1] >> tail) != 0) return false;
   LockGuard<SpinLock> g(mu_);
+  // The words past `words` that may be set: those below the old high water (none past it).
+  std::fill(bits_.begin() + static_cast<std::ptrdiff_t>(words),
+            bits_.begin() + static_cast<std::ptrdiff_t>(
+                                std::max(words, std::min<uint64_t>(bits_.size(),
+                                                                   (high_water_ + 63) / 64))),
+            0);
   std::fill(full_.begin(), full_.end(), 0);
   used_ = 0;
   high_water_ = 0;
-  for (uint64_t w = 0; w < bits_.size(); w++) {
+  for (uint64_t w = 0; w < words; w++) {
     bits_[w] = src[w];
     if (src[w] == 0) continue;
     if (src[w] == ~uint64_t{0}) {  // (most words of a used heap: no popcount, a library call)
@@ -237,6 +252,18 @@ bool ChunkAllocator::LoadBitmap(const uint64_t* src) {
   }
   hints_.fill(0);
   aligned_hint_ = 0;
+  return true;
+}
+
+bool ChunkAllocator::RangeUsed(uint64_t offset, uint32_t n) const {
+  if (!ValidChunk(offset, n)) return false;
+  const uint64_t i = (offset - heap_offset_) / chunk_size_;
+  LockGuard<SpinLock> g(mu_);
+  for (uint64_t j = i; j < i + n;) {
+    const uint64_t w = j >> 6;
+    const uint64_t mask = BitmapWordMask(&j, i + n);
+    if ((bits_[w] & mask) != mask) return false;
+  }
   return true;
 }
 

@@ -24,6 +24,7 @@
 #include <memory>
 #include <vector>
 
+#include "common/huge_array.h"
 #include "common/locks.h"
 #include "pmhash/status.h"
 
@@ -64,16 +65,21 @@ class ChunkAllocator {
   // 1 + the highest chunk marked or allocated since the last Reset/LoadBitmap (0: none).
   uint64_t high_water() const PMHASH_EXCLUDES(mu_);
 
-  // The bitmap as bitmap_words() words (bit i of word w: chunk 64w + i in use), for the image a
-  // clean Close saves (saved_state.h); LoadBitmap replaces the bitmap with such words, as
-  // Reset() + MarkReachable of every set bit would, and fails (changing nothing) if a bit past
-  // the last chunk is set.
+  // The bitmap as words (bit i of word w: chunk 64w + i in use), for the image a clean Close
+  // saves (saved_state.h): its first UsedWords() words hold every used chunk (the rest are
+  // zero), so an image costs the heap in use, not the pool's size. CopyBitmap copies the first
+  // `words`; LoadBitmap replaces the bitmap with `words` such words and zeros after them, as
+  // Reset() + MarkReachable of every set bit would, and fails (changing nothing) if `words` is
+  // more than bitmap_words() or a bit past the last chunk is set.
   uint64_t bitmap_words() const { return (chunk_count_ + 63) / 64; }
-  void CopyBitmap(uint64_t* dst) const PMHASH_EXCLUDES(mu_);
+  uint64_t UsedWords() const PMHASH_EXCLUDES(mu_);
+  void CopyBitmap(uint64_t* dst, uint64_t words) const PMHASH_EXCLUDES(mu_);
+  bool LoadBitmap(const uint64_t* src, uint64_t words) PMHASH_EXCLUDES(mu_);
   // True if the bitmap equals these bitmap_words() words; Covers: if it has every bit they have.
   bool BitmapEquals(const uint64_t* words) const PMHASH_EXCLUDES(mu_);
   bool BitmapCovers(const uint64_t* words) const PMHASH_EXCLUDES(mu_);
-  bool LoadBitmap(const uint64_t* src) PMHASH_EXCLUDES(mu_);
+  // True if [offset, offset + n chunks) is ValidChunk and every chunk of it is in use.
+  bool RangeUsed(uint64_t offset, uint32_t n) const PMHASH_EXCLUDES(mu_);
 
   // True if [offset, offset + n*chunk) is inside the heap and chunk-aligned.
   bool ValidChunk(uint64_t offset, uint32_t n = 1) const;
@@ -134,11 +140,14 @@ class ChunkAllocator {
 // (nothing named that the allocator lacks, nothing allocated that is unnamed).
 class ChunkSet {
  public:
-  // The words come from calloc: zero pages the kernel maps as they are first touched, so a set
-  // over a large heap costs its owner nothing until it names chunks (a lazy open makes one).
+  // The words are a fresh anonymous mapping (AllocateHugeZeroed; not calloc, which reuses and
+  // clears heap memory once glibc has raised its mmap threshold): zero pages the kernel maps as
+  // they are first touched, so a set over a large heap costs its owner little until it names
+  // chunks.
   explicit ChunkSet(const ChunkAllocator& a)
       : a_(a),
-        words_(static_cast<uint64_t*>(std::calloc(std::max<uint64_t>(1, a.bitmap_words()), 8))) {}
+        bytes_(std::max<uint64_t>(1, a.bitmap_words()) * sizeof(uint64_t)),
+        words_(static_cast<uint64_t*>(AllocateHugeZeroed(bytes_)), Free{bytes_}) {}
   // False if the words could not be allocated: every Add then fails.
   bool ok() const { return words_ != nullptr; }
   // Adds [offset, offset + n chunks). False (the set unchanged but for a prefix of the range)
@@ -165,9 +174,54 @@ class ChunkSet {
  private:
   const ChunkAllocator& a_;
   struct Free {
-    void operator()(uint64_t* p) const { std::free(p); }
+    size_t bytes;
+    void operator()(uint64_t* p) const { FreeHuge(p, bytes); }
   };
+  size_t bytes_;
   std::unique_ptr<uint64_t[], Free> words_;
+  uint64_t count_ = 0;
+};
+
+// A few ranges of heap chunks named by an open that checks them without a ChunkSet (a bitmap
+// the size of the heap, and a scan of it): SmartHT's directory, segments and saved filter.
+// Add bounds each range (ValidChunk); Disjoint requires that no chunk is named twice, AllUsed
+// that the allocator has every chunk named, count() is the chunks named.
+class ChunkRanges {
+ public:
+  explicit ChunkRanges(const ChunkAllocator& a) : a_(a) {}
+  bool Add(uint64_t offset, uint32_t n = 1) {
+    if (!a_.ValidChunk(offset, n)) return false;
+    ranges_.push_back({offset, n});
+    count_ += n;
+    return true;
+  }
+  bool Disjoint() {
+    std::sort(ranges_.begin(), ranges_.end());
+    for (size_t i = 1; i < ranges_.size(); i++) {
+      const Range& p = ranges_[i - 1];
+      if (p.offset + uint64_t{p.n} * a_.chunk_size() > ranges_[i].offset) return false;
+    }
+    return true;
+  }
+  bool AllUsed() const {
+    return std::all_of(ranges_.begin(), ranges_.end(),
+                       [this](const Range& r) { return a_.RangeUsed(r.offset, r.n); });
+  }
+  uint64_t count() const { return count_; }
+  // Adds every range to `set` (false if one is there already).
+  bool AddTo(ChunkSet& set) const {
+    return std::all_of(ranges_.begin(), ranges_.end(),
+                       [&set](const Range& r) { return set.Add(r.offset, r.n); });
+  }
+
+ private:
+  struct Range {
+    uint64_t offset;
+    uint32_t n;
+    bool operator<(const Range& o) const { return offset < o.offset; }
+  };
+  const ChunkAllocator& a_;
+  std::vector<Range> ranges_;
   uint64_t count_ = 0;
 };
 

@@ -26,18 +26,35 @@ uint64_t ImageChecksum(const Pool& pool, const SavedStateHeader& h, const char* 
 
 Status SaveStateImage(Pool& pool, const std::function<void(StateWriter&)>& save) {
   ChunkAllocator& alloc = pool.allocator();
-  const uint64_t words = alloc.bitmap_words();
   StateWriter count;
   save(count);
+  // The bitmap's words up to the last used chunk, the image's own included: a fraction of the
+  // bitmap where the pool is larger than its data, so the image, its checksum and its load cost
+  // the heap in use, not the pool's size. Sized for the words used before it is allocated; if
+  // its own chunks lie past them, sized again for the whole bitmap (which always fits).
+  uint64_t words = alloc.UsedWords();
+  uint64_t chunks = 0;
+  Result<uint64_t> off = uint64_t{0};
+  for (int attempt = 0;; attempt++) {
+    chunks = (sizeof(SavedStateHeader) + words * sizeof(uint64_t) + count.bytes() +
+              alloc.chunk_size() - 1) /
+             alloc.chunk_size();
+    if (chunks > std::numeric_limits<uint32_t>::max()) return Status::OK();  // S5: no image
+    off = alloc.Allocate(static_cast<uint32_t>(chunks));
+    if (!off.ok()) return Status::OK();  // S5: the next open walks
+    const uint64_t used = alloc.UsedWords();
+    if (used <= words) {
+      words = used;
+      break;
+    }
+    alloc.Free(off.value(), static_cast<uint32_t>(chunks));
+    if (attempt == 1) return Status::OK();  // (cannot happen: the whole bitmap fits)
+    words = alloc.bitmap_words();
+  }
   const uint64_t payload = words * sizeof(uint64_t) + count.bytes();
-  const uint64_t chunks = (sizeof(SavedStateHeader) + payload + alloc.chunk_size() - 1) /
-                          alloc.chunk_size();
-  if (chunks > std::numeric_limits<uint32_t>::max()) return Status::OK();  // S5: no image
-  auto off = alloc.Allocate(static_cast<uint32_t>(chunks));
-  if (!off.ok()) return Status::OK();  // S5: the next open walks
   char* image = pool.base() + off.value();
   char* data = image + sizeof(SavedStateHeader);
-  alloc.CopyBitmap(reinterpret_cast<uint64_t*>(data));  // with the image's own chunks set
+  alloc.CopyBitmap(reinterpret_cast<uint64_t*>(data), words);  // the image's chunks set
   StateWriter w(data + words * sizeof(uint64_t), count.bytes());
   save(w);
   if (w.bytes() != count.bytes()) {  // the engine wrote another size the second time: no image
@@ -66,19 +83,20 @@ bool LoadStateImage(Pool& pool, const std::function<Status(StateReader&)>& load)
                                 alloc.chunk_size())) {
     SavedStateHeader h;
     std::memcpy(&h, pool.base() + off, sizeof(h));
-    const uint64_t words = alloc.bitmap_words();
+    const uint64_t words = h.allocator_words;
     const uint64_t chunks_left = alloc.chunk_count() - (off - alloc.heap_offset()) /
                                                            alloc.chunk_size();
     // Every size bounded before it is used (S4): the image lies within the heap.
     const bool shape_ok =
-        h.magic == kSavedStateMagic && h.allocator_words == words && h.chunks >= 1 &&
+        h.magic == kSavedStateMagic && words >= 1 && words <= alloc.bitmap_words() &&
+        h.chunks >= 1 &&
         h.chunks <= chunks_left && h.chunks <= std::numeric_limits<uint32_t>::max() &&
         h.payload_bytes >= words * sizeof(uint64_t) &&
         h.payload_bytes <= h.chunks * alloc.chunk_size() - sizeof(SavedStateHeader);
     const char* data = pool.base() + off + sizeof(SavedStateHeader);
     if (shape_ok && ImageChecksum(pool, h, data) == h.checksum) {
       // Read in place: the image starts on a chunk, so its payload is 8-byte aligned.
-      if (alloc.LoadBitmap(reinterpret_cast<const uint64_t*>(data))) {
+      if (alloc.LoadBitmap(reinterpret_cast<const uint64_t*>(data), words)) {
         // The image's chunks are free from here on (nothing allocates during the load), so the
         // engine's accounting (used chunks == what its state names) holds without them.
         alloc.Free(off, static_cast<uint32_t>(h.chunks));

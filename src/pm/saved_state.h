@@ -13,8 +13,8 @@
 //   +0    SavedStateHeader, 64 B:
 //           [ magic "PMHSAVE1":64 | payload bytes:64 | chunks:64 | allocator words:64 ]
 //           [ checksum:64 | reserved: 24 zero bytes ]
-//   +64   the chunk allocator's bitmap (chunk_count bits, as 64-bit words; the image's own
-//         chunks are set in it)
+//   +64   the chunk allocator's bitmap, as 64-bit words, up to the word of the last chunk in
+//         use (the image's own chunks are set in it; the chunks past these words are free)
 //   ...   the engine's section: whatever its SaveState wrote, read back by its LoadState
 //
 //   checksum = XXH3-64 of the payload, seeded with XXH3-64 of the header (checksum field zero)
@@ -60,7 +60,7 @@ struct SavedStateHeader {
   uint64_t magic;
   uint64_t payload_bytes;    // after this header
   uint64_t chunks;           // chunks the image takes (header + payload, rounded up)
-  uint64_t allocator_words;  // (chunk_count + 63) / 64
+  uint64_t allocator_words;  // bitmap words saved: 1 to (chunk_count + 63) / 64
   uint64_t checksum;
   uint8_t reserved[24];
 };

@@ -821,6 +821,7 @@ class SmartHt : public index::EngineBase<SmartHt<P, kRecords>, P, Config> {
   std::atomic<bool> failed_{false};  // the walk found the pool damaged: failure_ says how
   Status failure_;                   // (written before failed_, read after it)
   std::unique_ptr<pm::ChunkSet> reach_;
+  std::unique_ptr<pm::ChunkRanges> dir_chunks_;  // the open's directory and segments, for reach_
   uint64_t claimed_ = 0;
   bool lazy_ = false;  // this open recovered lazily
   std::chrono::steady_clock::time_point served_at_{};
@@ -1109,22 +1110,24 @@ Status SmartHt<P, R>::Recover() {
   return Serve(geo, c);
 }
 
-// I10. The directory and the segments go into reach_ (below root 3, named once); the cut
-// batch's sources are cleaned now (their links only bounded: the walk checks them later), so
-// that every chain holds what I1 says before the first request; the chunks below root 3 are
-// held in the allocator until the walk settles them.
+// I10. The directory and the segments are checked (below root 3, named once) and kept for the
+// walk's reach_; the cut batch's sources are cleaned now (their links only bounded: the walk
+// checks them later), so that every chain holds what I1 says before the first request; the
+// chunks below root 3 are held in the allocator until the walk settles them.
 template <pm::PersistPolicy P, bool R>
 Status SmartHt<P, R>::RecoverLazily(uint64_t geo) {
   pm::ChunkAllocator& alloc = pool_->allocator();
   const uint64_t bound = pool_->root(3);
-  reach_ = std::make_unique<pm::ChunkSet>(alloc);
-  if (!reach_->ok()) return Status::OutOfMemory("smartht: the recovery walk's chunk set");
+  auto dir = std::make_unique<pm::ChunkRanges>(alloc);
   PMHASH_RETURN_IF_ERROR(RecoverDirectory(geo, [&](uint64_t off, uint32_t n) {
-    return reach_->Add(off, n) && off + uint64_t{n} * sizeof(PmBucket) <= bound
+    return dir->Add(off, n) && off + uint64_t{n} * sizeof(PmBucket) <= bound
                ? Status::OK()
-               : Status::Corruption("not heap chunks below root 3 named once: " +
-                                    std::to_string(off));
+               : Status::Corruption("not heap chunks below root 3: " + std::to_string(off));
   }));
+  if (!dir->Disjoint()) {
+    return Status::Corruption("smartht: the directory names a chunk twice");
+  }
+  dir_chunks_ = std::move(dir);
   const Cut cut = LastBatch(geo);
   std::unordered_set<uint64_t> seen;
   WalkCounts c;
@@ -1157,6 +1160,13 @@ Status SmartHt<P, R>::RecoverTask() PMHASH_NO_THREAD_SAFETY_ANALYSIS {
       filter_capacity_.load(std::memory_order_relaxed), params_.filter_bits_per_key));
   Status st = *nf ? Status::OK() : Status::OutOfMemory("smartht: Bloom filter");
   if (st.ok()) building_.store(nf.get(), std::memory_order_release);
+  // The chunk set starts with the directory and the segments (checked at the open: disjoint,
+  // below root 3); made here, not at the open, which it would cost a heap-sized allocation.
+  reach_ = std::make_unique<pm::ChunkSet>(alloc);
+  if (st.ok() && !(reach_->ok() && dir_chunks_ && dir_chunks_->AddTo(*reach_))) {
+    st = Status::OutOfMemory("smartht: the recovery walk's chunk set");
+  }
+  dir_chunks_.reset();
   WalkCounts c;
   std::unordered_set<uint64_t> seen;
   FilterFill fill(nf.get());
@@ -1266,7 +1276,7 @@ Status SmartHt<P, R>::LoadState(pm::StateReader& r) requires(!R) {
     return bad;  // (the whole section checked before Serve starts the background work)
   }
   pm::ChunkAllocator& alloc = pool_->allocator();
-  pm::ChunkSet named(alloc);
+  pm::ChunkRanges named(alloc);  // (a few ranges: no heap-sized ChunkSet)
   auto name = [&](uint64_t off, uint32_t n) { return named.Add(off, n) ? Status::OK() : bad; };
   PMHASH_RETURN_IF_ERROR(CheckGeometry(geo));
   PMHASH_RETURN_IF_ERROR(RecoverDirectory(geo, name));
@@ -1274,7 +1284,9 @@ Status SmartHt<P, R>::LoadState(pm::StateReader& r) requires(!R) {
     PMHASH_RETURN_IF_ERROR(name(filter, static_cast<uint32_t>(filter_chunks)));
     if (pool_->template At<SavedFilterHeader>(filter)->keys != live) return bad;
   }
-  if (!named.AllocatorHasAll() || alloc.used_chunks() != named.count() + chained) return bad;
+  if (!named.Disjoint() || !named.AllUsed() || alloc.used_chunks() != named.count() + chained) {
+    return bad;
+  }
   saved_filter_chunks_ = filter_chunks;
   return Serve(geo, WalkCounts{live, chained, 0});
 }
