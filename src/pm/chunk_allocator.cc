@@ -10,8 +10,8 @@ ChunkAllocator::ChunkAllocator(uint64_t heap_offset, uint32_t chunk_size, uint64
     : heap_offset_(heap_offset),
       chunk_size_(chunk_size),
       chunk_count_(chunk_count),
-      bits_((chunk_count + 63) / 64, 0),
-      full_((bits_.size() + 63) / 64, 0) {}
+      bits_(std::max<uint64_t>(1, (chunk_count + 63) / 64)),
+      full_(std::max<uint64_t>(1, ((chunk_count + 63) / 64 + 63) / 64)) {}
 
 void ChunkAllocator::SetLocked(uint64_t i, uint64_t n, bool used) {
   // A word at a time: the bits of [i, i + n) in word w, counted (a double Free changes nothing).
@@ -27,14 +27,14 @@ void ChunkAllocator::SetLocked(uint64_t i, uint64_t n, bool used) {
 }
 
 uint64_t ChunkAllocator::NextNonFullWord(uint64_t w) const {
-  while (w < bits_.size()) {
+  while (w < bitmap_words()) {
     const uint64_t open = ~full_[w >> 6] & (~uint64_t{0} << (w & 63));
     if (open != 0) {
-      return std::min<uint64_t>(bits_.size(), (w & ~uint64_t{63}) + std::countr_zero(open));
+      return std::min<uint64_t>(bitmap_words(), (w & ~uint64_t{63}) + std::countr_zero(open));
     }
     w = (w | 63) + 1;
   }
-  return bits_.size();
+  return bitmap_words();
 }
 
 Result<uint64_t> ChunkAllocator::Allocate(uint32_t n) {
@@ -144,8 +144,8 @@ void ChunkAllocator::Free(uint64_t offset, uint32_t n) {
 
 void ChunkAllocator::Reset() {
   LockGuard<SpinLock> g(mu_);
-  std::fill(bits_.begin(), bits_.end(), 0);
-  std::fill(full_.begin(), full_.end(), 0);
+  std::fill_n(bits_.data(), HighWaterWords(), 0);
+  std::fill_n(full_.data(), full_.size(), 0);
   used_ = 0;
   hints_.fill(0);
   aligned_hint_ = 0;
@@ -202,24 +202,24 @@ uint64_t ChunkAllocator::high_water() const {
 uint64_t ChunkAllocator::UsedWords() const {
   LockGuard<SpinLock> g(mu_);
   // No bit at or past high_water_ is set (Reset and LoadBitmap set it, every marking raises it).
-  uint64_t w = std::min<uint64_t>(bits_.size(), (high_water_ + 63) / 64);
+  uint64_t w = HighWaterWords();
   while (w > 0 && bits_[w - 1] == 0) w--;
   return w;
 }
 
 void ChunkAllocator::CopyBitmap(uint64_t* dst, uint64_t words) const {
   LockGuard<SpinLock> g(mu_);
-  std::copy_n(bits_.begin(), std::min<uint64_t>(words, bits_.size()), dst);
+  std::copy_n(bits_.data(), std::min<uint64_t>(words, bitmap_words()), dst);
 }
 
 bool ChunkAllocator::BitmapEquals(const uint64_t* words) const {
   LockGuard<SpinLock> g(mu_);
-  return std::equal(bits_.begin(), bits_.end(), words);
+  return std::equal(bits_.data(), bits_.data() + bitmap_words(), words);
 }
 
 bool ChunkAllocator::BitmapCovers(const uint64_t* words) const {
   LockGuard<SpinLock> g(mu_);
-  for (size_t w = 0; w < bits_.size(); w++) {
+  for (size_t w = 0; w < bitmap_words(); w++) {
     if ((words[w] & ~bits_[w]) != 0) return false;
   }
   return true;
@@ -231,12 +231,8 @@ bool ChunkAllocator::LoadBitmap(const uint64_t* src, uint64_t words) {
   if (words == bitmap_words() && tail != 0 && (src[words - 1] >> tail) != 0) return false;
   LockGuard<SpinLock> g(mu_);
   // The words past `words` that may be set: those below the old high water (none past it).
-  std::fill(bits_.begin() + static_cast<std::ptrdiff_t>(words),
-            bits_.begin() + static_cast<std::ptrdiff_t>(
-                                std::max(words, std::min<uint64_t>(bits_.size(),
-                                                                   (high_water_ + 63) / 64))),
-            0);
-  std::fill(full_.begin(), full_.end(), 0);
+  if (const uint64_t hw = HighWaterWords(); hw > words) std::fill_n(bits_.data() + words, hw - words, 0);
+  std::fill_n(full_.data(), full_.size(), 0);
   used_ = 0;
   high_water_ = 0;
   for (uint64_t w = 0; w < words; w++) {

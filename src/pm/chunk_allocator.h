@@ -42,6 +42,8 @@ inline uint64_t BitmapWordMask(uint64_t* j, uint64_t end) {
 class ChunkAllocator {
  public:
   ChunkAllocator(uint64_t heap_offset, uint32_t chunk_size, uint64_t chunk_count);
+  // False if the bitmap could not be allocated (the owner must not use the allocator).
+  bool ok() const PMHASH_NO_THREAD_SAFETY_ANALYSIS { return bits_ && full_; }
 
   // Offset (from the pool base) of n free contiguous chunks, now marked used.
   Result<uint64_t> Allocate(uint32_t n = 1) PMHASH_EXCLUDES(mu_);
@@ -103,14 +105,20 @@ class ChunkAllocator {
   void SetLocked(uint64_t i, uint64_t n, bool used) PMHASH_REQUIRES(mu_);
   // The first word of bits_ at or after w with a free chunk (bits_.size() if none).
   uint64_t NextNonFullWord(uint64_t w) const PMHASH_REQUIRES(mu_);
+  // The words that may have a bit set: those below high_water_.
+  uint64_t HighWaterWords() const PMHASH_REQUIRES(mu_) {
+    return std::min<uint64_t>(bitmap_words(), (high_water_ + 63) / 64);
+  }
 
   const uint64_t heap_offset_;
   const uint32_t chunk_size_;
   const uint64_t chunk_count_;
   mutable SpinLock mu_;
-  std::vector<uint64_t> bits_ PMHASH_GUARDED_BY(mu_);
+  // Fresh zero mappings (HugeArray): an open touches only the words it loads or marks. No bit
+  // at or past high_water_ is set, so Reset and LoadBitmap clear only the words below it.
+  HugeArray<uint64_t> bits_ PMHASH_GUARDED_BY(mu_);
   // Bit w: bits_[w] is full (every chunk used). First-fit scans skip 64 full words per step.
-  std::vector<uint64_t> full_ PMHASH_GUARDED_BY(mu_);
+  HugeArray<uint64_t> full_ PMHASH_GUARDED_BY(mu_);
   uint64_t used_ PMHASH_GUARDED_BY(mu_) = 0;
   // hints_[HintIndex(k)]: no run of HintLength(...) free chunks starts below this index (for
   // length 1: no free chunk below it). One per run length up to 64, then one per power of two,

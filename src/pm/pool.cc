@@ -292,6 +292,7 @@ Result<std::unique_ptr<Pool>> Pool::Open(const Options& o, const PoolSpec& spec)
   const PoolHeader* h = pool->header();
   pool->allocator_ =
       std::make_unique<ChunkAllocator>(h->heap_offset, h->chunk_size, h->chunk_count);
+  if (!pool->allocator_->ok()) return Status::OutOfMemory("the chunk allocator's bitmap");
   if (!pool->created_) {
     pool->was_clean_ = h->clean_shutdown.load() == 1;
     pool->header()->clean_shutdown.store(0);
