@@ -7,6 +7,7 @@
 #include "pm/background.h"
 
 #include <gtest/gtest.h>
+#include <sched.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -327,6 +328,22 @@ TEST(BackgroundConcurrent, TasksQueuedBeforeStartRunOnWorkers) {
   std::lock_guard<std::mutex> g(mu);
   ASSERT_EQ(ids.size(), 20u);
   for (const auto& id : ids) EXPECT_NE(id, std::this_thread::get_id());
+}
+
+// Workers run under SCHED_BATCH (background.h: a task that becomes runnable does not preempt
+// the foreground); the thread that started them keeps its own policy.
+TEST(BackgroundConcurrent, WorkersRunAsBatchThreads) {
+  const int mine = sched_getscheduler(0);
+  BackgroundWork bg(Threads(1));
+  std::atomic<int> policy{-1};
+  ASSERT_TRUE(bg.Schedule([&] {
+                  policy = sched_getscheduler(0);
+                  return Status::OK();
+                }).ok());
+  ASSERT_TRUE(bg.Start().ok());
+  EXPECT_TRUE(bg.Drain().ok());
+  EXPECT_EQ(policy.load(), SCHED_BATCH);
+  EXPECT_EQ(sched_getscheduler(0), mine);
 }
 
 // Drain waits for running tasks too, and for what they schedule.

@@ -1,5 +1,7 @@
 #include "pm/background.h"
 
+#include <sched.h>
+
 #include <algorithm>
 #include <chrono>
 #include <exception>
@@ -157,6 +159,11 @@ void BackgroundWork::RunTask(Task task) {
 }
 
 void BackgroundWork::WorkerLoop() {
+  // Foreground first (see the header): batch policy, then the CPU back to the thread that
+  // started this one, before the first task.
+  sched_param batch{};
+  (void)sched_setscheduler(0, SCHED_BATCH, &batch);
+  sched_yield();
   mu_.lock();
   for (;;) {
     while (!stop_ && (queue_.empty() || running_ >= limit_)) work_cv_.Wait(mu_);
