@@ -15,10 +15,10 @@ size_t MappedBytes(size_t bytes) {
 }
 }  // namespace
 
-void* AllocateHugeZeroed(size_t bytes) noexcept {
+void* AllocateHugeZeroed(size_t bytes, bool huge) noexcept {
   if (bytes == 0) return nullptr;
-  const size_t len = MappedBytes(bytes);
-  if (len < kHuge) {
+  const size_t len = MappedBytes(bytes);  // (also without `huge`: FreeHuge unmaps this length)
+  if (len < kHuge || !huge) {
     void* p = mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     return p == MAP_FAILED ? nullptr : p;
   }

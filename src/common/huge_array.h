@@ -21,8 +21,13 @@
 namespace pmhash {
 
 // nullptr on failure.
-void* AllocateHugeZeroed(size_t bytes) noexcept;
+// `huge`: advised MADV_HUGEPAGE (if at least 2 MiB). Without it, 4 KiB pages: for arrays that
+// are touched sparsely or once (the allocator's bitmap), where a first touch should not fault
+// in (and zero, and under THP's "madvise" defrag, compact memory for) a 2 MiB page.
+void* AllocateHugeZeroed(size_t bytes, bool huge = true) noexcept;
 void FreeHuge(void* p, size_t bytes) noexcept;
+
+enum class Pages { kHuge, kSmall };
 
 // A fixed-size array of value-initialised T (atomics, integers, pointers, small structs of them).
 template <class T>
@@ -31,8 +36,8 @@ class HugeArray {
 
  public:
   HugeArray() = default;
-  explicit HugeArray(size_t n) : n_(n) {
-    data_ = static_cast<T*>(AllocateHugeZeroed(n * sizeof(T)));
+  explicit HugeArray(size_t n, Pages pages = Pages::kHuge) : n_(n) {
+    data_ = static_cast<T*>(AllocateHugeZeroed(n * sizeof(T), pages == Pages::kHuge));
     if (!data_) {
       n_ = 0;
       return;

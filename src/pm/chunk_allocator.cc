@@ -10,8 +10,8 @@ ChunkAllocator::ChunkAllocator(uint64_t heap_offset, uint32_t chunk_size, uint64
     : heap_offset_(heap_offset),
       chunk_size_(chunk_size),
       chunk_count_(chunk_count),
-      bits_(std::max<uint64_t>(1, (chunk_count + 63) / 64)),
-      full_(std::max<uint64_t>(1, ((chunk_count + 63) / 64 + 63) / 64)) {}
+      bits_(std::max<uint64_t>(1, (chunk_count + 63) / 64), Pages::kSmall),
+      full_(std::max<uint64_t>(1, ((chunk_count + 63) / 64 + 63) / 64), Pages::kSmall) {}
 
 void ChunkAllocator::SetLocked(uint64_t i, uint64_t n, bool used) {
   // A word at a time: the bits of [i, i + n) in word w, counted (a double Free changes nothing).
@@ -228,10 +228,14 @@ bool ChunkAllocator::BitmapCovers(const uint64_t* words) const {
 bool ChunkAllocator::LoadBitmap(const uint64_t* src, uint64_t words) {
   if (words > bitmap_words()) return false;
   const uint64_t tail = chunk_count_ & 63;
-  if (words == bitmap_words() && tail != 0 && (src[words - 1] >> tail) != 0) return false;
+  if (words != 0 && words == bitmap_words() && tail != 0 && (src[words - 1] >> tail) != 0) {
+    return false;
+  }
   LockGuard<SpinLock> g(mu_);
   // The words past `words` that may be set: those below the old high water (none past it).
-  if (const uint64_t hw = HighWaterWords(); hw > words) std::fill_n(bits_.data() + words, hw - words, 0);
+  if (const uint64_t hw = HighWaterWords(); hw > words) {
+    std::fill_n(bits_.data() + words, hw - words, 0);
+  }
   std::fill_n(full_.data(), full_.size(), 0);
   used_ = 0;
   high_water_ = 0;

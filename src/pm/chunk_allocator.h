@@ -114,8 +114,9 @@ class ChunkAllocator {
   const uint32_t chunk_size_;
   const uint64_t chunk_count_;
   mutable SpinLock mu_;
-  // Fresh zero mappings (HugeArray): an open touches only the words it loads or marks. No bit
-  // at or past high_water_ is set, so Reset and LoadBitmap clear only the words below it.
+  // Fresh zero mappings of 4 KiB pages (HugeArray, Pages::kSmall): an open faults in only the
+  // words it loads or marks, and never waits for a 2 MiB page. No bit at or past high_water_ is
+  // set, so Reset and LoadBitmap clear only the words below it.
   HugeArray<uint64_t> bits_ PMHASH_GUARDED_BY(mu_);
   // Bit w: bits_[w] is full (every chunk used). First-fit scans skip 64 full words per step.
   HugeArray<uint64_t> full_ PMHASH_GUARDED_BY(mu_);
@@ -148,14 +149,14 @@ class ChunkAllocator {
 // (nothing named that the allocator lacks, nothing allocated that is unnamed).
 class ChunkSet {
  public:
-  // The words are a fresh anonymous mapping (AllocateHugeZeroed; not calloc, which reuses and
-  // clears heap memory once glibc has raised its mmap threshold): zero pages the kernel maps as
-  // they are first touched, so a set over a large heap costs its owner little until it names
-  // chunks.
+  // The words are a fresh anonymous mapping of 4 KiB pages (AllocateHugeZeroed; not calloc,
+  // which reuses and clears heap memory once glibc has raised its mmap threshold): zero pages
+  // the kernel maps as they are first touched, so a set over a large heap costs its owner
+  // little until it names chunks.
   explicit ChunkSet(const ChunkAllocator& a)
       : a_(a),
         bytes_(std::max<uint64_t>(1, a.bitmap_words()) * sizeof(uint64_t)),
-        words_(static_cast<uint64_t*>(AllocateHugeZeroed(bytes_)), Free{bytes_}) {}
+        words_(static_cast<uint64_t*>(AllocateHugeZeroed(bytes_, /*huge=*/false)), Free{bytes_}) {}
   // False if the words could not be allocated: every Add then fails.
   bool ok() const { return words_ != nullptr; }
   // Adds [offset, offset + n chunks). False (the set unchanged but for a prefix of the range)
