@@ -473,6 +473,32 @@ TEST(SavedStateSmartHt, ForgedCountsAreRefused) {
   }
 }
 
+// smartht.h I9/I10: a directory whose segment 1 names segment 0's chunks (both 16 heads: the
+// chunk counts still add up, so only the ranges' disjointness can tell) is refused by a clean
+// open (the image is not trusted; the walk refuses the directory) and by a lazy open after a
+// crash, before either serves.
+TEST(SavedStateSmartHt, DirectoryNamingAChunkTwiceIsRefused) {
+  for (const bool clean : {true, false}) {
+    SCOPED_TRACE(clean ? "clean" : "after a crash");
+    ScopedPath p("saved_dir_twice");
+    MakeClosedPool(p.path(), "smartht", 3000);
+    {
+      MappedFile f(p.path());
+      ASSERT_NE(f.image(), nullptr);
+      const uint64_t dir = f.header()->roots[2].load();
+      uint64_t seg0 = 0, seg1 = 0;
+      std::memcpy(&seg0, f.base() + dir + 8, 8);
+      std::memcpy(&seg1, f.base() + dir + 16, 8);
+      ASSERT_NE(seg1, 0u) << "the table has grown past its first 2^4 heads";
+      std::memcpy(f.base() + dir + 16, &seg0, 8);
+      if (!clean) f.header()->clean_shutdown.store(0);
+    }
+    auto r = Open("smartht", SmallOptions(p.path(), "smartht"));
+    ASSERT_FALSE(r.ok());
+    EXPECT_EQ(r.status().code(), Status::Code::kCorruption) << r.status().ToString();
+  }
+}
+
 // S3 and smartht.h I9: a section longer than the three words SmartHT writes (the image's payload
 // grown by a word, resealed) is not a state this Close wrote: the open walks. (SmartHT's load
 // refuses it before it builds anything; the base also requires the section consumed exactly.)
