@@ -28,29 +28,17 @@ Status SaveStateImage(Pool& pool, const std::function<void(StateWriter&)>& save)
   ChunkAllocator& alloc = pool.allocator();
   StateWriter count;
   save(count);
-  // The bitmap's words up to the last used chunk, the image's own included: a fraction of the
-  // bitmap where the pool is larger than its data, so the image, its checksum and its load cost
-  // the heap in use, not the pool's size. Sized for the words used before it is allocated; if
-  // its own chunks lie past them, sized again for the whole bitmap (which always fits).
-  uint64_t words = alloc.UsedWords();
-  uint64_t chunks = 0;
-  Result<uint64_t> off = uint64_t{0};
-  for (int attempt = 0;; attempt++) {
-    chunks = (sizeof(SavedStateHeader) + words * sizeof(uint64_t) + count.bytes() +
-              alloc.chunk_size() - 1) /
-             alloc.chunk_size();
-    if (chunks > std::numeric_limits<uint32_t>::max()) return Status::OK();  // S5: no image
-    off = alloc.Allocate(static_cast<uint32_t>(chunks));
-    if (!off.ok()) return Status::OK();  // S5: the next open walks
-    const uint64_t used = alloc.UsedWords();
-    if (used <= words) {
-      words = used;
-      break;
-    }
-    alloc.Free(off.value(), static_cast<uint32_t>(chunks));
-    if (attempt == 1) return Status::OK();  // (cannot happen: the whole bitmap fits)
-    words = alloc.bitmap_words();
-  }
+  // Room for the whole bitmap (wherever the image lands, the words in use fit), but only the
+  // words up to the last used chunk, the image's own included, are written: a fraction of the
+  // bitmap where the pool is larger than its data, so the checksum and the load at the next open
+  // cost the heap in use, not the pool's size.
+  const uint64_t chunks = (sizeof(SavedStateHeader) + alloc.bitmap_words() * sizeof(uint64_t) +
+                           count.bytes() + alloc.chunk_size() - 1) /
+                          alloc.chunk_size();
+  if (chunks > std::numeric_limits<uint32_t>::max()) return Status::OK();  // S5: no image
+  auto off = alloc.Allocate(static_cast<uint32_t>(chunks));
+  if (!off.ok()) return Status::OK();  // S5: the next open walks
+  const uint64_t words = alloc.UsedWords();
   const uint64_t payload = words * sizeof(uint64_t) + count.bytes();
   char* image = pool.base() + off.value();
   char* data = image + sizeof(SavedStateHeader);
