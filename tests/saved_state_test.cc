@@ -35,7 +35,7 @@ using testing::ScopedPath;
 // The kinds whose engines save their DRAM state at Close (a kind that starts saving one is
 // added here: KindsThatDoNotSaveLoadNothing fails until it is).
 const std::vector<std::string>& SavingKinds() {
-  static const std::vector<std::string> kinds = {"reh", "smartht", "elimda"};
+  static const std::vector<std::string> kinds = {"reh", "smartht", "elimda", "turbo"};
   return kinds;
 }
 
@@ -47,6 +47,10 @@ Options SmallOptions(const std::string& path, std::string_view kind) {
   if (kind.starts_with("smartht")) {
     o.smartht.head_bits = 4;  // growth (split batches) and chained buckets
     o.smartht.save_filter_min_keys = 0;
+  }
+  if (kind.starts_with("turbo")) {  // rehashes (doublings) with a few thousand keys
+    o.turbo.shard_bits = 2;
+    o.turbo.initial_buckets = 2;
   }
   if (kind.starts_with("elimda")) {  // log swaps, relocations and splits with a few thousand keys
     o.elimda.bucket_items = 32;
@@ -782,6 +786,215 @@ TEST(SavedStateElimda, ConsistentForgeryIsFoundByCheckInvariants) {
   EXPECT_TRUE((*r)->Stats().state_loaded);
   const Status s = (*r)->CheckInvariants();
   EXPECT_TRUE(s.IsCorruption()) << s.ToString();
+}
+
+// turbo.h I8: the section (live pairs, then each shard's deleted-slot count) is bounded by the
+// shards' slots; a forged count with a valid checksum makes the open walk.
+TEST(SavedStateTurbo, ForgedCountsAreRefused) {
+  const std::vector<std::pair<std::string, std::function<void(char*)>>> forgeries = {
+      {"more live pairs than slots", [](char* s) { s[5] = 1; }},
+      {"more deleted slots than shard 0 has", [](char* s) { s[8 + 3] = 1; }},
+  };
+  for (const auto& [what, forge] : forgeries) {
+    SCOPED_TRACE(what);
+    ScopedPath p("saved_forged_turbo");
+    auto oracle = MakeClosedPool(p.path(), "turbo", 3000);
+    {
+      MappedFile f(p.path());
+      ASSERT_NE(f.image(), nullptr);
+      forge(f.engine_section());
+      f.Reseal();
+    }
+    ExpectOpens(p.path(), "turbo", false, oracle);
+  }
+}
+
+// The turbo pool at `path` as its file holds it: the active shard words of the directory.
+struct TurboShards {
+  static constexpr size_t kDescBytes = 32;  // turbo::PmShardDesc
+  explicit TurboShards(const MappedFile& f) : f_(f), dir_(f.header()->roots[0].load()) {}
+  uint64_t* word(uint32_t s) const {
+    char* d = f_.base() + dir_ + s * kDescBytes;
+    uint64_t version = 0;
+    std::memcpy(&version, d + 16, 8);
+    return reinterpret_cast<uint64_t*>(d + 8 * version);
+  }
+  uint64_t offset(uint32_t s) const { return *word(s) & ((uint64_t{1} << 48) - 1); }
+  uint32_t buckets(uint32_t s) const { return 1u << (*word(s) >> 48); }
+  uint64_t* meta(uint32_t s, uint32_t b) const {
+    return reinterpret_cast<uint64_t*>(f_.base() + offset(s) + uint64_t{b} * 256);
+  }
+  const MappedFile& f_;
+  uint64_t dir_;
+};
+
+// turbo.h I8: the load checks the directory against the loaded allocator. A shard whose active
+// set names another shard's buckets (same size: the used-chunk count still adds up) or a place
+// outside the pool is refused by the load, and then by the walk.
+TEST(SavedStateTurbo, ForgedDirectoryIsRefused) {
+  for (const bool alias : {true, false}) {
+    SCOPED_TRACE(alias ? "a shard named twice" : "a shard outside the pool");
+    ScopedPath p("saved_forged_turbo_dir");
+    MakeClosedPool(p.path(), "turbo", 3000);
+    {
+      MappedFile f(p.path());
+      ASSERT_NE(f.image(), nullptr);
+      TurboShards t(f);
+      uint32_t other = 1;
+      while (other < 4 && t.buckets(other) != t.buckets(0)) other++;
+      ASSERT_LT(other, 4u) << "a shard of shard 0's size";
+      *t.word(other) = alias ? *t.word(0) : (*t.word(other) & ~((uint64_t{1} << 48) - 1)) |
+                                                (uint64_t{1} << 40);
+    }
+    auto r = Open("turbo", SmallOptions(p.path(), "turbo"));
+    ASSERT_FALSE(r.ok()) << "opened with state_loaded " << (*r)->Stats().state_loaded;
+    EXPECT_TRUE(r.status().IsCorruption()) << r.status().ToString();
+  }
+}
+
+// turbo.h I8: the load reads no bucket, so a meta word forged after a clean Close is met by the
+// operations. Bits past the 14 slots (valid and delete) change nothing any operation does: the
+// index still answers as the oracle through finds, ForEach, inserts, updates and erases, and
+// CheckInvariants reports the bits. A bucket forged to have no empty slot (its never-written
+// slots made live: key 0, value 0) refuses the update of its keys (the near-place reserve)
+// instead of writing past the bucket.
+TEST(SavedStateTurbo, ForgedMetaWordsAreBounded) {
+  ScopedPath p("saved_forged_turbo_meta");
+  auto oracle = MakeClosedPool(p.path(), "turbo", 3000);
+  Key full_key = 0;
+  uint64_t zero_slots = 0;  // live (key 0, value 0) slots the forgery adds
+  {
+    MappedFile f(p.path());
+    ASSERT_NE(f.image(), nullptr);
+    TurboShards t(f);
+    for (uint32_t s = 1; s < 4; s++) {
+      for (uint32_t b = 0; b < t.buckets(s); b++) *t.meta(s, b) |= 0xC000C000ull;
+    }
+    // Shard 0: the first bucket with a live slot whose empty slots were never written.
+    for (uint32_t b = 0; b < t.buckets(0) && full_key == 0; b++) {
+      uint64_t& m = *t.meta(0, b);
+      const char* slots = f.base() + t.offset(0) + uint64_t{b} * 256 + 32;
+      const uint32_t valid = m & 0x3FFF, live = valid & ~((m >> 16) & 0x3FFF);
+      const uint32_t empty = ~valid & 0x3FFF;
+      bool zero = live != 0 && empty != 0;
+      for (uint32_t c = empty; c && zero; c &= c - 1) {
+        for (int i = 0; i < 16; i++) zero = zero && slots[16 * std::countr_zero(c) + i] == 0;
+      }
+      if (!zero) continue;
+      std::memcpy(&full_key, slots + 16 * std::countr_zero(live), 8);
+      zero_slots = static_cast<uint64_t>(std::popcount(empty));
+      m |= 0x3FFF;
+    }
+    ASSERT_NE(full_key, 0u);
+    ASSERT_TRUE(oracle.contains(full_key));
+  }
+  auto r = Open("turbo", SmallOptions(p.path(), "turbo"));
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  Index& idx = **r;
+  EXPECT_TRUE(idx.Stats().state_loaded);
+  auto expect_for_each = [&] {
+    uint64_t pairs = 0, zeros = 0;
+    ASSERT_TRUE(idx.ForEach([&](Key k, Value v) {
+                     pairs++;
+                     if (k == 0 && v == 0) zeros++;
+                     auto it = oracle.find(k);
+                     EXPECT_TRUE(k == 0 || (it != oracle.end() && it->second == v)) << k;
+                   }).ok());
+    EXPECT_EQ(pairs, oracle.size() + zero_slots);
+    EXPECT_EQ(zeros, zero_slots);
+  };
+  expect_for_each();
+  const Status full = idx.Update(full_key, 1);
+  EXPECT_TRUE(full.IsCorruption()) << full.ToString();
+  // Every key: the oracle's answers, through updates, erases and inserts.
+  std::mt19937_64 rng(3);
+  uint64_t i = 0;
+  for (auto it = oracle.begin(); it != oracle.end(); i++) {
+    Value got = 0;
+    ASSERT_TRUE(idx.Find(it->first, &got).ok()) << it->first;
+    ASSERT_EQ(got, it->second);
+    if (i % 3 == 0) {
+      const Status st = idx.Update(it->first, i);
+      ASSERT_TRUE(st.ok() || st.IsCorruption()) << st.ToString();
+      if (st.ok()) it->second = i;  // (refused: a key of the forged bucket, unchanged)
+    } else if (i % 3 == 1) {
+      ASSERT_TRUE(idx.Erase(it->first).ok());
+      it = oracle.erase(it);
+      continue;
+    }
+    ++it;
+  }
+  for (int n = 0; n < 2000; n++) {
+    const Key k = rng();
+    if (k == 0 || oracle.contains(k)) continue;
+    const Status st = idx.Insert(k, k);
+    ASSERT_TRUE(st.ok()) << st.ToString();
+    oracle[k] = k;
+  }
+  for (const auto& [k, v] : oracle) {
+    Value got = 0;
+    ASSERT_TRUE(idx.Find(k, &got).ok()) << k;
+    ASSERT_EQ(got, v);
+  }
+  expect_for_each();
+  const Status inv = idx.CheckInvariants();
+  EXPECT_TRUE(inv.IsCorruption()) << inv.ToString();
+  idx.Abandon();
+}
+
+// turbo.h I7/I8: a live slot's tag that a crash left stale (the meta word's 8 bytes durable, the
+// tag's not: a torn line) is rewritten by the walk and persisted, so the image of a later clean
+// Close, which trusts the tags in PM, still finds the key after a power failure.
+TEST(SavedStateTurbo, TagsTheWalkFixesAreDurable) {
+  ScopedPath p("saved_turbo_tags");
+  Options o = SmallOptions(p.path(), "turbo");
+  o.durability = Durability::kSim;
+  std::unordered_map<Key, Value> oracle;
+  // Opens the pool under a crash simulator, runs `work`, closes it cleanly, and leaves in the
+  // file only what was persisted (a power failure right after Close returned).
+  auto cycle = [&](bool expect_loaded, const std::function<void(Index&)>& work) {
+    pm::CrashSimulator sim;
+    ASSERT_EQ(pm::SetThreadSimHook(&sim), nullptr);
+    std::vector<char> persisted;
+    {
+      auto r = Open("turbo", o);
+      ASSERT_TRUE(r.ok()) << r.status().ToString();
+      EXPECT_EQ((*r)->Stats().state_loaded, expect_loaded);
+      work(**r);
+      ASSERT_TRUE((*r)->Close().ok());
+      persisted = sim.Capture().persisted;
+    }
+    pm::SetThreadSimHook(nullptr);
+    ASSERT_TRUE(
+        testing::WriteFile(p.path(), std::vector<uint8_t>(persisted.begin(), persisted.end())));
+  };
+  cycle(false, [&](Index& idx) {
+    for (Key k = 1; k <= 3000; k++) {
+      ASSERT_TRUE(idx.Insert(k * 0x9E3779B97F4A7C15ull, k).ok());
+      oracle[k * 0x9E3779B97F4A7C15ull] = k;
+    }
+  });
+  {  // every live slot's tag made stale, and the pool unclean: the next open walks
+    MappedFile f(p.path());
+    TurboShards t(f);
+    uint64_t stale = 0;
+    for (uint32_t s = 0; s < 4; s++) {
+      for (uint32_t b = 0; b < t.buckets(s); b++) {
+        const uint64_t m = *t.meta(s, b);
+        char* tags = reinterpret_cast<char*>(t.meta(s, b)) + 8;
+        for (uint32_t c = (m & 0x3FFF) & ~((m >> 16) & 0x3FFF); c; c &= c - 1, stale++) {
+          tags[std::countr_zero(c)] ^= 0x5A;
+        }
+      }
+    }
+    ASSERT_EQ(stale, oracle.size());
+    f.header()->clean_shutdown.store(0);
+  }
+  cycle(false, [](Index& idx) { EXPECT_TRUE(idx.Stats().recovered); });
+  auto r = Open("turbo", o);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_TRUE((*r)->Stats().state_loaded);
+  ExpectMatches(**r, oracle);
 }
 
 // Every other registered kind opens by its walk after a clean Close (and says so).

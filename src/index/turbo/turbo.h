@@ -104,7 +104,21 @@
 //       bounded by max_record_bytes, then the record heap's checks — valid slab header of the
 //       record's size class, slot boundary, no slot or chunk shared — and the stored hash equal
 //       to the key's), every meta word (delete subset of valid, I3) and the descriptor version;
-//       any violation is kCorruption, never an out-of-bounds read. Tags are recomputed.
+//       any violation is kCorruption, never an out-of-bounds read. Tags are recomputed (a live
+//       slot's tag that a crash left stale is rewritten and persisted: I8 trusts them).
+//   I8  Clean shutdown (not in the paper; src/pm/saved_state.h), turbo only: Close saves the
+//       live count and each shard's deleted-slot count beside the allocator's bitmap, and the
+//       next open loads them instead of walking the buckets. The directory is still checked as
+//       in I7 (32 B per shard), and the loaded allocator must hold exactly the directory and the
+//       active shards (disjoint, in use, nothing else). No bucket is read, so no meta word is
+//       checked; what readers and writers take from one is bounded instead: slot indexes come
+//       from the 14-bit valid and delete fields only (MetaValid/MetaDeleted mask the spare
+//       bits), a path ends within probe_scope, and an update refuses a bucket without its
+//       reserved empty slot (kCorruption) instead of trusting I3. Tags are not recomputed: a
+//       writer persists them with the meta word's line (I2), the walk persists any it fixed
+//       (I7), and a forged one can only hide a key.
+//       CheckInvariants() reports what a forgery leaves (meta bits, stale tags, the counts).
+//       turbo-kv walks: its slots name records whose heap state only the walk rebuilds.
 //
 // Where the paper is vague or wrong, and what we chose:
 //   * Algorithm 1 validates the sequence number only when a key is found. A negative result must
@@ -160,8 +174,9 @@
 #include "index/records.h"
 #include "pm/persist.h"
 #include "pm/pool.h"
-#include "pm/slot.h"
 #include "pm/record_heap.h"
+#include "pm/saved_state.h"
+#include "pm/slot.h"
 #include "pmhash/index.h"
 
 namespace pmhash::turbo {
@@ -196,9 +211,15 @@ struct PmShardDesc {
 static_assert(sizeof(PmShardDesc) == 32, "32 B per shard descriptor");
 
 
-inline constexpr uint32_t MetaValid(uint64_t m) { return static_cast<uint32_t>(m & 0xFFFF); }
+// The valid and delete bits of the 14 slots. The two spare bits of each field are never set by
+// a writer; the accessors mask them off so that no slot index read from a meta word can pass the
+// bucket's 14 slots, even in a pool whose meta words no walk has checked (I8).
+inline constexpr uint32_t MetaValid(uint64_t m) { return static_cast<uint32_t>(m) & kSlotMask; }
 inline constexpr uint32_t MetaDeleted(uint64_t m) {
-  return static_cast<uint32_t>((m >> 16) & 0xFFFF);
+  return static_cast<uint32_t>(m >> 16) & kSlotMask;
+}
+inline constexpr bool MetaSpareBits(uint64_t m) {
+  return (m & ((uint64_t{0xFFFF & ~kSlotMask} << 16) | (0xFFFF & ~kSlotMask))) != 0;
 }
 inline constexpr uint32_t MetaLive(uint64_t m) { return MetaValid(m) & ~MetaDeleted(m); }
 inline constexpr uint32_t MetaEmpty(uint64_t m) { return ~MetaValid(m) & kSlotMask; }
@@ -446,6 +467,12 @@ class Turbo : public index::EngineBase<Turbo<P, kRecords>, P, Config> {
   Status Init();
   Status Create();
   Status Recover();
+  template <class Name>
+  Status LoadDirectory(Name&& name);
+  // I8: the image of a clean Close (src/pm/saved_state.h). turbo only: turbo-kv's slots name
+  // records whose heap state only the walk rebuilds.
+  void SaveState(pm::StateWriter& w) const requires(!kRecords);
+  Status LoadState(pm::StateReader& r) requires(!kRecords);
 
   const uint32_t nshards_;
   uint64_t chunk_ = 256;
@@ -512,22 +539,25 @@ Status Turbo<P, R>::Create() {
   return pool_->CommitCreate();
 }
 
-// 3.7: rebuild the DRAM directory from the PM one; I7: validate everything that is read.
+// Recover and LoadState: the PM directory (root 0) and each shard's active set, checked (I7:
+// version word 0 or 1, 2^l buckets with l in [initial, max], no stray bits), into the DRAM
+// shard words. name(offset, chunks) is given the directory and every active shard; it checks
+// that the range lies in the heap and takes it (a non-OK Status refuses the pool).
 template <pm::PersistPolicy P, bool R>
-Status Turbo<P, R>::Recover() {
-  pm::ChunkAllocator& alloc = pool_->allocator();
-  if constexpr (R) records_->Reset();
+template <class Name>
+Status Turbo<P, R>::LoadDirectory(Name&& name) {
   const uint64_t dir = pool_->root(0);
   const uint32_t dir_chunks = RecChunks(uint64_t{nshards_} * sizeof(PmShardDesc));
-  if (dir == 0 || !alloc.ValidChunk(dir, dir_chunks)) {
+  if (dir == 0 || !pool_->allocator().ValidChunk(dir, dir_chunks)) {
     return Status::Corruption("turbo: shard directory offset " + std::to_string(dir) +
                               " is outside the heap");
   }
-  PMHASH_RETURN_IF_ERROR(alloc.MarkReachable(dir, dir_chunks));
+  if (Status st = name(dir, dir_chunks); !st.ok()) {
+    return Status::Corruption("turbo: shard directory: " + std::string(st.message()));
+  }
   pm_dir_ = pool_->template At<PmShardDesc>(dir);
   const uint32_t min_log = static_cast<uint32_t>(std::countr_zero(params_.initial_buckets));
   const uint32_t max_log = static_cast<uint32_t>(std::countr_zero(params_.max_shard_buckets));
-  uint64_t live = 0;
   for (uint32_t s = 0; s < nshards_; s++) {
     const PmShardDesc& pd = pm_dir_[s];
     const uint64_t ver = pd.version.load(std::memory_order_relaxed);
@@ -537,31 +567,43 @@ Status Turbo<P, R>::Recover() {
     }
     const uint64_t w = pd.set[ver].load(std::memory_order_relaxed);
     const uint32_t l = ShardLog2(w);
-    const uint64_t off = ShardOffset(w);
     if (l < min_log || l > max_log || (w >> 56) != 0) {
       return Status::Corruption("turbo: shard " + std::to_string(s) + " has 2^" +
                                 std::to_string(l) + " buckets");
     }
-    // MarkReachable refuses an offset outside the heap, misaligned, or already reachable.
-    if (Status st = alloc.MarkReachable(off, 1u << l); !st.ok()) {
+    if (Status st = name(ShardOffset(w), 1u << l); !st.ok()) {
       return Status::Corruption("turbo: shard " + std::to_string(s) + ": " +
                                 std::string(st.message()));
     }
+    shards_[s].word.store(w, std::memory_order_relaxed);
+  }
+  return Status::OK();
+}
+
+// 3.7: rebuild the DRAM directory from the PM one; I7: validate everything that is read.
+template <pm::PersistPolicy P, bool R>
+Status Turbo<P, R>::Recover() {
+  pm::ChunkAllocator& alloc = pool_->allocator();
+  if constexpr (R) records_->Reset();
+  // MarkReachable refuses an offset outside the heap, misaligned, or already reachable.
+  PMHASH_RETURN_IF_ERROR(
+      LoadDirectory([&alloc](uint64_t off, uint32_t n) { return alloc.MarkReachable(off, n); }));
+  uint64_t live = 0;
+  for (uint32_t s = 0; s < nshards_; s++) {
     ShardRef& r = shards_[s];
-    r.word.store(w, std::memory_order_relaxed);
     LockGuard<SpinLock> g(r.lock);
     r.deleted = 0;
-    const View v = MakeView(w);
+    const View v = MakeView(r.word.load(std::memory_order_relaxed));
     for (uint32_t i = 0; i <= v.mask; i++) {
       Bucket* b = v.base + i;
       const uint64_t m = b->meta.load(std::memory_order_relaxed);
       const uint32_t valid = MetaValid(m), del = MetaDeleted(m);
-      if ((valid & ~kSlotMask) || (del & ~valid) || MetaEmpty(m) == 0) {
+      if (MetaSpareBits(m) || (del & ~valid) || MetaEmpty(m) == 0) {
         return Status::Corruption("turbo: bad meta word in shard " + std::to_string(s) +
                                   " bucket " + std::to_string(i));
       }
       r.deleted += static_cast<uint32_t>(std::popcount(del));
-      uint64_t tags[2] = {0, 0};
+      uint64_t tags[2] = {0, 0}, lanes[2] = {0, 0};
       for (uint32_t c = MetaLive(m); c; c &= c - 1) {
         const int j = std::countr_zero(c);
         const Slot& sl = b->slots[j];
@@ -571,13 +613,63 @@ Status Turbo<P, R>::Recover() {
         }
         const uint8_t tag = static_cast<uint8_t>(SlotHash(sl));
         tags[j >> 3] |= uint64_t{tag} << ((j & 7) * 8);
+        lanes[j >> 3] |= uint64_t{0xFF} << ((j & 7) * 8);
         live++;
       }
-      // Tags are hints, recomputed at every open: no persist needed.
-      b->tags[0].store(tags[0], std::memory_order_relaxed);
-      b->tags[1].store(tags[1], std::memory_order_relaxed);
+      // The live slots' tags, recomputed. One a crash tore from its meta word is rewritten and
+      // persisted: a later clean Close's image (I8) trusts the tags in PM.
+      bool stale = false;
+      for (int t = 0; t < 2; t++) {
+        const uint64_t old = b->tags[t].load(std::memory_order_relaxed);
+        const uint64_t fixed = (old & ~lanes[t]) | tags[t];
+        if (fixed != old) {
+          b->tags[t].store(fixed, std::memory_order_relaxed);
+          stale = true;
+        }
+      }
+      if (stale) persist_.Flush(&b->tags, sizeof(b->tags));
     }
   }
+  persist_.Fence();
+  size_.Reset(static_cast<int64_t>(live));
+  return Status::OK();
+}
+
+// I8: the image of a clean Close — the live pairs, then each shard's deleted-slot count.
+template <pm::PersistPolicy P, bool R>
+void Turbo<P, R>::SaveState(pm::StateWriter& w) const requires(!R) {
+  w.Put<uint64_t>(Size());
+  for (uint32_t s = 0; s < nshards_; s++) {
+    const ShardRef& r = shards_[s];
+    LockGuard<SpinLock> g(r.lock);
+    w.Put<uint32_t>(r.deleted);
+  }
+}
+
+// I8: no bucket is read. The directory is checked as Recover checks it, and the loaded
+// allocator against it: the directory and the active shards inside the heap, disjoint, in use,
+// and the used chunks exactly those. The counts are bounded by the shards' slots.
+template <pm::PersistPolicy P, bool R>
+Status Turbo<P, R>::LoadState(pm::StateReader& r) requires(!R) {
+  const Status bad = Status::Corruption("turbo: saved state");
+  const pm::ChunkAllocator& alloc = pool_->allocator();
+  uint64_t live = 0;
+  if (!r.Get(&live) || r.remaining() != uint64_t{nshards_} * sizeof(uint32_t)) return bad;
+  pm::ChunkRanges named(alloc);
+  PMHASH_RETURN_IF_ERROR(LoadDirectory(
+      [&](uint64_t off, uint32_t n) { return named.Add(off, n) ? Status::OK() : bad; }));
+  if (!named.Disjoint() || !named.AllUsed() || alloc.used_chunks() != named.count()) return bad;
+  uint64_t slots = 0;
+  for (uint32_t s = 0; s < nshards_; s++) {
+    ShardRef& sr = shards_[s];
+    const uint64_t n = uint64_t{kSlots} << ShardLog2(sr.word.load(std::memory_order_relaxed));
+    uint32_t deleted = 0;
+    if (!r.Get(&deleted) || deleted > n) return bad;
+    LockGuard<SpinLock> g(sr.lock);
+    sr.deleted = deleted;
+    slots += n;
+  }
+  if (live > slots) return bad;
   size_.Reset(static_cast<int64_t>(live));
   return Status::OK();
 }
@@ -733,6 +825,12 @@ Status Turbo<P, R>::Write(const Probe& p, std::string_view value_bytes, Value va
       PMHASH_RETURN_IF_ERROR(Rehash(r, /*force_gc=*/false));
       continue;
     }
+    Bucket* b = found ? f.b : ins.b;
+    const uint64_t m = b->meta.load(std::memory_order_relaxed);
+    if (found && MetaEmpty(m) == 0) [[unlikely]] {
+      // (I3 holds in every bucket a walk checked; a loaded image vouches for no meta word: I8.)
+      return Status::Corruption("turbo: bucket without its reserved empty slot (I3)");
+    }
     // The item to write: (key, value) or (hash, new record).
     uint64_t item_key = p.k, item_value = value;
     if constexpr (R) {
@@ -741,8 +839,6 @@ Status Turbo<P, R>::Write(const Probe& p, std::string_view value_bytes, Value va
       item_key = p.h;
       item_value = rec.value();
     }
-    Bucket* b = found ? f.b : ins.b;
-    const uint64_t m = b->meta.load(std::memory_order_relaxed);
     // The size before the persists (under the shard lock; Size() is not linearizable with
     // concurrent writes anyway): its locked add after a fence waits for the write-back, which
     // the next operation's misses can otherwise overlap (REH, docs/results.md).
@@ -1084,7 +1180,7 @@ Status Turbo<P, R>::CheckInvariants() const {
     for (uint32_t i = 0; i <= v.mask; i++) {
       const Bucket* b = v.base + i;
       const uint64_t m = b->meta.load(std::memory_order_relaxed);
-      if ((MetaValid(m) & ~kSlotMask) || (MetaDeleted(m) & ~MetaValid(m))) return fail("meta bits");
+      if (MetaSpareBits(m) || (MetaDeleted(m) & ~MetaValid(m))) return fail("meta bits");
       if (MetaEmpty(m) == 0) return fail("bucket without a reserved empty slot (I3)");
       deleted += static_cast<uint32_t>(std::popcount(MetaDeleted(m)));
       for (uint32_t c = MetaLive(m); c; c &= c - 1) {
