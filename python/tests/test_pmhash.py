@@ -182,9 +182,9 @@ def test_every_kind_against_a_dict(path, kind):
     with pmhash.open(path) as db:
         assert db.kind == kind
         assert not db.stats()["recovered"]
-        # REH, SmartHT, ElimDA and Turbo load the DRAM state their clean Close saved; the others
-        # walk.
-        assert db.stats()["state_loaded"] == (kind in ("reh", "smartht", "elimda", "turbo"))
+        # REH, SmartHT, ElimDA, Turbo and turbo-kv load the DRAM state their clean Close saved;
+        # the others walk.
+        assert db.stats()["state_loaded"] == (kind in ("reh", "smartht", "elimda", "turbo", "turbo-kv"))
         db.check()
 
 

@@ -45,6 +45,7 @@ Status Records::Recover(uint64_t off, uint64_t h, const Hasher& hash) {
 }
 
 std::string Records::Check(uint64_t off, uint64_t h, const Hasher& hash, Tally* t) const {
+  if (!Plausible(off) || !Fits(off)) return "record outside the heap or misaligned";
   const uint64_t bytes = Bytes(off);
   if (!heap_.IsAllocated(off, bytes)) return "record not marked allocated";
   if (hash(Key(off)) != h) return "record hash mismatch";

@@ -228,11 +228,23 @@ class Records {
         kind_(kind),
         hdr_(checked ? kCheckedRecordHeader : kRecordHeader) {}
 
+  // The record at `off` lies inside the pool, header and bytes, whatever its offset and lengths
+  // say. Every read below checks it, so none reads outside the pool when an open trusted an
+  // image instead of validating each record (a records kind's LoadState: H5 of record_heap.h
+  // holds for the records a walk reached, not for a file edited after a clean Close).
+  bool Fits(uint64_t off) const {
+    if (off == 0 || off > pool_.size() - hdr_) return false;
+    const RecordHeader* r = Header(off);
+    return uint64_t{r->key_len} + r->value_len <= pool_.size() - hdr_ - off;
+  }
+  // Its key and value; empty if it does not fit in the pool.
   std::string_view Key(uint64_t off) const {
+    if (!Fits(off)) return {};
     const RecordHeader* r = Header(off);
     return {reinterpret_cast<const char*>(r) + hdr_, r->key_len};
   }
   std::string_view Value(uint64_t off) const {
+    if (!Fits(off)) return {};
     const RecordHeader* r = Header(off);
     return {reinterpret_cast<const char*>(r) + hdr_ + r->key_len, r->value_len};
   }
@@ -250,13 +262,14 @@ class Records {
   // *out = Value(off), for a lock-free reader whose version check comes after: false, and
   // nothing read outside the pool, if the header does not fit in it (a stale offset).
   bool ReadValue(uint64_t off, std::string* out) const {
-    if (off == 0 || off > pool_.size() - hdr_) return false;
+    if (!Fits(off)) return false;
     const RecordHeader* r = Header(off);
-    if (uint64_t{r->key_len} + r->value_len > pool_.size() - hdr_ - off) return false;
     out->assign(reinterpret_cast<const char*>(r) + hdr_ + r->key_len, r->value_len);
     return true;
   }
+  // Its length (0 if it does not fit in the pool: Retire then frees nothing).
   uint64_t Bytes(uint64_t off) const {
+    if (!Fits(off)) return 0;
     const RecordHeader* r = Header(off);
     return hdr_ + uint64_t{r->key_len} + r->value_len;
   }
@@ -312,6 +325,18 @@ class Records {
   // not reached before) before the key is read, and the key's hash against the slot's.
   void Reset() { heap_.Reset(); }
   Status Recover(uint64_t off, uint64_t h, const Hasher& hash);
+  // A clean Close's image of the heap's DRAM state, instead of Recover for every record
+  // (record_heap.h, "Clean shutdown"): SaveState (quiescent, after ReleaseEmptySlabs) and
+  // LoadState (after Reset; the slabs are added to *named).
+  void ReleaseEmptySlabs() { heap_.ReleaseEmptySlabs(); }
+  void SaveState(pm::StateWriter& w) const { heap_.SaveState(w); }
+  bool LoadState(pm::StateReader& r, pm::ChunkRanges* named) { return heap_.LoadState(r, named); }
+  uint64_t large_chunks() const { return heap_.large_chunks(); }
+  // The records the heap holds (slots in use and large records).
+  uint64_t count() const {
+    const pm::RecordHeapStats rs = heap_.stats();
+    return rs.slab_records + rs.large_records;
+  }
   // Asks for the first line of the record at `off` ahead of its Recover (each is a random miss:
   // recovery that overlaps them runs several times faster). Never faults, whatever `off` is.
   void Prefetch(uint64_t off) const { PrefetchLine(pool_.base() + (off < pool_.size() ? off : 0)); }

@@ -185,7 +185,8 @@ void RecordHeap::Free(uint64_t offset, uint64_t bytes) {
   const uint32_t c = ClassOf(bytes);
   if (c == kLarge) {
     const uint64_t n = (bytes + chunk_size_ - 1) / chunk_size_;
-    if (n > chunks_->chunk_count() || !chunks_->ValidChunk(offset, static_cast<uint32_t>(n))) {
+    if (n > chunks_->chunk_count() || !chunks_->ValidChunk(offset, static_cast<uint32_t>(n)) ||
+        !chunks_->RangeUsed(offset, static_cast<uint32_t>(n))) {
       return;
     }
     chunks_->Free(offset, static_cast<uint32_t>(n));
@@ -328,6 +329,85 @@ Status RecordHeap::MarkReachable(uint64_t offset, uint64_t bytes) {
   slab_records_.fetch_add(1, std::memory_order_relaxed);
   if (s->used == SlotsOf(c)) Unlink(b, s);
   return Status::OK();
+}
+
+void RecordHeap::ReleaseEmptySlabs() {
+  for (uint64_t i = 0; i < nslabs_ && empty_slabs_.load(std::memory_order_relaxed) != 0; i++) {
+    Slab* s = table_[i].load(std::memory_order_relaxed);
+    if (s == nullptr || s->used != 0) continue;
+    {
+      Bin& b = BinOf(s->cls, s->stripe.load(std::memory_order_relaxed));
+      LockGuard<SpinLock> g(b.mu);
+      if (s->listed) Unlink(b, s);
+    }
+    table_[i].store(nullptr, std::memory_order_relaxed);
+    chunks_->Free(s->offset, slab_chunks_);
+    slabs_.fetch_sub(1, std::memory_order_relaxed);
+    empty_slabs_.fetch_sub(1, std::memory_order_relaxed);
+    delete s;
+  }
+}
+
+void RecordHeap::SaveState(StateWriter& w) const {
+  w.Put<uint64_t>(slabs_.load(std::memory_order_relaxed));
+  w.Put<uint64_t>(large_records_.load(std::memory_order_relaxed));
+  w.Put<uint64_t>(large_chunks_.load(std::memory_order_relaxed));
+  for (uint64_t i = 0; i < nslabs_; i++) {
+    const Slab* s = table_[i].load(std::memory_order_relaxed);
+    if (s == nullptr) continue;
+    w.Put<uint64_t>(s->offset);
+    w.Put<uint64_t>(s->cls);
+    Bin& b = BinOf(s->cls, s->stripe.load(std::memory_order_relaxed));
+    LockGuard<SpinLock> g(b.mu);
+    w.Put(s->bits.get(), uint64_t{Words(s->cls)} * sizeof(uint64_t));
+  }
+}
+
+bool RecordHeap::LoadState(StateReader& r, ChunkRanges* named) {
+  uint64_t slabs = 0, large_records = 0, large = 0;
+  if (!r.Get(&slabs) || !r.Get(&large_records) || !r.Get(&large) || slabs > nslabs_ ||
+      large > chunks_->chunk_count() || large_records > large) {
+    return false;
+  }
+  for (uint64_t n = 0; n < slabs; n++) {
+    uint64_t off = 0, cls = 0;
+    if (!r.Get(&off) || !r.Get(&cls) || cls >= nclasses_ || !Contains(off, slab_bytes_) ||
+        (off - heap_offset_) % slab_bytes_ != 0) {
+      return false;
+    }
+    const uint64_t idx = SlabIndex(off);
+    const uint32_t c = static_cast<uint32_t>(cls);
+    if (idx >= nslabs_ || table_[idx].load(std::memory_order_relaxed) != nullptr ||
+        !named->Add(off, slab_chunks_)) {
+      return false;
+    }
+    Slab* s = MakeSlab(off, c, kOrphan);  // adopted by the first stripe that needs a slab
+    table_[idx].store(s, std::memory_order_relaxed);  // (Reset() deletes it if the load fails)
+    slabs_.fetch_add(1, std::memory_order_relaxed);
+    const uint32_t words = Words(c), slots = SlotsOf(c);
+    const uint64_t padding = slots % 64 ? ~uint64_t{0} << (slots % 64) : 0;  // (as MakeSlab)
+    if (!r.Get(s->bits.get(), uint64_t{words} * sizeof(uint64_t)) ||
+        (s->bits[words - 1] & padding) != padding) {
+      return false;
+    }
+    uint32_t used = 0;
+    for (uint32_t w = 0; w < words; w++) {
+      const uint64_t in_use = w + 1 == words ? s->bits[w] & ~padding : s->bits[w];
+      used += static_cast<uint32_t>(std::popcount(in_use));
+      if (in_use != 0) s->high = w * 64 + 64 - static_cast<uint32_t>(std::countl_zero(in_use));
+    }
+    if (used == 0) return false;  // (H4: Close released every empty slab)
+    s->used = used;
+    slab_records_.fetch_add(used, std::memory_order_relaxed);
+    if (used < slots) {
+      Bin& b = BinOf(c, kOrphan);
+      LockGuard<SpinLock> g(b.mu);
+      Link(b, s);
+    }
+  }
+  large_records_.store(large_records, std::memory_order_relaxed);
+  large_chunks_.store(large, std::memory_order_relaxed);
+  return true;
 }
 
 bool RecordHeap::IsAllocated(uint64_t offset, uint64_t bytes) const {

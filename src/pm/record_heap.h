@@ -107,6 +107,7 @@
 #include "common/thread_stripe.h"
 #include "pm/chunk_allocator.h"
 #include "pm/persist.h"
+#include "pm/saved_state.h"
 #include "pmhash/status.h"
 
 namespace pmhash::pm {
@@ -181,6 +182,20 @@ class RecordHeap {
   // allocator Reset() first.
   void Reset();
   Status MarkReachable(uint64_t offset, uint64_t bytes);
+
+  // Clean shutdown (src/pm/saved_state.h; the index calls these from its SaveState/LoadState).
+  // ReleaseEmptySlabs returns every empty slab to the chunk allocator (Close, before the image:
+  // a loaded slab is never empty, H4). SaveState appends the heap's DRAM state: the large
+  // records' counts, then per live slab its offset, class and occupancy bitmap. LoadState
+  // rebuilds it after Reset(), reading no PM: every slab at a slab position, of an active class,
+  // at most once, with its bitmap's padding bits set and at least one slot in use, is added to
+  // *named (the caller checks the ranges disjoint from its own structures and in use, and the
+  // chunk allocator's used chunks against them plus large_chunks()); false if anything is off.
+  // Slab headers are not read: `Check()` compares them with PM. REQUIRES quiescence.
+  void ReleaseEmptySlabs();
+  void SaveState(StateWriter& w) const;
+  bool LoadState(StateReader& r, ChunkRanges* named);
+  uint64_t large_chunks() const { return large_chunks_.load(std::memory_order_relaxed); }
 
   // True if [offset, offset + len) lies inside the heap.
   bool Contains(uint64_t offset, uint64_t len) const;

@@ -106,19 +106,24 @@
 //       to the key's), every meta word (delete subset of valid, I3) and the descriptor version;
 //       any violation is kCorruption, never an out-of-bounds read. Tags are recomputed (a live
 //       slot's tag that a crash left stale is rewritten and persisted: I8 trusts them).
-//   I8  Clean shutdown (not in the paper; src/pm/saved_state.h), turbo only: Close saves the
-//       live count and each shard's deleted-slot count beside the allocator's bitmap, and the
+//   I8  Clean shutdown (not in the paper; src/pm/saved_state.h): Close saves the live count and
+//       each shard's deleted-slot count beside the allocator's bitmap (turbo-kv: and the record
+//       heap's slabs with their occupancy bitmaps, after returning its empty slabs), and the
 //       next open loads them instead of walking the buckets. The directory is still checked as
-//       in I7 (32 B per shard), and the loaded allocator must hold exactly the directory and the
-//       active shards (disjoint, in use, nothing else). No bucket is read, so no meta word is
+//       in I7 (32 B per shard), and the loaded allocator must hold exactly the directory, the
+//       active shards and the slabs (disjoint, in use) plus the large records' chunks; turbo-kv's
+//       live count must be the heap's record count. No bucket is read, so no meta word is
 //       checked; what readers and writers take from one is bounded instead: slot indexes come
 //       from the 14-bit valid and delete fields only (MetaValid/MetaDeleted mask the spare
 //       bits), a path ends within probe_scope, and an update refuses a bucket without its
 //       reserved empty slot (kCorruption) instead of trusting I3. Tags are not recomputed: a
 //       writer persists them with the meta word's line (I2), the walk persists any it fixed
 //       (I7), and a forged one can only hide a key.
-//       CheckInvariants() reports what a forgery leaves (meta bits, stale tags, the counts).
-//       turbo-kv walks: its slots name records whose heap state only the walk rebuilds.
+//       turbo-kv's records are not validated either (H5 of record_heap.h holds for what a walk
+//       reached): every read of one checks that its header and bytes lie in the pool
+//       (Records::Fits; a record that does not reads as empty and is never freed), and a free
+//       of a slot the loaded heap does not hold is ignored. CheckInvariants() reports what a
+//       forgery leaves (meta bits, stale tags, records, the counts).
 //
 // Where the paper is vague or wrong, and what we chose:
 //   * Algorithm 1 validates the sequence number only when a key is found. A negative result must
@@ -358,7 +363,10 @@ class Turbo : public index::EngineBase<Turbo<P, kRecords>, P, Config> {
 
  private:
   using WriteMode = index::WriteMode;
-  void Quiesce() { epoch_.Drain(); }  // Close(): retired shards are freed
+  void Quiesce() {  // Close(): retired shards and records are freed
+    epoch_.Drain();
+    if constexpr (kRecords) records_->ReleaseEmptySlabs();  // (before the image, I8)
+  }
 
   struct alignas(64) ShardRef {
     std::atomic<uint64_t> word{0};  // offset:48 | log2 buckets:8
@@ -469,10 +477,9 @@ class Turbo : public index::EngineBase<Turbo<P, kRecords>, P, Config> {
   Status Recover();
   template <class Name>
   Status LoadDirectory(Name&& name);
-  // I8: the image of a clean Close (src/pm/saved_state.h). turbo only: turbo-kv's slots name
-  // records whose heap state only the walk rebuilds.
-  void SaveState(pm::StateWriter& w) const requires(!kRecords);
-  Status LoadState(pm::StateReader& r) requires(!kRecords);
+  // I8: the image of a clean Close (src/pm/saved_state.h).
+  void SaveState(pm::StateWriter& w) const;
+  Status LoadState(pm::StateReader& r);
 
   const uint32_t nshards_;
   uint64_t chunk_ = 256;
@@ -635,30 +642,33 @@ Status Turbo<P, R>::Recover() {
   return Status::OK();
 }
 
-// I8: the image of a clean Close — the live pairs, then each shard's deleted-slot count.
+// I8: the image of a clean Close — the live pairs, then each shard's deleted-slot count, then
+// (turbo-kv) the record heap's (record_heap.h, "Clean shutdown").
 template <pm::PersistPolicy P, bool R>
-void Turbo<P, R>::SaveState(pm::StateWriter& w) const requires(!R) {
+void Turbo<P, R>::SaveState(pm::StateWriter& w) const {
   w.Put<uint64_t>(Size());
   for (uint32_t s = 0; s < nshards_; s++) {
     const ShardRef& r = shards_[s];
     LockGuard<SpinLock> g(r.lock);
     w.Put<uint32_t>(r.deleted);
   }
+  if constexpr (R) records_->SaveState(w);
 }
 
-// I8: no bucket is read. The directory is checked as Recover checks it, and the loaded
-// allocator against it: the directory and the active shards inside the heap, disjoint, in use,
-// and the used chunks exactly those. The counts are bounded by the shards' slots.
+// I8: no bucket and no record is read. The directory is checked as Recover checks it, and the
+// loaded allocator against it: the directory, the active shards and (turbo-kv) the record heap's
+// slabs inside the heap, disjoint, in use, and the used chunks exactly those plus the large
+// records' chunks. The counts are bounded by the shards' slots; turbo-kv's live count must be
+// the heap's records.
 template <pm::PersistPolicy P, bool R>
-Status Turbo<P, R>::LoadState(pm::StateReader& r) requires(!R) {
-  const Status bad = Status::Corruption("turbo: saved state");
+Status Turbo<P, R>::LoadState(pm::StateReader& r) {
+  const Status bad = Status::Corruption(std::string(kKindName) + ": saved state");
   const pm::ChunkAllocator& alloc = pool_->allocator();
   uint64_t live = 0;
-  if (!r.Get(&live) || r.remaining() != uint64_t{nshards_} * sizeof(uint32_t)) return bad;
+  if (!r.Get(&live)) return bad;
   pm::ChunkRanges named(alloc);
   PMHASH_RETURN_IF_ERROR(LoadDirectory(
       [&](uint64_t off, uint32_t n) { return named.Add(off, n) ? Status::OK() : bad; }));
-  if (!named.Disjoint() || !named.AllUsed() || alloc.used_chunks() != named.count()) return bad;
   uint64_t slots = 0;
   for (uint32_t s = 0; s < nshards_; s++) {
     ShardRef& sr = shards_[s];
@@ -670,6 +680,16 @@ Status Turbo<P, R>::LoadState(pm::StateReader& r) requires(!R) {
     slots += n;
   }
   if (live > slots) return bad;
+  uint64_t large = 0;  // chunks of records too large for a slab
+  if constexpr (R) {
+    records_->Reset();
+    if (!records_->LoadState(r, &named) || records_->count() != live) return bad;
+    large = records_->large_chunks();
+  }
+  if (r.remaining() != 0 || !named.Disjoint() || !named.AllUsed() ||
+      alloc.used_chunks() != named.count() + large) {
+    return bad;
+  }
   size_.Reset(static_cast<int64_t>(live));
   return Status::OK();
 }
