@@ -305,7 +305,8 @@ TEST(RecordHeap, SavedStateRoundTrip) {
   auto load = [&](const std::vector<char>& img, pm::ChunkRanges* named) {
     r.Reset();
     pm::StateReader rd(img.data(), img.size());
-    return r.LoadState(rd, named) && rd.remaining() == 0;
+    return r.LoadState(rd, [named](uint64_t o, uint32_t n) { return named->Add(o, n); }) &&
+           rd.remaining() == 0;
   };
   pm::ChunkRanges named(h.alloc);
   ASSERT_TRUE(load(image, &named));

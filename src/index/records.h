@@ -327,10 +327,12 @@ class Records {
   Status Recover(uint64_t off, uint64_t h, const Hasher& hash);
   // A clean Close's image of the heap's DRAM state, instead of Recover for every record
   // (record_heap.h, "Clean shutdown"): SaveState (quiescent, after ReleaseEmptySlabs) and
-  // LoadState (after Reset; the slabs are added to *named).
+  // LoadState (after Reset; each slab is named: record_heap.h).
   void ReleaseEmptySlabs() { heap_.ReleaseEmptySlabs(); }
   void SaveState(pm::StateWriter& w) const { heap_.SaveState(w); }
-  bool LoadState(pm::StateReader& r, pm::ChunkRanges* named) { return heap_.LoadState(r, named); }
+  bool LoadState(pm::StateReader& r, const std::function<bool(uint64_t, uint32_t)>& name) {
+    return heap_.LoadState(r, name);
+  }
   uint64_t large_chunks() const { return heap_.large_chunks(); }
   // The records the heap holds (slots in use and large records).
   uint64_t count() const {

@@ -363,7 +363,7 @@ void RecordHeap::SaveState(StateWriter& w) const {
   }
 }
 
-bool RecordHeap::LoadState(StateReader& r, ChunkRanges* named) {
+bool RecordHeap::LoadState(StateReader& r, const std::function<bool(uint64_t, uint32_t)>& name) {
   uint64_t slabs = 0, large_records = 0, large = 0;
   if (!r.Get(&slabs) || !r.Get(&large_records) || !r.Get(&large) || slabs > nslabs_ ||
       large > chunks_->chunk_count() || large_records > large) {
@@ -378,7 +378,7 @@ bool RecordHeap::LoadState(StateReader& r, ChunkRanges* named) {
     const uint64_t idx = SlabIndex(off);
     const uint32_t c = static_cast<uint32_t>(cls);
     if (idx >= nslabs_ || table_[idx].load(std::memory_order_relaxed) != nullptr ||
-        !named->Add(off, slab_chunks_)) {
+        !name(off, slab_chunks_)) {
       return false;
     }
     Slab* s = MakeSlab(off, c, kOrphan);  // adopted by the first stripe that needs a slab

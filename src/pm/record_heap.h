@@ -100,6 +100,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 
 #include "common/epoch.h"
@@ -188,13 +189,14 @@ class RecordHeap {
   // a loaded slab is never empty, H4). SaveState appends the heap's DRAM state: the large
   // records' counts, then per live slab its offset, class and occupancy bitmap. LoadState
   // rebuilds it after Reset(), reading no PM: every slab at a slab position, of an active class,
-  // at most once, with its bitmap's padding bits set and at least one slot in use, is added to
-  // *named (the caller checks the ranges disjoint from its own structures and in use, and the
-  // chunk allocator's used chunks against them plus large_chunks()); false if anything is off.
+  // at most once, with its bitmap's padding bits set and at least one slot in use, is named
+  // (name(offset, chunks) false refuses it: the caller checks the slabs disjoint from its own
+  // structures and in use, and the chunk allocator's used chunks against them plus
+  // large_chunks()); false if anything is off.
   // Slab headers are not read: `Check()` compares them with PM. REQUIRES quiescence.
   void ReleaseEmptySlabs();
   void SaveState(StateWriter& w) const;
-  bool LoadState(StateReader& r, ChunkRanges* named);
+  bool LoadState(StateReader& r, const std::function<bool(uint64_t, uint32_t)>& name);
   uint64_t large_chunks() const { return large_chunks_.load(std::memory_order_relaxed); }
 
   // True if [offset, offset + len) lies inside the heap.

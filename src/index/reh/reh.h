@@ -94,8 +94,9 @@
 //       checks it against the loaded allocator, and any mismatch falls back to the walk. Such
 //       an open reads no bucket: a bucket damaged after the Close is found by the next walk
 //       (after a crash) or by `pmhash check`, never followed out of bounds (slots hold plain
-//       words; only the walk follows sibling offsets). reh only: reh-kv's slots name records
-//       that every open validates before a reader follows them (H5 of record_heap.h).
+//       words; only the walk follows sibling offsets). reh-kv adds the record heap's state
+//       (record_heap.h, "Clean shutdown"); its slots name records that such an open does not
+//       validate, so every record read is bounded to the pool (Records::Fits) instead.
 //
 // reh-kv (variable-size keys and values; not in the paper): the same engine with kRecords, as
 // TurboHash's records (src/index/records.h). A slot holds [ hash(key):64 | record offset:64 ]
@@ -401,7 +402,10 @@ class Reh : public index::EngineBase<Reh<P, kRecords>, P, Config> {
   void WalkLiveSlots(Take&& take, Done&& bucket_done) const;
   EpochManager& RecordEpoch() const { return *epoch_; }  // reh-kv
   void Quiesce() {  // Close(): retired records are freed
-    if constexpr (kRecords) epoch_->Drain();
+    if constexpr (kRecords) {
+      epoch_->Drain();
+      records_->ReleaseEmptySlabs();  // (before the image: I10)
+    }
   }
   // REQUIRES: m locked and full. Returns with m unlocked.
   Status Split(Meta* m, uint64_t h);
@@ -417,10 +421,9 @@ class Reh : public index::EngineBase<Reh<P, kRecords>, P, Config> {
     uint8_t zero[6];
   };
   static_assert(sizeof(SavedBucket) == 32);
-  // reh only: reh-kv's live slots name records, which an open must validate (H5 of
-  // src/pm/record_heap.h) before any reader follows them, so reh-kv walks at every open.
-  void SaveState(pm::StateWriter& w) const requires(!kRecords);
-  Status LoadState(pm::StateReader& r) requires(!kRecords);
+  // reh-kv: then the record heap's (record_heap.h, "Clean shutdown").
+  void SaveState(pm::StateWriter& w) const;
+  Status LoadState(pm::StateReader& r);
   // I3, one bucket at a time: a bucket of depth ld may cover the next directory entries from
   // *pos of a directory of 2^gd; if so *pos moves past them.
   static bool TileNext(uint64_t* pos, uint32_t gd, uint32_t ld) {
@@ -741,7 +744,7 @@ void Reh<P, R>::InstallDirectory(std::unique_ptr<Directory> dir) {
 // I10: live pairs, global depth, bucket count, then per bucket in chain (prefix) order its
 // metadata as walk 2 of Recover derives it: header word (LD, offset), fingerprints, bitmap.
 template <pm::PersistPolicy P, bool R>
-void Reh<P, R>::SaveState(pm::StateWriter& w) const requires(!R) {
+void Reh<P, R>::SaveState(pm::StateWriter& w) const {
   const Directory* d = dir_.load(std::memory_order_acquire);
   w.Put<uint64_t>(Size());
   w.Put<uint32_t>(d->depth);
@@ -756,17 +759,19 @@ void Reh<P, R>::SaveState(pm::StateWriter& w) const requires(!R) {
     w.Put(b);
     i += size_t{1} << (d->depth - m->depth());
   }
+  if constexpr (R) records_->SaveState(w);
 }
 
 // I10: the directory and metadata from the image, after the checks Recover makes of the chain
 // (depths in range, I3 tiling, the directory budget, every bucket a heap chunk reached once),
 // plus: the bitmaps' pairs the saved count, and the allocator's used chunks exactly the
 // buckets' chunks: nothing the image names lies outside what the allocator holds, and nothing it
-// holds is unnamed.
+// holds is unnamed. reh-kv: the record heap's slabs are named too, the used chunks are those plus
+// the large records' chunks, and the pairs must be the heap's records.
 template <pm::PersistPolicy P, bool R>
-Status Reh<P, R>::LoadState(pm::StateReader& r) requires(!R) {
+Status Reh<P, R>::LoadState(pm::StateReader& r) {
   const pm::ChunkAllocator& alloc = pool_->allocator();
-  const Status bad = Status::Corruption("reh: saved state");
+  const Status bad = Status::Corruption(std::string(kKindName) + ": saved state");
   uint64_t live = 0, buckets = 0;
   uint32_t gd = 0;
   if (!r.Get(&live) || !r.Get(&gd) || !r.Get(&buckets)) return bad;
@@ -797,7 +802,16 @@ Status Reh<P, R>::LoadState(pm::StateReader& r) requires(!R) {
     pairs += static_cast<uint64_t>(std::popcount(b.bitmap));
   }
   if (pos != dir->size() || pairs != live) return bad;
-  if (!named.EqualsAllocator()) return bad;  // a leak, or a bucket the bitmap lacks
+  if constexpr (R) {
+    records_->Reset();
+    if (!records_->LoadState(r, [&named](uint64_t o, uint32_t n) { return named.Add(o, n); }) ||
+        records_->count() != live || !named.AllocatorHasAll() ||
+        alloc.used_chunks() != named.count() + records_->large_chunks()) {
+      return bad;  // a leak, a slab or bucket the bitmap lacks, or records no slot names
+    }
+  } else if (!named.EqualsAllocator()) {
+    return bad;  // a leak, or a bucket the bitmap lacks
+  }
   InstallDirectory(std::move(dir));
   size_.Reset(static_cast<int64_t>(live));
   return Status::OK();

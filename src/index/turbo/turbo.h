@@ -683,7 +683,10 @@ Status Turbo<P, R>::LoadState(pm::StateReader& r) {
   uint64_t large = 0;  // chunks of records too large for a slab
   if constexpr (R) {
     records_->Reset();
-    if (!records_->LoadState(r, &named) || records_->count() != live) return bad;
+    if (!records_->LoadState(r, [&named](uint64_t o, uint32_t n) { return named.Add(o, n); }) ||
+        records_->count() != live) {
+      return bad;
+    }
     large = records_->large_chunks();
   }
   if (r.remaining() != 0 || !named.Disjoint() || !named.AllUsed() ||
