@@ -35,7 +35,7 @@ using testing::ScopedPath;
 // The kinds whose engines save their DRAM state at Close (a kind that starts saving one is
 // added here: KindsThatDoNotSaveLoadNothing fails until it is).
 const std::vector<std::string>& SavingKinds() {
-  static const std::vector<std::string> kinds = {"reh",   "reh-kv", "smartht",
+  static const std::vector<std::string> kinds = {"reh",    "reh-kv", "smartht", "smartht-kv",
                                                  "elimda", "turbo",  "turbo-kv"};
   return kinds;
 }
@@ -1015,42 +1015,58 @@ TEST(SavedStateTurbo, TagsTheWalkFixesAreDurable) {
   ExpectMatches(**r, oracle);
 }
 
-// turbo.h I8, record_heap.h "Clean shutdown": turbo-kv's section ends with the record heap's
+// Where the record heap's part of a records kind's section starts (record_heap.h, "Clean
+// shutdown"): after turbo-kv's counts (4 shards), after reh-kv's buckets, after smartht-kv's five
+// words.
+size_t HeapSection(std::string_view kind, const char* s) {
+  if (kind == "smartht-kv") return 5 * 8;
+  if (kind == "reh-kv") {
+    uint64_t buckets = 0;
+    std::memcpy(&buckets, s + 12, 8);
+    return 8 + 4 + 8 + 32 * buckets;
+  }
+  return 8 + 4 * 4;
+}
+
+// record_heap.h "Clean shutdown": a records kind's section ends with the record heap's
 // (slabs:64, large records:64, large chunks:64, then per slab offset:64, class:64 and its
 // bitmap: 2 words for the 32 B class of a 24 B record). A forged one with a valid checksum makes
 // the open walk.
-TEST(SavedStateTurboKv, ForgedHeapSectionIsRefused) {
-  constexpr size_t kHeap = 8 + 4 * 4;  // live pairs, 4 shards' deleted counts
-  constexpr size_t kSlab0 = kHeap + 24, kSlab1 = kSlab0 + 32;
+TEST(SavedStateRecords, ForgedHeapSectionIsRefused) {
   auto word = [](char* s, size_t at) { return reinterpret_cast<uint64_t*>(s + at); };
-  const std::vector<std::pair<std::string, std::function<void(char*)>>> forgeries = {
-      {"more slabs than the section holds", [&](char* s) { *word(s, kHeap) += 1; }},
-      {"large chunks the allocator does not hold", [&](char* s) { *word(s, kHeap + 16) += 1; }},
-      {"a slab off its slab position", [&](char* s) { *word(s, kSlab0) += 256; }},
-      {"a slab named twice", [&](char* s) { *word(s, kSlab1) = *word(s, kSlab0); }},
-      {"an unknown size class", [&](char* s) { *word(s, kSlab0 + 8) = 99; }},
+  // Each edits the heap's part, which starts at h (its first slab at h + 24, the second at h + 56).
+  const std::vector<std::pair<std::string, std::function<void(char*, size_t)>>> forgeries = {
+      {"more slabs than the section holds", [&](char* s, size_t h) { *word(s, h) += 1; }},
+      {"large chunks the allocator does not hold",
+       [&](char* s, size_t h) { *word(s, h + 16) += 1; }},
+      {"a slab off its slab position", [&](char* s, size_t h) { *word(s, h + 24) += 256; }},
+      {"a slab named twice", [&](char* s, size_t h) { *word(s, h + 56) = *word(s, h + 24); }},
+      {"an unknown size class", [&](char* s, size_t h) { *word(s, h + 32) = 99; }},
       {"padding bits past the last slot cleared",
-       [&](char* s) { *word(s, kSlab0 + 24) &= ~(uint64_t{1} << 63); }},
+       [&](char* s, size_t h) { *word(s, h + 48) &= ~(uint64_t{1} << 63); }},
       {"a record fewer than the live pairs",
-       [&](char* s) {
-         uint64_t& w = *word(s, kSlab0 + 16);
+       [&](char* s, size_t h) {
+         uint64_t& w = *word(s, h + 40);
          w &= w - 1;
        }},
   };
-  for (const auto& [what, forge] : forgeries) {
-    SCOPED_TRACE(what);
-    ScopedPath p("saved_forged_turbokv_heap");
-    auto oracle = MakeClosedPool(p.path(), "turbo-kv", 3000);
-    {
-      MappedFile f(p.path());
-      ASSERT_NE(f.image(), nullptr);
-      char* s = f.engine_section();
-      ASSERT_GE(*word(s, kHeap), 2u) << "two slabs at least";
-      ASSERT_EQ(*word(s, kSlab0 + 8), 1u) << "the 32 B class";
-      forge(s);
-      f.Reseal();
+  for (const std::string kind : {"turbo-kv", "reh-kv", "smartht-kv"}) {
+    for (const auto& [what, forge] : forgeries) {
+      SCOPED_TRACE(kind + ": " + what);
+      ScopedPath p("saved_forged_heap");
+      auto oracle = MakeClosedPool(p.path(), kind, 3000);
+      {
+        MappedFile f(p.path());
+        ASSERT_NE(f.image(), nullptr);
+        char* s = f.engine_section();
+        const size_t h = HeapSection(kind, s);
+        ASSERT_GE(*word(s, h), 2u) << "two slabs at least";
+        ASSERT_EQ(*word(s, h + 32), 1u) << "the 32 B class";
+        forge(s, h);
+        f.Reseal();
+      }
+      ExpectOpens(p.path(), kind, false, oracle);
     }
-    ExpectOpens(p.path(), "turbo-kv", false, oracle);
   }
 }
 
@@ -1111,23 +1127,12 @@ TEST(SavedStateTurboKv, ForgedRecordsAreBounded) {
   idx.Abandon();
 }
 
-// Where the record heap's part of a records kind's section starts (record_heap.h, "Clean
-// shutdown"): after turbo-kv's counts (4 shards), after reh-kv's buckets.
-size_t HeapSection(std::string_view kind, const char* s) {
-  if (kind == "reh-kv") {
-    uint64_t buckets = 0;
-    std::memcpy(&buckets, s + 12, 8);
-    return 8 + 4 + 8 + 32 * buckets;
-  }
-  return 8 + 4 * 4;
-}
-
 // record_heap.h, "Clean shutdown": a records kind's clean open validates no record, so a record
 // whose lengths are forged after the Close (every record of the first slab the image names: its
 // key and value 4 GiB each) is met by the operations: ForEach, the bytes ForEach, finds, updates
 // and erases read nothing outside the pool (Records::Fits), and CheckInvariants reports it.
 TEST(SavedStateRecords, ForgedRecordLengthsAreBounded) {
-  for (const std::string kind : {"turbo-kv", "reh-kv"}) {
+  for (const std::string kind : {"turbo-kv", "reh-kv", "smartht-kv"}) {
     SCOPED_TRACE(kind);
     ScopedPath p("saved_forged_lengths");
     auto oracle = MakeClosedPool(p.path(), kind, 3000);

@@ -182,9 +182,9 @@ def test_every_kind_against_a_dict(path, kind):
     with pmhash.open(path) as db:
         assert db.kind == kind
         assert not db.stats()["recovered"]
-        # REH, SmartHT, ElimDA and Turbo (and reh-kv, turbo-kv) load the DRAM state their clean
-        # Close saved; the others walk.
-        saving = ("reh", "reh-kv", "smartht", "elimda", "turbo", "turbo-kv")
+        # REH, SmartHT, ElimDA and Turbo (and reh-kv, smartht-kv, turbo-kv) load the DRAM state
+        # their clean Close saved; the others walk.
+        saving = ("reh", "reh-kv", "smartht", "smartht-kv", "elimda", "turbo", "turbo-kv")
         assert db.stats()["state_loaded"] == (kind in saving)
         db.check()
 

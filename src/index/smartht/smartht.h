@@ -86,8 +86,9 @@
 // written (I2 then holds for the line as for smartht); an update publishes a new record with
 // its 8-byte value store and retires the old one through the epoch (FindBytes copies a value
 // after leaving the stripe's lock, under an epoch guard); an erase retires the record after its
-// token is persisted. Open rebuilds the record heap from the live slots (Records::Recover:
-// offset, lengths, slab, sharing and key hash validated before use).
+// token is persisted. A crash open rebuilds the record heap from the live slots
+// (Records::Recover: offset, lengths, slab, sharing and key hash validated before use); a clean
+// open loads the heap's image with the rest of the saved state (I9).
 //
 // Recovery (paper III-D): after a clean shutdown the filter saved in the pool is used (its
 // geometry and key count must match at open, its checksum when a background task loads its
@@ -172,8 +173,8 @@
 //       first copy in the head bucket (its pair written before its token). Open clears the
 //       movers and the second copies (token, persisted) before serving; anywhere else a
 //       misplaced or repeated pair is kCorruption (repeats: CheckInvariants).
-//   I9  smartht only (not -kv): a clean Close saves root 0, the live keys, the chained buckets
-//       and the saved filter's place in the pool's state image (src/pm/saved_state.h:
+//   I9  A clean Close saves root 0, the live keys, the chained buckets (smartht-kv: and the
+//       record heap's state, record_heap.h "Clean shutdown") and the saved filter's place in the pool's state image (src/pm/saved_state.h:
 //       checksummed, trusted only after a clean shutdown, used once, with the allocator's
 //       bitmap). The open that loads it walks no chain: nothing changed in PM since the save
 //       (Close quiesced the index; the clean mark is its last write). It checks the loaded
@@ -186,7 +187,10 @@
 //       the chain and is counted in "smartht.bad_links"). So a forged image or a bucket damaged
 //       after the Close can make answers wrong, never a read out of bounds; CheckInvariants
 //       (`pmhash check`) walks the chains and reports it, and an open after a crash refuses
-//       it. smartht-kv follows record offsets from its slots and always walks.
+//       it. smartht-kv's slots name records no such open validates: every record read is
+//       bounded to the pool (Records::Fits), the loaded heap's slabs are named with the
+//       directory (disjoint, in use; the used chunks include them and the large records'), and
+//       the heap's records must be the live keys.
 //   I10 smartht only: root 3 bounds the table. A chunk is linked (a bucket into a chain, a
 //       segment into the directory, the directory at creation) only after root 3 covers it
 //       (CoverChunks: raised by 1/32 of the heap at a time, persisted before the link's store),
@@ -727,8 +731,9 @@ class SmartHt : public index::EngineBase<SmartHt<P, kRecords>, P, Config> {
     size_.Add(d);
   }
   // A clean open (I9): the image of the last Close vouches for the chains; nothing is walked.
-  void SaveState(pm::StateWriter& w) const requires(!kRecords);
-  Status LoadState(pm::StateReader& r) requires(!kRecords);
+  // smartht-kv: then the record heap's (record_heap.h, "Clean shutdown").
+  void SaveState(pm::StateWriter& w) const;
+  Status LoadState(pm::StateReader& r);
   // Recovery, its steps: root 0 checked; the directory validated and the segments marked
   // reachable (I6); the chains walked; the DRAM structures built.
   struct WalkCounts {
@@ -1250,13 +1255,14 @@ void SmartHt<P, R>::EstablishBound() {
 
 // I9: root 0, live keys, chained buckets, and the filter Close saved (its offset and chunks).
 template <pm::PersistPolicy P, bool R>
-void SmartHt<P, R>::SaveState(pm::StateWriter& w) const requires(!R) {
+void SmartHt<P, R>::SaveState(pm::StateWriter& w) const {
   w.Put<uint64_t>(geo_.load(std::memory_order_acquire));
   w.Put<uint64_t>(Size());
   w.Put<uint64_t>(chained_.load(std::memory_order_relaxed));
   const uint64_t filter = pool_->root(1);  // SaveFilter (Quiesce) ran before this
   w.Put<uint64_t>(filter);
   w.Put<uint64_t>(filter ? 1 + pool_->template At<SavedFilterHeader>(filter)->blocks : 0);
+  if constexpr (R) records_->SaveState(w);
 }
 
 // I9: the walk of Recover is not made. The image vouches for the chains (no reader follows a
@@ -1264,13 +1270,15 @@ void SmartHt<P, R>::SaveState(pm::StateWriter& w) const requires(!R) {
 // directory name: the directory, the segments and the saved filter inside the heap, named once
 // and in use, and the used chunks exactly those plus the chained buckets. The live count must be
 // the saved filter's, if one was saved. The saved filter's chunks stay in use until the
-// background task that loads the filter has read them (Serve, LoadFilterTask).
+// background task that loads the filter has read them (Serve, LoadFilterTask). smartht-kv: the
+// record heap's slabs are named too, the used chunks include the large records' chunks, and the
+// heap's records must be the live pairs.
 template <pm::PersistPolicy P, bool R>
-Status SmartHt<P, R>::LoadState(pm::StateReader& r) requires(!R) {
-  const Status bad = Status::Corruption("smartht: saved state");
+Status SmartHt<P, R>::LoadState(pm::StateReader& r) {
+  const Status bad = Status::Corruption(std::string(kKindName) + ": saved state");
   uint64_t geo = 0, live = 0, chained = 0, filter = 0, filter_chunks = 0;
   if (!r.Get(&geo) || !r.Get(&live) || !r.Get(&chained) || !r.Get(&filter) ||
-      !r.Get(&filter_chunks) || r.remaining() != 0 || geo != pool_->root(0) ||
+      !r.Get(&filter_chunks) || (!R && r.remaining() != 0) || geo != pool_->root(0) ||
       filter != pool_->root(1) || (filter == 0) != (filter_chunks == 0) ||
       filter_chunks > std::numeric_limits<uint32_t>::max()) {
     return bad;  // (the whole section checked before Serve starts the background work)
@@ -1284,7 +1292,17 @@ Status SmartHt<P, R>::LoadState(pm::StateReader& r) requires(!R) {
     PMHASH_RETURN_IF_ERROR(name(filter, static_cast<uint32_t>(filter_chunks)));
     if (pool_->template At<SavedFilterHeader>(filter)->keys != live) return bad;
   }
-  if (!named.Disjoint() || !named.AllUsed() || alloc.used_chunks() != named.count() + chained) {
+  uint64_t large = 0;  // chunks of records too large for a slab
+  if constexpr (R) {
+    records_->Reset();
+    if (!records_->LoadState(r, [&named](uint64_t o, uint32_t n) { return named.Add(o, n); }) ||
+        records_->count() != live || r.remaining() != 0) {
+      return bad;
+    }
+    large = records_->large_chunks();
+  }
+  if (!named.Disjoint() || !named.AllUsed() ||
+      alloc.used_chunks() != named.count() + chained + large) {
     return bad;
   }
   saved_filter_chunks_ = filter_chunks;
@@ -1488,7 +1506,10 @@ Status SmartHt<P, R>::SaveFilter() {
 template <pm::PersistPolicy P, bool R>
 Status SmartHt<P, R>::Quiesce() {
   PMHASH_RETURN_IF_ERROR(background_.Shutdown());
-  if constexpr (R) epoch_->Drain();  // retired records are freed
+  if constexpr (R) {
+    epoch_->Drain();  // retired records are freed
+    records_->ReleaseEmptySlabs();  // (before the image: I9)
+  }
   return SaveFilter();
 }
 
