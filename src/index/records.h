@@ -228,12 +228,13 @@ class Records {
         kind_(kind),
         hdr_(checked ? kCheckedRecordHeader : kRecordHeader) {}
 
-  // The record at `off` lies inside the pool, header and bytes, whatever its offset and lengths
-  // say. Every read below checks it, so none reads outside the pool when an open trusted an
-  // image instead of validating each record (a records kind's LoadState: H5 of record_heap.h
-  // holds for the records a walk reached, not for a file edited after a clean Close).
+  // The record at `off` is aligned (pm::kRecordAlign) and lies inside the pool, header and bytes,
+  // whatever its offset and lengths say. Every read below checks it, so none reads outside the
+  // pool (or a misaligned header) when an open trusted an image instead of validating each record
+  // (a records kind's LoadState: H5 of record_heap.h holds for the records a walk reached, not
+  // for a file edited after a clean Close).
   bool Fits(uint64_t off) const {
-    if (off == 0 || off > pool_.size() - hdr_) return false;
+    if (off == 0 || off % pm::kRecordAlign != 0 || off > pool_.size() - hdr_) return false;
     const RecordHeader* r = Header(off);
     return uint64_t{r->key_len} + r->value_len <= pool_.size() - hdr_ - off;
   }
@@ -251,7 +252,8 @@ class Records {
   // Key(off) == s, for a lock-free reader that may hold a stale offset (its version check comes
   // after): reads no byte outside the pool whatever the header says.
   bool KeyEquals(uint64_t off, std::string_view s) const {
-    if (off == 0 || s.size() > pool_.size() - hdr_ || off > pool_.size() - hdr_ - s.size()) {
+    if (off == 0 || off % pm::kRecordAlign != 0 || s.size() > pool_.size() - hdr_ ||
+        off > pool_.size() - hdr_ - s.size()) {
       return false;
     }
     const RecordHeader* r = Header(off);

@@ -28,6 +28,8 @@
 //   * Erase: one 8-byte store sets the delete bit and bumps the sequence; persist. One persist.
 //   * Find is lock-free: per bucket, read the meta word, SIMD-match the 14 tags, compare the
 //     candidate keys, read the value, then re-read the meta word; retry the bucket if it moved.
+//     (A value read that fails in a bucket whose meta word did not move is a damaged record,
+//     not a stale one: it reads as absent, never as a reason to retry; I8.)
 //     Finds touch no PM beyond the buckets of the path (and one record in turbo-kv).
 //   * Durable reads (ADR): before its meta store a writer names the bucket in the shard's DRAM
 //     line (ShardRef::unpersisted, the line readers already read for the shard's address) and
@@ -732,10 +734,14 @@ bool Turbo<P, R>::Search(const Probe& p, OnFound&& on_found) const {
       bool ok = true;
       if (hit >= 0) ok = on_found(b->slots[hit]);
       std::atomic_thread_fence(std::memory_order_acquire);
-      if (b->meta.load(std::memory_order_relaxed) != m || !ok) {
+      if (b->meta.load(std::memory_order_relaxed) != m) {
         read_retries_.fetch_add(1, std::memory_order_relaxed);
         continue;  // a writer changed the bucket while we read it
       }
+      // The bucket did not change, so the slot and its record were stable: a record on_found
+      // could not read (turbo-kv: not inside the pool) is damaged, not stale. It reads as
+      // absent (I8: an image vouches for no record; CheckInvariants reports it).
+      if (!ok) return false;
       if (hit >= 0) return true;
       if (PathEnd(m)) return false;  // path end
       break;
