@@ -1097,7 +1097,8 @@ TEST(SavedStateTurboKv, ForgedRecordsAreBounded) {
   uint64_t pairs = 0, bytes_pairs = 0;
   (void)idx.ForEach([&](Key, Value) { pairs++; });
   ASSERT_NE(idx.bytes(), nullptr);
-  EXPECT_TRUE(idx.bytes()->ForEach([&](std::string_view, std::string_view) { bytes_pairs++; }).ok());
+  EXPECT_TRUE(
+      idx.bytes()->ForEach([&](std::string_view, std::string_view) { bytes_pairs++; }).ok());
   EXPECT_EQ(bytes_pairs, oracle.size());
   EXPECT_GE(pairs, oracle.size() - 5);
   uint64_t found = 0, i = 0;

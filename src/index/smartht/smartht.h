@@ -174,14 +174,15 @@
 //       movers and the second copies (token, persisted) before serving; anywhere else a
 //       misplaced or repeated pair is kCorruption (repeats: CheckInvariants).
 //   I9  A clean Close saves root 0, the live keys, the chained buckets (smartht-kv: and the
-//       record heap's state, record_heap.h "Clean shutdown") and the saved filter's place in the pool's state image (src/pm/saved_state.h:
-//       checksummed, trusted only after a clean shutdown, used once, with the allocator's
-//       bitmap). The open that loads it walks no chain: nothing changed in PM since the save
-//       (Close quiesced the index; the clean mark is its last write). It checks the loaded
-//       allocator against what it can name without a walk — the directory, the segments and
-//       the saved filter inside the heap, named once and in use, the used chunks exactly those
-//       plus the saved count of chained buckets, root 0 and root 1 the image's, the live count
-//       the saved filter's — and frees the saved filter's chunks once the filter is loaded.
+//       record heap's state, record_heap.h "Clean shutdown") and the saved filter's place in
+//       the pool's state image (src/pm/saved_state.h: checksummed, trusted only after a clean
+//       shutdown, used once, with the allocator's bitmap). The open that loads it walks no
+//       chain: nothing changed in PM since the save (Close quiesced the index; the clean mark
+//       is its last write). It checks the loaded allocator against what it can name without a
+//       walk — the directory, the segments and the saved filter inside the heap, named once
+//       and in use, the used chunks exactly those plus the saved count of chained buckets,
+//       root 0 and root 1 the image's, the live count the saved filter's — and frees the saved
+//       filter's chunks once the filter is loaded.
 //       Since no walk bounded the links, every reader bounds them itself (Next: a link must be
 //       a bucket of the heap, a chain at most the heap's chunk count long; anything else ends
 //       the chain and is counted in "smartht.bad_links"). So a forged image or a bucket damaged
