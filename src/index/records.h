@@ -328,19 +328,19 @@ class Records {
   void Reset() { heap_.Reset(); }
   Status Recover(uint64_t off, uint64_t h, const Hasher& hash);
   // A clean Close's image of the heap's DRAM state, instead of Recover for every record
-  // (record_heap.h, "Clean shutdown"): SaveState (quiescent, after ReleaseEmptySlabs) and
-  // LoadState (after Reset; each slab is named: record_heap.h).
+  // (record_heap.h, "Clean shutdown"): SaveState (quiescent, after ReleaseEmptySlabs), and
+  // LoadState, which resets the heap, loads it (each slab is named) and requires its records to
+  // be the engine's `live` pairs (one record per live slot); false otherwise.
   void ReleaseEmptySlabs() { heap_.ReleaseEmptySlabs(); }
   void SaveState(pm::StateWriter& w) const { heap_.SaveState(w); }
-  bool LoadState(pm::StateReader& r, const std::function<bool(uint64_t, uint32_t)>& name) {
-    return heap_.LoadState(r, name);
+  bool LoadState(pm::StateReader& r, uint64_t live,
+                 const std::function<bool(uint64_t, uint32_t)>& name) {
+    heap_.Reset();
+    if (!heap_.LoadState(r, name)) return false;
+    const pm::RecordHeapStats rs = heap_.stats();
+    return rs.slab_records + rs.large_records == live;
   }
   uint64_t large_chunks() const { return heap_.large_chunks(); }
-  // The records the heap holds (slots in use and large records).
-  uint64_t count() const {
-    const pm::RecordHeapStats rs = heap_.stats();
-    return rs.slab_records + rs.large_records;
-  }
   // Asks for the first line of the record at `off` ahead of its Recover (each is a random miss:
   // recovery that overlaps them runs several times faster). Never faults, whatever `off` is.
   void Prefetch(uint64_t off) const { PrefetchLine(pool_.base() + (off < pool_.size() ? off : 0)); }

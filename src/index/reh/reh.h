@@ -803,9 +803,9 @@ Status Reh<P, R>::LoadState(pm::StateReader& r) {
   }
   if (pos != dir->size() || pairs != live) return bad;
   if constexpr (R) {
-    records_->Reset();
-    if (!records_->LoadState(r, [&named](uint64_t o, uint32_t n) { return named.Add(o, n); }) ||
-        records_->count() != live || !named.AllocatorHasAll() ||
+    if (!records_->LoadState(r, live,
+                             [&named](uint64_t o, uint32_t n) { return named.Add(o, n); }) ||
+        !named.AllocatorHasAll() ||
         alloc.used_chunks() != named.count() + records_->large_chunks()) {
       return bad;  // a leak, a slab or bucket the bitmap lacks, or records no slot names
     }

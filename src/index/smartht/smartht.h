@@ -1295,9 +1295,9 @@ Status SmartHt<P, R>::LoadState(pm::StateReader& r) {
   }
   uint64_t large = 0;  // chunks of records too large for a slab
   if constexpr (R) {
-    records_->Reset();
-    if (!records_->LoadState(r, [&named](uint64_t o, uint32_t n) { return named.Add(o, n); }) ||
-        records_->count() != live || r.remaining() != 0) {
+    if (!records_->LoadState(r, live,
+                             [&named](uint64_t o, uint32_t n) { return named.Add(o, n); }) ||
+        r.remaining() != 0) {
       return bad;
     }
     large = records_->large_chunks();

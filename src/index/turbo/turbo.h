@@ -684,9 +684,8 @@ Status Turbo<P, R>::LoadState(pm::StateReader& r) {
   if (live > slots) return bad;
   uint64_t large = 0;  // chunks of records too large for a slab
   if constexpr (R) {
-    records_->Reset();
-    if (!records_->LoadState(r, [&named](uint64_t o, uint32_t n) { return named.Add(o, n); }) ||
-        records_->count() != live) {
+    if (!records_->LoadState(r, live,
+                             [&named](uint64_t o, uint32_t n) { return named.Add(o, n); })) {
       return bad;
     }
     large = records_->large_chunks();
