@@ -14,7 +14,9 @@
 #include <cstdint>
 #include <cstring>
 #include <functional>
+#include <map>
 #include <memory>
+#include <numeric>
 #include <random>
 #include <string>
 #include <unordered_map>
@@ -23,6 +25,7 @@
 
 #include "pm/crash_sim.h"
 #include "pm/pool_format.h"
+#include "pm/record_heap.h"
 #include "pmhash/pmhash.h"
 #include "test_util.h"
 
@@ -35,8 +38,9 @@ using testing::ScopedPath;
 // The kinds whose engines save their DRAM state at Close (a kind that starts saving one is
 // added here: KindsThatDoNotSaveLoadNothing fails until it is).
 const std::vector<std::string>& SavingKinds() {
-  static const std::vector<std::string> kinds = {"reh",    "reh-kv", "smartht", "smartht-kv",
-                                                 "elimda", "turbo",  "turbo-kv"};
+  static const std::vector<std::string> kinds = {
+      "reh", "reh-kv", "smartht", "smartht-kv", "elimda", "elimda-kv", "turbo", "turbo-kv",
+      "pea-kv", "pea-multi"};
   return kinds;
 }
 
@@ -54,6 +58,12 @@ Options SmallOptions(const std::string& path, std::string_view kind) {
     o.turbo.initial_buckets = 2;
     o.hash_seed = 42;  // one layout every run: the forgeries below look for shapes in it
   }
+  if (kind.starts_with("pea")) {  // 4 KiB segments: splits and doublings with a few thousand keys
+    o.pea.segment_buckets = 16;
+    o.pea.initial_depth = 0;
+    o.hash_seed = 42;
+  }
+  if (kind == "pea-multi") o.pea.segment_buckets = 64;  // 16 KiB: value buffers of types 0-5
   if (kind.starts_with("elimda")) {  // log swaps, relocations and splits with a few thousand keys
     o.elimda.bucket_items = 32;
     o.elimda.dbucket_items = 16;
@@ -86,7 +96,12 @@ std::unordered_map<Key, Value> MakeClosedPool(const std::string& path, std::stri
       it = oracle.erase(it);
     } else {
       if (i % 5 == 1) {
-        EXPECT_TRUE((*r)->Update(it->first, i + 1).ok());
+        if (kind == "pea-multi") {  // (no Update of a key that may have several values)
+          EXPECT_TRUE((*r)->Erase(it->first).ok());
+          EXPECT_TRUE((*r)->Insert(it->first, i + 1).ok());
+        } else {
+          EXPECT_TRUE((*r)->Update(it->first, i + 1).ok());
+        }
         it->second = i + 1;
       }
       ++it;
@@ -185,9 +200,9 @@ TEST_P(SavedStateTest, CleanCloseIsLoadedOnceCrashIsWalked) {
       MappedFile f(p.path());
       EXPECT_EQ(f.header()->saved_state.load(), 0u) << "S2: an image is used once";
     }
-    // Writes after the load: the loaded allocator and metadata must be the live ones.
+    // Writes after the load (new keys): the loaded allocator and metadata must be the live ones.
     for (Key k = 1; k <= 3000; k++) {
-      ASSERT_TRUE((*r)->Upsert(k * 0x9E3779B97F4A7C15ull, k).ok());
+      ASSERT_TRUE((*r)->Insert(k * 0x9E3779B97F4A7C15ull, k).ok());
       oracle[k * 0x9E3779B97F4A7C15ull] = k;
     }
     ExpectMatches(**r, oracle);
@@ -282,7 +297,7 @@ TEST_P(SavedStateTest, ImageCarriesTheUsedWordsOnly) {
     EXPECT_TRUE((*opened)->Stats().state_loaded);
     ExpectMatches(**opened, oracle);
     for (Key k = 1; k <= 2000; k++) {  // past the chunks the image covered, on some kinds
-      ASSERT_TRUE((*opened)->Upsert(k * 0xD1B54A32D192ED03ull, k).ok());
+      ASSERT_TRUE((*opened)->Insert(k * 0xD1B54A32D192ED03ull, k).ok());
       oracle[k * 0xD1B54A32D192ED03ull] = k;
     }
     ASSERT_TRUE((*opened)->Close().ok());
@@ -637,6 +652,7 @@ struct ElimdaSection {
   size_t first_items = 0;    // the first D-bucket item of the first segment
   uint32_t log0_blocks = 0;
   std::vector<std::pair<size_t, uint32_t>> fingerprints;  // the first segment's: (offset, count)
+  size_t end = 0;  // after the last segment (elimda-kv: the record heap's part starts there)
 
   explicit ElimdaSection(const char* s, uint32_t logs, uint32_t segment_buckets) {
     auto u32 = [&](size_t at) {
@@ -654,15 +670,20 @@ struct ElimdaSection {
     std::memcpy(&empties, s + at, 8);
     at += 8 + 8 * empties;
     first_segment = at;
-    at += 12;
-    for (uint32_t b = 0; b < segment_buckets; b++) {
-      fingerprints.emplace_back(at + 4, u32(at));
-      at += 4 + 2 * size_t{u32(at)};
-      const uint32_t nd = u32(at);
-      at += 4;
-      if (nd > 0 && first_items == 0) first_items = at;
-      at += 24 * size_t{nd};
+    uint64_t segments;
+    std::memcpy(&segments, s + 8 + 4 + 8, 8);
+    for (uint64_t seg = 0; seg < segments; seg++) {
+      at += 12;
+      for (uint32_t b = 0; b < segment_buckets; b++) {
+        if (seg == 0) fingerprints.emplace_back(at + 4, u32(at));
+        at += 4 + 2 * size_t{u32(at)};
+        const uint32_t nd = u32(at);
+        at += 4;
+        if (seg == 0 && nd > 0 && first_items == 0) first_items = at;
+        at += 24 * size_t{nd};
+      }
     }
+    end = at;
   }
 };
 
@@ -993,11 +1014,205 @@ TEST(SavedStateTurbo, TagsTheWalkFixesAreDurable) {
   ExpectMatches(**r, oracle);
 }
 
+// pea.h I14: pea-kv's section is its live count, then the record heap's. A count the heap's
+// records do not match is refused; so is a directory the walk would repair (a stride whose
+// entries differ from its lowest one, as an interrupted split leaves it): the open walks, and
+// the walk repairs it.
+TEST(SavedStatePea, ForgedCountAndUnrepairedStrideAreRefused) {
+  ExpectForgeriesWalk("pea-kv", {{"a live count one above the records", [](char* s) {
+                                    uint64_t live;
+                                    std::memcpy(&live, s, 8);
+                                    live++;
+                                    std::memcpy(s, &live, 8);
+                                  }}});
+  ScopedPath p("saved_pea_stride");
+  auto oracle = MakeClosedPool(p.path(), "pea-kv", 5000);  // (3000: every segment at depth G)
+  {
+    MappedFile f(p.path());
+    ASSERT_NE(f.image(), nullptr);
+    // The current directory: the descriptor [G:8 | offset:56] with the larger G (roots 0, 1).
+    const uint64_t d0 = f.header()->roots[0].load(), d1 = f.header()->roots[1].load();
+    const uint64_t desc = (d0 >> 56) > (d1 >> 56) ? d0 : d1;
+    const uint32_t g = static_cast<uint32_t>(desc >> 56);
+    auto* entries = reinterpret_cast<uint64_t*>(f.base() + (desc & ((uint64_t{1} << 56) - 1)));
+    bool forged = false;
+    for (uint64_t i = 0; i + 1 < (uint64_t{1} << g) && !forged; i++) {
+      const uint32_t ld = static_cast<uint32_t>(entries[i] >> 48) & 0xFF;
+      if (ld < g && i % (uint64_t{1} << (g - ld)) == 0) {
+        entries[i + 1] ^= 1;  // another segment id: step 1 of a split without its commit
+        forged = true;
+      }
+    }
+    ASSERT_TRUE(forged) << "a segment of local depth below the global one";
+  }
+  ExpectOpens(p.path(), "pea-kv", false, oracle);
+}
+
+// A pea-multi pool with duplicate keys (value buffers of every type a 4 KiB slab holds, chain
+// nodes, erased pairs), closed cleanly; returns the oracle (each key's values, sorted).
+std::map<Key, std::vector<Value>> MakeClosedMultiPool(const std::string& path) {
+  std::map<Key, std::vector<Value>> oracle;
+  auto r = Open("pea-multi", SmallOptions(path, "pea-multi"));
+  EXPECT_TRUE(r.ok()) << r.status().ToString();
+  if (!r.ok()) return oracle;
+  MultiApi* m = (*r)->multi();
+  EXPECT_NE(m, nullptr);
+  std::mt19937_64 rng(11);
+  for (Key k = 1; k <= 300; k++) {
+    const uint64_t n = k % 10 == 0 ? 700 : 1 + rng() % 6;  // a few keys with long lists
+    for (uint64_t v = 0; v < n; v++) {
+      EXPECT_TRUE(m->Insert(k, k * 1000 + v).ok());
+      oracle[k].push_back(k * 1000 + v);
+    }
+  }
+  for (Key k = 1; k <= 300; k += 7) {  // some pairs erased, some keys emptied
+    if (k % 2 == 0) {
+      EXPECT_TRUE(m->EraseAll(k).ok());
+      oracle.erase(k);
+    } else {
+      EXPECT_TRUE(m->Erase(k, k * 1000).ok());
+      oracle[k].erase(oracle[k].begin());
+      if (oracle[k].empty()) oracle.erase(k);
+    }
+  }
+  const IndexStats st = (*r)->Stats();
+  EXPECT_GT(testing::Detail(st, "pea.multi.buffer_grows"), 0);
+  EXPECT_GT(testing::Detail(st, "pea.multi.chain_nodes"), 0);
+  EXPECT_TRUE((*r)->Close().ok());
+  return oracle;
+}
+
+// pea.h I14: a pea-multi pool with duplicate keys opens from its image after a clean Close and
+// answers every key's values as before.
+TEST(SavedStatePeaMulti, DuplicatesLoad) {
+  ScopedPath p("saved_pea_multi");
+  const auto oracle = MakeClosedMultiPool(p.path());
+  auto r = Open("pea-multi", SmallOptions(p.path(), "pea-multi"));
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_TRUE((*r)->Stats().state_loaded);
+  MultiApi* m = (*r)->multi();
+  uint64_t pairs = 0;
+  for (const auto& [k, vals] : oracle) {
+    std::vector<Value> got;
+    ASSERT_TRUE(m->FindAll(k, &got).ok()) << k;
+    std::sort(got.begin(), got.end());
+    ASSERT_EQ(got, vals) << k;
+    pairs += vals.size();
+  }
+  EXPECT_EQ(m->Size(), pairs);
+  const Status inv = (*r)->CheckInvariants();
+  EXPECT_TRUE(inv.ok()) << inv.ToString();
+  // Writes after the load: appends (growing buffers), pair and key erases.
+  for (const auto& [k, vals] : oracle) {
+    ASSERT_TRUE(m->Insert(k, 1).ok());
+    ASSERT_TRUE(m->Erase(k, vals.back()).ok());
+  }
+  ASSERT_TRUE(m->EraseAll(oracle.begin()->first).ok());
+  const Status inv2 = (*r)->CheckInvariants();
+  EXPECT_TRUE(inv2.ok()) << inv2.ToString();
+}
+
+// pea.h I14: a clean Close leaves every redo log empty; a committed one (n > 0) makes the open
+// walk, and the walk applies it (I12).
+TEST(SavedStatePeaMulti, CommittedRedoLogIsApplied) {
+  ScopedPath p("saved_pea_multi_log");
+  const auto oracle = MakeClosedMultiPool(p.path());
+  uint64_t target = 0;
+  {
+    MappedFile f(p.path());
+    ASSERT_NE(f.image(), nullptr);
+    // Root 3: the redo logs, 64 of [ n:8 | pad:56 | (offset, value) x 64 ]. Log 0 commits one
+    // store into an unused pair of log 1 (inside the heap, read by nobody).
+    const uint64_t logs = f.header()->roots[3].load();
+    constexpr uint64_t kLogBytes = 64 + 16 * 64;
+    target = logs + kLogBytes + 64 + 16 * 63;
+    auto* log0 = reinterpret_cast<uint64_t*>(f.base() + logs);
+    log0[8] = target;
+    log0[9] = 0x5EED;
+    log0[0] = 1;
+  }
+  auto r = Open("pea-multi", SmallOptions(p.path(), "pea-multi"));
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_FALSE((*r)->Stats().state_loaded);
+  const Status inv = (*r)->CheckInvariants();
+  EXPECT_TRUE(inv.ok()) << inv.ToString();  // (it refuses a log left committed)
+  EXPECT_EQ((*r)->multi()->Size(),
+            std::accumulate(oracle.begin(), oracle.end(), uint64_t{0},
+                            [](uint64_t n, const auto& kv) { return n + kv.second.size(); }));
+  ASSERT_TRUE((*r)->Close().ok());
+  MappedFile f(p.path());
+  uint64_t applied = 0;
+  std::memcpy(&applied, f.base() + target, 8);
+  EXPECT_EQ(applied, 0x5EEDu);
+}
+
+// pea.h I15: the load reads no value node, so nodes forged after a clean Close (every node of
+// the first slab the image names: a capacity past the pool, a cycle, a count over the capacity,
+// a type that does not exist) are met by the operations: finds, appends, erases of a pair or a
+// key and ForEach read and write nothing outside the pool, return (kCorruption for a writer
+// that meets one), and CheckInvariants reports them.
+TEST(SavedStatePeaMulti, ForgedListsAreBounded) {
+  ScopedPath p("saved_pea_multi_forged");
+  const auto oracle = MakeClosedMultiPool(p.path());
+  uint64_t forged = 0;
+  {
+    MappedFile f(p.path());
+    ASSERT_NE(f.image(), nullptr);
+    const char* s = f.engine_section() + 8;  // after the live count: the value heap's part
+    uint64_t slabs = 0, slab = 0, cls = 0, bits = 0;
+    std::memcpy(&slabs, s, 8);
+    ASSERT_GE(slabs, 1u);
+    std::memcpy(&slab, s + 24, 8);
+    std::memcpy(&cls, s + 32, 8);
+    std::memcpy(&bits, s + 40, 8);
+    ASSERT_LT(cls, pm::kClassBytes.size());
+    const uint64_t bytes = pm::kClassBytes[cls];
+    for (uint32_t k = 0; k < 64; k++) {
+      if (((bits >> k) & 1) == 0) continue;
+      const uint64_t off = slab + pm::kSlabHeaderBytes + bytes * k;
+      auto* node = reinterpret_cast<uint64_t*>(f.base() + off);  // key, state, geom, reserved
+      switch (forged++ % 4) {
+        case 0: node[2] = (node[2] & ~uint64_t{0xFFFFFFFF}) | 0xFFFFFFF0; break;  // capacity
+        case 1: node[1] = (node[1] & 0xFFFFF) | ((off >> 4) << 20); break;       // next: itself
+        case 2: node[1] = (node[1] & ~uint64_t{0xFFFFF}) | 0xFFFFF; break;       // count
+        case 3: node[2] = (node[2] & 0xFFFFFFFF) | (uint64_t{9} << 32); break;   // type 9
+      }
+    }
+  }
+  ASSERT_GE(forged, 4u);
+  auto r = Open("pea-multi", SmallOptions(p.path(), "pea-multi"));
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  Index& idx = **r;
+  EXPECT_TRUE(idx.Stats().state_loaded);
+  const Status inv = idx.CheckInvariants();
+  EXPECT_TRUE(inv.IsCorruption()) << inv.ToString();
+  MultiApi* m = idx.multi();
+  uint64_t pairs = 0, exact = 0, refused = 0;
+  (void)m->ForEach([&](Key, Value) { pairs++; });
+  uint64_t i = 0;
+  for (const auto& [k, vals] : oracle) {
+    std::vector<Value> got;
+    (void)m->FindAll(k, &got);
+    std::sort(got.begin(), got.end());
+    exact += got == vals;
+    (void)m->Count(k);
+    refused += m->Insert(k, 7).IsCorruption();
+    refused += m->Erase(k, vals.back()).IsCorruption();
+    if (i++ % 3 == 0) refused += m->EraseAll(k).IsCorruption();
+  }
+  EXPECT_GT(refused, 0u) << "writers meet the forged nodes";
+  EXPECT_LT(exact, oracle.size());
+  EXPECT_GT(exact, oracle.size() / 2) << "the lists not forged answer as before";
+  idx.Abandon();
+}
+
 // Where the record heap's part of a records kind's section starts (record_heap.h, "Clean
 // shutdown"): after turbo-kv's counts (4 shards), after reh-kv's buckets, after smartht-kv's five
-// words.
+// words, after pea-kv's live count, after elimda-kv's segments (4 logs, 2 buckets a segment).
 size_t HeapSection(std::string_view kind, const char* s) {
   if (kind == "smartht-kv") return 5 * 8;
+  if (kind == "elimda-kv") return ElimdaSection(s, 4, 2).end;
+  if (kind == "pea-kv") return 8;
   if (kind == "reh-kv") {
     uint64_t buckets = 0;
     std::memcpy(&buckets, s + 12, 8);
@@ -1035,7 +1250,7 @@ TEST(SavedStateRecords, ForgedHeapSectionIsRefused) {
          set(s, h + 40, w & (w - 1));
        }},
   };
-  for (const std::string kind : {"turbo-kv", "reh-kv", "smartht-kv"}) {
+  for (const std::string kind : {"turbo-kv", "reh-kv", "smartht-kv", "pea-kv", "elimda-kv"}) {
     std::vector<Forgery> at_heap;
     for (const auto& f : forgeries) {
       at_heap.emplace_back(f.first, [&, kind, forge = f.second](char* s) {
@@ -1117,7 +1332,7 @@ TEST(SavedStateTurboKv, ForgedRecordsAreBounded) {
 // key and value 4 GiB each) is met by the operations: ForEach, the bytes ForEach, finds, updates
 // and erases read nothing outside the pool (Records::Fits), and CheckInvariants reports it.
 TEST(SavedStateRecords, ForgedRecordLengthsAreBounded) {
-  for (const std::string kind : {"turbo-kv", "reh-kv", "smartht-kv"}) {
+  for (const std::string kind : {"turbo-kv", "reh-kv", "smartht-kv", "pea-kv", "elimda-kv"}) {
     SCOPED_TRACE(kind);
     ScopedPath p("saved_forged_lengths");
     auto oracle = MakeClosedPool(p.path(), kind, 3000);

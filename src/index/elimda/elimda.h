@@ -136,7 +136,7 @@
 //       same key hash, or lengths too long to tell) is fenced at once by NewChecked, so no stale
 //       record is ever taken for the new one. An update's record is fenced before the value
 //       store, as before: dropping a torn update would lose the old value.
-//   I12 Clean shutdown (not in the paper; src/pm/saved_state.h), elimda only: Close saves what
+//   I12 Clean shutdown (not in the paper; src/pm/saved_state.h): Close saves what
 //       the two walks below derive — per log its blocks' offsets and the active block's mirror,
 //       per segment its offset, depth, counts, the fingerprints below the counts and the live
 //       D-bucket items (key, value, block, slot) — and the next open of a clean pool loads it
@@ -148,8 +148,12 @@
 //       segment or block: no reader follows an offset read from PM (segments are found through
 //       the directory, blocks through their BlockInfo, counts are DRAM), so a forged image can
 //       make answers wrong, never a read out of bounds; `pmhash check` (CheckInvariants)
-//       compares the loaded state with PM. elimda-kv walks at every open: its items name
-//       records, which every open validates before a reader follows them.
+//       compares the loaded state with PM. elimda-kv appends the record heap's image
+//       (record_heap.h, "Clean shutdown"; Close frees the retired records and releases empty
+//       slabs first): its slabs are named too, the used chunks must be the named ones plus the
+//       large records', and the heap's records the live items. No record is read: what the
+//       walk's record checks protected is bounded where a record is read (Records::Fits), as
+//       in turbo-kv and reh-kv.
 //
 // Recovery (paper 3.6): walk the segment chain (tiling and tags checked, every offset
 // validated, MarkReachable), rebuild directory, counts and fingerprints; walk every log chain
@@ -592,16 +596,16 @@ class ElimDA : public index::EngineBase<ElimDA<P, kRecords>, P, Config> {
   Status Init();
   Status Create();
   Status Recover();
-  // I12: the image of a clean Close (src/pm/saved_state.h). elimda only: elimda-kv's items name
-  // records, which every open validates before a reader follows them (as reh-kv's).
+  // I12: the image of a clean Close (src/pm/saved_state.h); elimda-kv's ends with the record
+  // heap's.
   struct SavedItem {  // a live D-bucket item
     uint64_t key;
     uint64_t value;
     uint64_t block_slot;  // block index (in the image's order) << 4 | slot
   };
   static_assert(sizeof(SavedItem) == 24);
-  void SaveState(pm::StateWriter& w) const requires(!kRecords);
-  Status LoadState(pm::StateReader& r) requires(!kRecords);
+  void SaveState(pm::StateWriter& w) const;
+  Status LoadState(pm::StateReader& r);
   // Recover and LoadState, building log li's chain newest first: the BlockInfo of the block at
   // `off`, linked after `newer` (nullptr: it is the log's head). nullptr if out of memory.
   BlockInfo* AppendBlockInfo(uint32_t li, uint64_t off, BlockInfo* newer);
@@ -640,7 +644,10 @@ class ElimDA : public index::EngineBase<ElimDA<P, kRecords>, P, Config> {
   void WalkLiveSlots(Take&& take, Done&& done) const;
   EpochManager& RecordEpoch() const { return *epoch_; }  // elimda-kv's FindBytes
   void Quiesce() {  // Close(): retired records are freed
-    if constexpr (kRecords) epoch_->Drain();
+    if constexpr (kRecords) {
+      epoch_->Drain();
+      records_->ReleaseEmptySlabs();  // (before the image: I12)
+    }
   }
   // REQUIRES: log->mu held, blk the log's active block with a free slot, hdr its header word.
   void Append(LogState* log, LogBlock* blk, uint64_t hdr, uint64_t h, Key k, Value v)
@@ -1035,9 +1042,10 @@ typename ElimDA<P, R>::BlockInfo* ElimDA<P, R>::AppendBlockInfo(uint32_t li, uin
 // I12: live items, global depth, block and segment counts; then per log its blocks' offsets
 // (newest first) and the active block's mirror; the sealed blocks awaiting the sweep; then per
 // segment in prefix order its offset, depth and, per bucket, the count, the fingerprints of the
-// slots below it and the live D-bucket items. What Recover derives from PM, without the reads.
+// slots below it and the live D-bucket items (elimda-kv: then the record heap's). What Recover
+// derives from PM, without the reads.
 template <pm::PersistPolicy P, bool R>
-void ElimDA<P, R>::SaveState(pm::StateWriter& w) const requires(!R) {
+void ElimDA<P, R>::SaveState(pm::StateWriter& w) const {
   // The counts as the structures hold them (the load requires them to match what follows).
   uint64_t nblocks = 0, nsegs = 0;
   for (uint32_t li = 0; li < params_.logs; li++) {
@@ -1088,6 +1096,7 @@ void ElimDA<P, R>::SaveState(pm::StateWriter& w) const requires(!R) {
     }
     i += size_t{1} << (gd_ - s->depth);
   }
+  if constexpr (R) records_->SaveState(w);
 }
 
 // I12: the DRAM table, fingerprints and log chains from the image, after the checks Recover
@@ -1100,7 +1109,7 @@ void ElimDA<P, R>::SaveState(pm::StateWriter& w) const requires(!R) {
 // a clear bit, a slot another D-item names, or the active block, whose items become D-items when
 // it is sealed, would be left pointing at a freed block.)
 template <pm::PersistPolicy P, bool R>
-Status ElimDA<P, R>::LoadState(pm::StateReader& r) requires(!R) {
+Status ElimDA<P, R>::LoadState(pm::StateReader& r) {
   DeleteAll();
   const pm::ChunkAllocator& alloc = pool_->allocator();
   const Status bad = Status::Corruption("elimda: saved state");
@@ -1194,7 +1203,17 @@ Status ElimDA<P, R>::LoadState(pm::StateReader& r) requires(!R) {
       }
     }
   }
-  if (segs != nsegs || !named.EqualsAllocator()) return bad;
+  if (segs != nsegs) return bad;
+  if constexpr (R) {
+    if (!records_->LoadState(r, live,
+                             [&named](uint64_t o, uint32_t n) { return named.Add(o, n); }) ||
+        !named.AllocatorHasAll() ||
+        alloc.used_chunks() != named.count() + records_->large_chunks()) {
+      return bad;  // a leak, a chunk the bitmap lacks, or records no item names
+    }
+  } else if (!named.EqualsAllocator()) {
+    return bad;
+  }
   segments_.store(nsegs, std::memory_order_relaxed);
   blocks_.store(nblocks, std::memory_order_relaxed);
   size_.Reset(static_cast<int64_t>(live));

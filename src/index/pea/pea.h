@@ -110,14 +110,31 @@
 //       other root, after the new region is durable, so a crash leaves one of the two valid.
 //   I8  No persistent memory leaks: the allocator's bitmap is DRAM only and rebuilt at open from
 //       the directory, the StashSid array and the current directory region (pea-kv: and the
-//       records of live slots, I9). Stash segments are never freed (as in the paper); segments
-//       and directory regions of a crashed split or expansion were never reachable and are free
-//       again.
+//       records of live slots, I9), or loaded from a clean Close's image (I14). Stash segments
+//       are never freed (as in the paper); segments and directory regions of a crashed split or
+//       expansion were never reachable and are free again.
 //
 //   I9  pea-kv (below): a record is durable (flushed and fenced) before the 8-byte store that
 //       publishes it (the header word of an insert, the value word of an update), and is freed
 //       only after the store that unpublishes it is durable (erase, update) and the epoch's
 //       readers have left. Recovery marks exactly the records of live slots (I1) reachable.
+//   I14 pea-kv and pea-multi, clean shutdown (src/pm/saved_state.h): Close frees what the epoch
+//       retired and the retired directory regions, releases empty slabs, and saves the live
+//       count and the record heap's (pea-kv) or value heap's (pea-multi) image beside the
+//       allocator's bitmap. The next open checks the directory as the walk does (no stride to
+//       repair: one refuses the image) and the loaded allocator against it: the directory
+//       region, StashSid array, stash segments, segments, slabs and (pea-multi) redo logs each
+//       named once and in use, nothing else used but the heap's large records; pea-kv's heap
+//       record count must be the live count; pea-multi's redo logs must all be empty. It reads
+//       no bucket, record or value node: what the walk's checks of them protected is bounded
+//       where they are read (pea-kv: Records::Fits, as in turbo-kv; pea-multi: I15).
+//   I15 pea-multi: every list a reader or writer follows is bounded as recovery checks it,
+//       because after a loaded image no walk has: a reader's ReadList stops at a node outside
+//       the heap or past the heap's length (a cycle); a writer follows only a CheckedNode
+//       (aligned, header, geometry and values inside the heap, count <= capacity) at most as
+//       many steps as the heap has chunks, and answers kCorruption before its first store
+//       otherwise. A forged but bounded list can make answers wrong, never an access outside
+//       the pool; CheckInvariants (`pmhash check`) walks every list and reports it.
 //
 // pea-kv (variable-size keys and values; not in the paper): the same engine with kRecords, as
 // TurboHash's and REH's records (src/index/records.h). A slot holds
@@ -139,10 +156,10 @@
 //     before their version check, so that comparison never reads outside the pool whatever a
 //     stale offset's header says (Records::KeyEquals);
 //   * entry moving and splits copy the [hash | offset] words: records never move;
-//   * recovery is no longer O(directory): it walks every live slot once, validating its record
-//     (src/index/records.h: in the heap, lengths, its slab and slot, its key's hash against the
-//     slot's) and marking it reachable, after the segments are marked. That walk also counts
-//     Size().
+//   * recovery after a crash is no longer O(directory): it walks every live slot once,
+//     validating its record (src/index/records.h: in the heap, lengths, its slab and slot, its
+//     key's hash against the slot's) and marking it reachable, after the segments are marked.
+//     That walk also counts Size(). After a clean Close the open loads the image instead (I14).
 // The uint64 API of pea-kv stores 8-byte little-endian keys and values as records.
 //
 // pea-multi (paper 3.3, data-aware adaptive buckets; the same engine with kMulti, pea_multi.h):
@@ -217,7 +234,8 @@
 //     clean shutdown there is nothing to scan: Close saves the count in root 4 before the pool's
 //     clean mark, and an open that finds the mark takes it (a crash after the save leaves no mark,
 //     so a stale count is never used; a hostile one is caught by CheckInvariants' recount).
-//     pea-kv and pea-multi count at open anyway (their recovery walks every live slot).
+//     pea-kv and pea-multi count at open after a crash (their recovery walks every live slot)
+//     and load the count after a clean Close (I14).
 //   * A transition rewrites every directory entry of the segment, not "one atomic write": we use
 //     the split's two-step rule (lowest entry last) so that one 8-byte write still commits it.
 //   * The directory is not preallocated for a maximum table size (the paper's region capacity);
@@ -498,8 +516,16 @@ class Pea : public index::EngineBase<Pea<P, kRecords, kMulti>, P, Config> {
   void ForEachSegment(const Directory* d, Fn&& fn) const;  // strided walk: fn(first, entry)
 
   Status Create();
+  // Recover and LoadState: the directory and the segments, checked; name(offset, chunks) takes
+  // each range. Then the DRAM state.
+  template <class Name>
+  Status LoadDirectory(Name&& name, bool repair);
   Status Recover();
   Status Quiesce();  // Close(): plain pea saves its live count (root kSavedSizeRoot)
+  // pea-kv and pea-multi: a clean Close's image, loaded by the next open instead of the walk
+  // (I14).
+  void SaveState(pm::StateWriter& w) const requires(kRecords || kMulti);
+  Status LoadState(pm::StateReader& r) requires(kRecords || kMulti);
   Status RecoverRecords();
   uint64_t CountLive() const;
 
@@ -519,15 +545,38 @@ class Pea : public index::EngineBase<Pea<P, kRecords, kMulti>, P, Config> {
   // offsets checked).
   template <class Out>
   bool ReadList(uint64_t head, Out* out) const;
-  // The number of values in the list at `head`. REQUIRES: the lock of its slot's bucket.
-  uint64_t ListPairs(uint64_t head) const {
-    uint64_t pairs = 0;
-    for (uint64_t off = head; off != 0;) {
-      const uint64_t st = Node(off)->state.load(std::memory_order_relaxed);
-      pairs += NodeCount(st);
+  // True if geom is a node's as NewNode writes them: a known type and its capacity.
+  bool GeometryOk(uint64_t geom) const {
+    const uint32_t type = NodeType(geom), cap = NodeCapacity(geom);
+    return type == kChainType ? cap == chain_capacity_
+                              : type <= max_buffer_type_ && cap == BufferCapacity(type);
+  }
+  // The node at `off` if a writer may follow it (I15): aligned, its header, geometry and every
+  // value slot inside the heap, its count within its capacity; else nullptr. A walked pool never
+  // has another (recovery checks each node, I13); a loaded image's lists are not walked (I14).
+  ValueNode* CheckedNode(uint64_t off) const {
+    if (!values_->PlausibleRecord(off, sizeof(ValueNode))) return nullptr;
+    ValueNode* n = Node(off);
+    const uint64_t geom = n->geom;
+    if (!GeometryOk(geom) || !values_->Contains(off, NodeBytes(geom)) ||
+        NodeCount(n->state.load(std::memory_order_relaxed)) > NodeCapacity(geom)) {
+      return nullptr;
+    }
+    return n;
+  }
+  // The number of values in the list at `head` into *pairs; false if a node is not a
+  // CheckedNode or the list is longer than the heap could hold (a cycle). REQUIRES: the lock of
+  // its slot's bucket.
+  bool ListPairs(uint64_t head, uint64_t* pairs) const {
+    uint64_t steps = 0;
+    for (uint64_t off = head; off != 0; steps++) {
+      const ValueNode* n = CheckedNode(off);
+      if (n == nullptr || steps > chunk_count_) return false;
+      const uint64_t st = n->state.load(std::memory_order_relaxed);
+      *pairs += NodeCount(st);
       off = NodeNext(st);
     }
-    return pairs;
+    return true;
   }
   void RetireList(uint64_t head, bool keep_head);
   Status MultiWrite(const Probe& p, Value v, WriteMode mode);

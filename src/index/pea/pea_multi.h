@@ -66,8 +66,11 @@ bool Pea<P, R, M>::ReadList(uint64_t head, Out* out) const {
 template <pm::PersistPolicy P, bool R, bool M>
 void Pea<P, R, M>::RetireList(uint64_t head, bool keep_head) {
   // REQUIRES: the list is durably unreachable (but for its head if keep_head), an epoch guard.
-  for (uint64_t off = head, first = 1; off != 0; first = 0) {
-    ValueNode* n = Node(off);
+  // Bounded (I15): a forged list is retired up to its first bad node or as long as the heap.
+  uint64_t steps = 0;
+  for (uint64_t off = head, first = 1; off != 0 && steps <= chunk_count_; first = 0, steps++) {
+    const ValueNode* n = CheckedNode(off);
+    if (n == nullptr) return;
     const uint64_t next = NodeNext(n->state.load(std::memory_order_relaxed));
     if (!(first && keep_head)) values_->Retire(off, NodeBytes(n->geom));
     off = next;
@@ -137,7 +140,8 @@ void Pea<P, R, M>::CommitStores(const WordStores& stores) {
 template <pm::PersistPolicy P, bool R, bool M>
 Status Pea<P, R, M>::AppendValue(std::atomic<uint64_t>* slot_word, Key k, Value v) {
   const uint64_t head = slot_word->load(std::memory_order_relaxed);
-  ValueNode* n = Node(head);
+  ValueNode* n = CheckedNode(head);
+  if (n == nullptr) return Status::Corruption("pea-multi: the value list of a key is damaged");
   const uint64_t st = n->state.load(std::memory_order_relaxed);
   const uint64_t c = NodeCount(st);
   const uint32_t type = NodeType(n->geom);
@@ -188,7 +192,9 @@ Status Pea<P, R, M>::Compact(PmBucket* b, Key x, Value v, bool* freed, bool* ins
   std::vector<uint64_t> dropped;  // pointer slots whose list is empty
   for (int j = 0; j < nptr; j++) {
     const uint64_t head = b->slots[j].value.load(std::memory_order_relaxed);
-    if (Node(head)->state.load(std::memory_order_relaxed) == 0) {
+    const ValueNode* n = CheckedNode(head);
+    if (n == nullptr) return Status::Corruption("pea-multi: a value list in the bucket is damaged");
+    if (n->state.load(std::memory_order_relaxed) == 0) {
       dropped.push_back(head);
     } else {
       ptrs.push_back({b->slots[j].key.load(std::memory_order_relaxed), head});
@@ -442,7 +448,11 @@ Status Pea<P, R, M>::SearchAll(Key k, Out* out) const {
     if (!valid()) continue;
     bool ok = true;
     for (int x = 0; x < nh && ok; x++) ok = ReadList(heads[x], out);
-    if (!ok || !valid()) continue;
+    if (!valid()) continue;
+    // The buckets did not change, so a list ReadList refused is damaged (I15), not being
+    // written (a writer's store into a list bumps its bucket's version; a node is reused only
+    // after the epoch moved): answer, do not retry forever.
+    if (!ok) return Status::Corruption("pea-multi: the value list of a key is damaged");
     return out->empty() ? Status::NotFound() : Status::OK();
   }
 }
@@ -493,8 +503,13 @@ Status Pea<P, R, M>::Erase(Key k, Value v) requires M {
       // The word that names the current node: the slot's, then the previous node's state.
       std::atomic<uint64_t>* link = &b->slots[j].value;
       bool link_is_slot = true;
-      for (uint64_t off = link->load(std::memory_order_relaxed); off != 0 && !found;) {
-        ValueNode* n = Node(off);
+      uint64_t steps = 0;
+      for (uint64_t off = link->load(std::memory_order_relaxed); off != 0 && !found; steps++) {
+        ValueNode* n = CheckedNode(off);
+        if (n == nullptr || steps > chunk_count_) {
+          result = Status::Corruption("pea-multi: the value list of a key is damaged");
+          return;
+        }
         const uint64_t st = n->state.load(std::memory_order_relaxed);
         const uint64_t cnt = NodeCount(st);
         std::atomic<uint64_t>* vals = NodeValues(n);
@@ -561,6 +576,7 @@ Status Pea<P, R, M>::EraseAllProbe(const Probe& p) {
   std::array<uint64_t, kLogWords> tails;  // lists after emptied heads: unreachable once committed
   size_t ntails = 0;
   uint64_t removed = 0;
+  bool damaged = false;  // a list that is not CheckedNodes (I15): nothing is stored
   // With every key of the segment in one bucket, the first candidate holding k has all of it.
   const bool first_bucket = w.L->together.load(std::memory_order_relaxed) != 0;
   bool seen = false;
@@ -575,14 +591,22 @@ Status Pea<P, R, M>::EraseAllProbe(const Probe& p) {
         removed++;
         return;
       }
-      ValueNode* head = Node(b->slots[j].value.load(std::memory_order_relaxed));
+      const uint64_t off = b->slots[j].value.load(std::memory_order_relaxed);
+      ValueNode* head = CheckedNode(off);
+      if (head == nullptr || !ListPairs(off, &removed)) {
+        damaged = true;
+        return;
+      }
       const uint64_t st = head->state.load(std::memory_order_relaxed);
       if (st == 0) return;
-      removed += ListPairs(b->slots[j].value.load(std::memory_order_relaxed));
       stores.push_back({&head->state, 0});  // the head stays, empty (compaction drops it)
       tails[ntails++] = NodeNext(st);
     });
     if (nw0 != w0) stores.push_back({&b->hdr[0], nw0});
+  }
+  if (damaged) {
+    Unlock(w, 0);
+    return Status::Corruption("pea-multi: the value list of a key is damaged");
   }
   if (removed == 0) {
     Unlock(w, 0);
@@ -667,14 +691,10 @@ Status Pea<P, R, M>::RecoverMulti() {
           break;
         }
         const ValueNode* n = Node(off);
-        const uint32_t type = NodeType(n->geom);
-        const uint32_t cap = NodeCapacity(n->geom);
-        const bool geom_ok = type == kChainType ? cap == chain_capacity_
-                                                : type <= max_buffer_type_ &&
-                                                      cap == BufferCapacity(type);
-        if (!geom_ok || n->reserved != 0) {
-          st = Status::Corruption(where + " has an impossible type " + std::to_string(type) +
-                                  " / capacity " + std::to_string(cap));
+        if (!GeometryOk(n->geom) || n->reserved != 0) {
+          st = Status::Corruption(where + " has an impossible type " +
+                                  std::to_string(NodeType(n->geom)) + " / capacity " +
+                                  std::to_string(NodeCapacity(n->geom)));
           break;
         }
         if (Status s = values_->MarkReachable(off, NodeBytes(n->geom)); !s.ok()) {
@@ -682,7 +702,8 @@ Status Pea<P, R, M>::RecoverMulti() {
           break;
         }
         const uint64_t state = n->state.load(std::memory_order_relaxed);
-        if (n->key.load(std::memory_order_relaxed) != k || NodeCount(state) > cap) {
+        if (n->key.load(std::memory_order_relaxed) != k ||
+            NodeCount(state) > NodeCapacity(n->geom)) {
           st = Status::Corruption(where + " does not hold key " + std::to_string(k) +
                                   " or claims more values than it has room for");
           break;
@@ -717,6 +738,9 @@ std::string Pea<P, R, M>::CheckList(uint64_t head, Key k, uint64_t* pairs) const
     }
     const ValueNode* n = Node(off);
     const uint64_t st = n->state.load();
+    if (!GeometryOk(n->geom)) {
+      return "value node of key " + std::to_string(k) + " has no known type or capacity";
+    }
     if (!values_->IsAllocated(off, NodeBytes(n->geom))) {
       return "value node of key " + std::to_string(k) + " not allocated";
     }

@@ -48,11 +48,18 @@ Status Pea<P, R, M>::Create() {
   return pool_->CommitCreate();
 }
 
-// Recovery (paper 3.4): pick the directory, mark what is reachable, strided scan that repairs
-// interrupted two-step updates, rebuild the DRAM lock table. Every value read is validated.
+// Recover and LoadState (paper 3.4): the directory (the valid descriptor with the larger global
+// depth, I7), the StashSid array and the stash segments it names, and every segment of the
+// directory, each checked (depths, strategies, I3 tiling, offsets in the heap) and given to
+// name(offset, chunks), which takes the range or refuses it (a non-OK Status refuses the pool;
+// the walk's MarkReachable also refuses a range taken twice). A stride whose entries differ from
+// its lowest one (an interrupted split or transition, I5) is repaired when `repair` (the walk);
+// the load refuses it (a clean Close leaves none). Then the DRAM state: lock table, directory,
+// counts (Size() unknown).
 template <pm::PersistPolicy P, bool R, bool M>
-Status Pea<P, R, M>::Recover() {
-  pm::ChunkAllocator& alloc = pool_->allocator();
+template <class Name>
+Status Pea<P, R, M>::LoadDirectory(Name&& name, bool repair) {
+  const pm::ChunkAllocator& alloc = pool_->allocator();
 
   // The directory: the valid descriptor with the larger global depth.
   uint64_t desc[2] = {pool_->root(0), pool_->root(1)};
@@ -78,7 +85,9 @@ Status Pea<P, R, M>::Recover() {
     return Status::Corruption("pea: directory region at offset " + std::to_string(doff) + " (2^" +
                               std::to_string(g) + " entries) is not in the heap");
   }
-  PMHASH_RETURN_IF_ERROR(alloc.MarkReachable(doff, dchunks));
+  if (Status s = name(doff, dchunks); !s.ok()) {
+    return Status::Corruption("pea: directory region: " + std::string(s.message()));
+  }
 
   // The StashSid array and the stash segments it names.
   const uint64_t soff = pool_->root(2);
@@ -87,7 +96,7 @@ Status Pea<P, R, M>::Recover() {
     return Status::Corruption("pea: StashSid array offset " + std::to_string(soff) +
                               " is not in the heap");
   }
-  if (Status s = alloc.MarkReachable(soff, ChunksFor(swords * 8)); !s.ok()) {
+  if (Status s = name(soff, ChunksFor(swords * 8)); !s.ok()) {
     return Status::Corruption("pea: StashSid array: " + std::string(s.message()));
   }
   stash_sids_ = pool_->template At<std::atomic<uint64_t>>(soff);
@@ -98,7 +107,7 @@ Status Pea<P, R, M>::Recover() {
     if (x - 1 >= chunk_count_) {
       return Status::Corruption("pea: StashSid[" + std::to_string(w) + "] names no segment");
     }
-    if (Status s = alloc.MarkReachable(OffsetOfSid(x - 1)); !s.ok()) {
+    if (Status s = name(OffsetOfSid(x - 1), 1); !s.ok()) {
       return Status::Corruption("pea: stash segment: " + std::string(s.message()));
     }
     nstash++;
@@ -128,7 +137,7 @@ Status Pea<P, R, M>::Recover() {
       return Status::Corruption("pea: directory entry " + std::to_string(i) + " names segment " +
                                 std::to_string(sid) + " outside the heap");
     }
-    if (Status s = alloc.MarkReachable(OffsetOfSid(sid)); !s.ok()) {
+    if (Status s = name(OffsetOfSid(sid), 1); !s.ok()) {
       return Status::Corruption("pea: segment of directory entry " + std::to_string(i) + ": " +
                                 std::string(s.message()));
     }
@@ -138,6 +147,10 @@ Status Pea<P, R, M>::Recover() {
     }
     for (uint64_t x = i + 1; x < i + stride; x++) {
       if (entries[x].load(std::memory_order_relaxed) != e) {
+        if (!repair) {
+          return Status::Corruption("pea: directory entry " + std::to_string(x) +
+                                    " differs from its stride's lowest");
+        }
         entries[x].store(e, std::memory_order_relaxed);
         persist_.Flush(&entries[x], 8);
         repaired = true;
@@ -178,6 +191,17 @@ Status Pea<P, R, M>::Recover() {
   size_.Reset(0);
   size_base_.store(0);
   size_known_.store(pool_->created());
+  return Status::OK();
+}
+
+// Recovery (paper 3.4): the directory and the segments marked reachable, interrupted two-step
+// updates repaired, the DRAM state rebuilt (LoadDirectory); pea-kv and pea-multi then walk
+// their records / value lists. Every value read is validated.
+template <pm::PersistPolicy P, bool R, bool M>
+Status Pea<P, R, M>::Recover() {
+  pm::ChunkAllocator& alloc = pool_->allocator();
+  PMHASH_RETURN_IF_ERROR(LoadDirectory(
+      [&alloc](uint64_t off, uint32_t n) { return alloc.MarkReachable(off, n); }, true));
   if constexpr (!R && !M) {
     // The count Close saved, if this open follows a clean shutdown (the design note, "Recovery
     // in ms"). One above the pool's byte size is hostile (and could overflow Size()'s sum): the
@@ -193,12 +217,79 @@ Status Pea<P, R, M>::Recover() {
   return Status::OK();
 }
 
-// Close(), before the pool's clean mark (Lifecycle): plain pea's live count, for the next open.
-// Epoch-retired chunks need no drain here: after a clean shutdown, as after a crash, the chunk
-// allocator is rebuilt by reachability.
+// Close(), before the pool's clean mark (Lifecycle): plain pea saves its live count, for the
+// next open. Epoch-retired chunks need no drain there: after a clean shutdown, as after a crash,
+// its chunk allocator is rebuilt by reachability. pea-kv and pea-multi save an image instead
+// (I14), so the allocator must then hold exactly what the structure names: retired segments,
+// records and value nodes are freed, the retired directory regions too, and empty slabs
+// released.
 template <pm::PersistPolicy P, bool R, bool M>
 Status Pea<P, R, M>::Quiesce() {
   if constexpr (!R && !M && P::kPersistent) pool_->SetRoot(kSavedSizeRoot, Size() + 1);
+  if constexpr (R || M) {
+    epoch_.Drain();
+    LockGuard<RwSpinLock> gd(dir_lock_);
+    const Directory* d = dir_.load(std::memory_order_relaxed);
+    for (const auto& x : dirs_) {
+      if (x.get() != d) pool_->allocator().Free(x->offset, x->chunks);
+    }
+    std::erase_if(dirs_, [d](const auto& x) { return x.get() != d; });
+    if constexpr (R) records_->ReleaseEmptySlabs();
+    if constexpr (M) values_->ReleaseEmptySlabs();
+  }
+  return Status::OK();
+}
+
+// I14, the image of a clean Close: the live pairs, then the record heap's (pea-kv) or the value
+// heap's (pea-multi) (record_heap.h, "Clean shutdown").
+template <pm::PersistPolicy P, bool R, bool M>
+void Pea<P, R, M>::SaveState(pm::StateWriter& w) const requires(R || M) {
+  w.Put<uint64_t>(Size());
+  if constexpr (R) records_->SaveState(w);
+  if constexpr (M) values_->SaveState(w);
+}
+
+// I14: no bucket, record or value node is read. The directory is checked as Recover checks it
+// (a stride to repair refuses the image), and the loaded allocator against it: the directory
+// region, the StashSid array, the stash segments, the segments, the heap's slabs and (pea-multi)
+// the redo logs inside the heap, each named once, in use, and the used chunks exactly those plus
+// the heap's large records' chunks. pea-kv's live count must be the heap's records; pea-multi's
+// is bounded by the pool's words, and every redo log must be empty (one to apply refuses it).
+template <pm::PersistPolicy P, bool R, bool M>
+Status Pea<P, R, M>::LoadState(pm::StateReader& r) requires(R || M) {
+  const pm::ChunkAllocator& alloc = pool_->allocator();
+  const Status bad = Status::Corruption(std::string(kKindName) + ": saved state");
+  uint64_t live = 0;
+  if (!r.Get(&live)) return bad;
+  pm::ChunkSet named(alloc);
+  PMHASH_RETURN_IF_ERROR(LoadDirectory(
+      [&](uint64_t off, uint32_t n) { return named.Add(off, n) ? Status::OK() : bad; }, false));
+  auto name = [&named](uint64_t o, uint32_t n) { return named.Add(o, n); };
+  uint64_t large = 0;  // chunks of the heap's records too large for a slab
+  if constexpr (R) {
+    if (!records_->LoadState(r, live, name)) return bad;
+    large = records_->large_chunks();
+  }
+  if constexpr (M) {
+    logs_offset_ = pool_->root(3);
+    if (live > pool_->size() / 8 || !named.Add(logs_offset_, ChunksFor(kMultiLogBytes))) {
+      return bad;
+    }
+    logs_ = pool_->template At<MultiLog>(logs_offset_);
+    for (uint32_t x = 0; x < kMultiLogs; x++) {
+      if (logs_[x].n.load(std::memory_order_relaxed) != 0) return bad;
+    }
+    free_logs_.store(~uint64_t{0});
+    values_->Reset();
+    if (!values_->LoadState(r, name)) return bad;
+    large = values_->large_chunks();
+  }
+  if (r.remaining() != 0 || !named.AllocatorHasAll() ||
+      alloc.used_chunks() != named.count() + large) {
+    return bad;  // a leak, a chunk the bitmap lacks, or (pea-kv) records no slot names
+  }
+  size_base_.store(static_cast<int64_t>(live));
+  size_known_.store(true);
   return Status::OK();
 }
 

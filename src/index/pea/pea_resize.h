@@ -257,7 +257,8 @@ Status Pea<P, R, M>::Split(Directory* d, uint64_t i, uint64_t e, uint32_t* need_
     for (int j = 0; j < PtrSlots(b->hdr[0].load(std::memory_order_relaxed)); j++) {
       const Key k = b->slots[j].key.load(std::memory_order_relaxed);
       const uint64_t head = b->slots[j].value.load(std::memory_order_relaxed);
-      if (Node(head)->state.load(std::memory_order_relaxed) == 0) {
+      const ValueNode* n = CheckedNode(head);  // (a damaged list moves as it is: I15)
+      if (n != nullptr && n->state.load(std::memory_order_relaxed) == 0) {
         emptied.push_back(head);
         continue;
       }
