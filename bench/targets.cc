@@ -53,12 +53,12 @@ const Target* FindTemplateTarget(std::string_view index, Durability d) {
 
 uint64_t EstimatePoolBytes(std::string_view index, uint64_t keys) {
   // PM bytes per key at the lowest load factor the index can be left at, with margin (each
-  // descriptor's EstimatePoolBytes). Unknown index: generous (the file is sparse: untouched
+  // descriptor's, index::EstimatePoolBytes). Unknown index: generous (the file is sparse: untouched
   // space costs nothing); the driver also retries a row with a 4x larger pool when an estimate
   // proves too small (kOutOfSpace).
   uint64_t bytes = keys * 512;
   index::IndexKinds::ForEach([&]<class D>() {
-    if (D::kName == index) bytes = D::EstimatePoolBytes(keys);
+    if (D::kName == index) bytes = index::EstimatePoolBytes<D>(keys);
   });
   return 64 * kMiB + (bytes + kMiB - 1) / kMiB * kMiB;
 }

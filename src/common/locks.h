@@ -211,7 +211,8 @@ class VersionLock {
 };
 static_assert(sizeof(VersionLock) == 4, "the paper's 32-bit lock");
 
-// RAII guards (std::lock_guard does not carry the clang annotations for our types).
+// RAII guards (std::lock_guard and std::shared_lock do not carry the clang annotations for our
+// types): exclusive, and shared (L::lock_shared / L::unlock_shared).
 template <class L>
 class PMHASH_SCOPED_CAPABILITY LockGuard {
  public:
@@ -219,6 +220,18 @@ class PMHASH_SCOPED_CAPABILITY LockGuard {
   ~LockGuard() PMHASH_RELEASE() { l_.unlock(); }
   LockGuard(const LockGuard&) = delete;
   LockGuard& operator=(const LockGuard&) = delete;
+
+ private:
+  L& l_;
+};
+
+template <class L>
+class PMHASH_SCOPED_CAPABILITY SharedLockGuard {
+ public:
+  explicit SharedLockGuard(L& l) PMHASH_ACQUIRE_SHARED(l) : l_(l) { l_.lock_shared(); }
+  ~SharedLockGuard() PMHASH_RELEASE() { l_.unlock_shared(); }
+  SharedLockGuard(const SharedLockGuard&) = delete;
+  SharedLockGuard& operator=(const SharedLockGuard&) = delete;
 
  private:
   L& l_;

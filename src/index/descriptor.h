@@ -1,7 +1,7 @@
 // src/index/descriptor.h — what the library knows about an index kind, in one place, and the
 // open/create skeleton every engine shares.
 //
-// Each index folder defines one descriptor per kind (src/index/reh/reh.h: reh::Descriptor):
+// Each index folder defines one descriptor per kind (src/index/reh/reh.h: reh::DescriptorFor):
 //
 //   struct Descriptor : DescriptorTypes<RehParams, &Options::reh, PersistentParams, Reh> {
 //     // From DescriptorTypes:
@@ -13,9 +13,17 @@
 //     static constexpr auto kProperties = std::tuple{PoolProperty{...}, ...};
 //     static std::string Check(const Stored&);  // "" or why the values are impossible
 //     static PoolLayout Layout(const Stored&);  // chunk size and minimum chunks of a new pool
-//     static uint64_t EstimatePoolBytes(uint64_t keys);   // for tools and benchmarks
+//     static constexpr double kPoolBytesPerKey;  // PM per key (EstimatePoolBytes: tools, bench)
+//     static constexpr uint64_t kPoolFixedBytes;  // optional: PM whatever the keys
 //     static Stored Base();                     // optional: non-property words of a new block
+//     static constexpr Capabilities kCapabilities;   // optional: beyond the uint64 API
 //   };
+//
+// A kind with a records variant (reh-kv, ...: src/index/records.h) derives from
+// RecordsDescriptorTypes instead, which adds its record format, and names its max_record_bytes
+// property (kRecordProperty); the driver below then writes the `records` word of a new block,
+// offers max_record_bytes (default 16 MiB) when the kind has records, checks both words before
+// Check(), sets Capabilities::bytes and counts a record per key in EstimatePoolBytes.
 //
 // and src/index/kinds.h lists the descriptors. The registry, the benchmark targets, the CLI and
 // every typed test suite derive from that list, so adding a kind is: its folder (engine +
@@ -32,6 +40,7 @@
 //     (kInvalidArgument naming it). Unset ones are simply the pool's.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <memory>
@@ -44,6 +53,7 @@
 
 #include "pm/persist.h"
 #include "pm/pool.h"
+#include "pm/record_heap.h"
 #include "pmhash/index.h"
 #include "pmhash/options.h"
 #include "pmhash/status.h"
@@ -88,10 +98,82 @@ struct LayoutWords {
 
 // Engine<P> = E<P, kFlag>: an engine with a second template argument (reh-kv and turbo-kv are
 // Reh<P, true> and Turbo<P, true>) as the template of the policy alone that DescriptorTypes takes.
-template <template <pm::PersistPolicy, bool> class E, bool kFlag>
+template <template <class, bool> class E, bool kFlag>  // unconstrained: E may be
 struct FlaggedEngine {
   template <class P>
   using Engine = E<P, kFlag>;
+};
+
+// The `records` word a pool stores: which record format its slots point at (src/index/records.h).
+inline constexpr uint32_t kNoRecords = 0;
+inline constexpr uint32_t kPlainRecords = 1;    // [klen | vlen | key | value]
+inline constexpr uint32_t kCheckedRecords = 2;  // [klen | vlen | check | key | value]
+
+// The descriptor types of a kind with a records variant: kFormat is kNoRecords for the uint64
+// kind. Its descriptor declares `static constexpr std::string_view kRecordProperty`
+// ("reh.max_record_bytes"); Params and Stored have a `max_record_bytes`, Stored a `records`.
+template <class ParamsT, ParamsT Options::*kGiven, class StoredT, template <class> class EngineT,
+          uint32_t kFormat>
+struct RecordsDescriptorTypes : DescriptorTypes<ParamsT, kGiven, StoredT, EngineT> {
+  static constexpr uint32_t kRecordFormat = kFormat;
+};
+
+// What the registry says of a design's two kinds (IndexInfo, include/pmhash/index.h): the uint64
+// kind's name, paper and summary, and its records kind's name and max_record_bytes property. The
+// records kind cites the same paper under one summary for all (kRecordsSummary).
+struct KindTexts {
+  std::string_view name;             // "reh"
+  std::string_view records_name;     // "reh-kv"
+  std::string_view record_property;  // "reh.max_record_bytes"
+  std::string_view paper;
+  std::string_view summary;
+};
+inline constexpr std::string_view kRecordsSummary =
+    "the same design with variable-size keys/values: hash + record offset per slot, record heap";
+
+// The descriptor types of a design with a records kind, E<P, kRecords> (Reh<P, true> is reh-kv),
+// whose records are kFormat, and its texts.
+template <class ParamsT, ParamsT Options::*kGiven, class StoredT, template <class, bool> class E,
+          bool kRecords, const KindTexts& kTexts, uint32_t kFormat = kPlainRecords>
+struct FlaggedDescriptorTypes
+    : RecordsDescriptorTypes<ParamsT, kGiven, StoredT, FlaggedEngine<E, kRecords>::template Engine,
+                             kRecords ? kFormat : kNoRecords> {
+  static constexpr std::string_view kName = kRecords ? kTexts.records_name : kTexts.name;
+  static constexpr std::string_view kPaper = kTexts.paper;
+  static constexpr std::string_view kSummary = kRecords ? kRecordsSummary : kTexts.summary;
+  static constexpr std::string_view kRecordProperty = kTexts.record_property;
+};
+
+template <class D>
+concept RecordsDescriptor = requires {
+  { D::kRecordFormat } -> std::convertible_to<uint32_t>;
+  { D::kRecordProperty } -> std::convertible_to<std::string_view>;
+};
+
+// PM per key of a uint64 pair as a record (8 B header + 8 B key + 8 B value) in a 32 B slot of a
+// record-heap slab, slabs planned 80% full (erases, one open slab per stripe).
+inline constexpr double kRecordBytesPerKey =
+    pm::kSlabTargetBytes / ((pm::kSlabTargetBytes - pm::kSlabHeaderBytes) / 32.0) / 0.8;
+
+// The open-time options every engine's Config has (include/pmhash/options.h), set before the
+// engine's own Config::SetOpenOptions(const Options&):
+//   struct Config : PersistentParams, index::CommonOpenOptions { ...; void SetOpenOptions(...); };
+struct CommonOpenOptions {
+  uint64_t max_directory_bytes = 0;  // Options::max_directory_bytes; 0: max(1 GiB, pool size)
+  uint32_t reclaim_batch = 0;        // Options::reclaim_batch (retired records)
+  uint32_t background_threads = 1;   // Options::background_threads
+  void SetCommonOptions(const Options& o) {
+    max_directory_bytes = o.max_directory_bytes;
+    reclaim_batch = o.reclaim_batch;
+    background_threads = o.background_threads;
+  }
+  // A DRAM directory's budget in bytes. A healthy directory stays far below the pool's size
+  // (REH: about 11 entries of 8 B per 256 B bucket at 10^9 keys); chosen keys or a corrupt chain
+  // could otherwise ask for 2^max_depth entries.
+  uint64_t DirectoryBudget(uint64_t pool_size) const {
+    return max_directory_bytes ? max_directory_bytes
+                               : std::max<uint64_t>(uint64_t{1} << 30, pool_size);
+  }
 };
 
 // What an index needs of a new pool's heap.
@@ -109,7 +191,7 @@ concept Descriptor = requires(const Options& o, const typename D::Stored& s, uin
   D::kProperties;
   { D::Check(s) } -> std::same_as<std::string>;
   { D::Layout(s) } -> std::same_as<PoolLayout>;
-  { D::EstimatePoolBytes(n) } -> std::same_as<uint64_t>;
+  { D::kPoolBytesPerKey } -> std::convertible_to<double>;
   typename D::template Engine<pm::Adr>;
   requires std::is_trivially_copyable_v<typename D::Stored>;
   requires sizeof(typename D::Stored) <= pm::kMaxParamsBytes;
@@ -125,21 +207,73 @@ concept Descriptor = requires(const Options& o, const typename D::Stored& s, uin
 // What the kind offers beyond the uint64 API (include/pmhash/index.h): a descriptor may declare
 // `static constexpr Capabilities kCapabilities`; none by default.
 template <Descriptor D>
-constexpr Capabilities CapabilitiesOf() {
-  if constexpr (requires { D::kCapabilities; }) {
-    return D::kCapabilities;
+constexpr bool HasRecords() {
+  if constexpr (RecordsDescriptor<D>) {
+    return D::kRecordFormat != kNoRecords;
   } else {
-    return Capabilities{};
+    return false;
   }
 }
 
 template <Descriptor D>
-typename D::Stored BaseParams() {
-  if constexpr (requires { D::Base(); }) {
-    return D::Base();
+constexpr Capabilities CapabilitiesOf() {
+  Capabilities c{};
+  if constexpr (requires { D::kCapabilities; }) c = D::kCapabilities;
+  if constexpr (RecordsDescriptor<D>) c.bytes = HasRecords<D>();
+  return c;
+}
+
+// The kind's pool properties: kProperties, and max_record_bytes if it has records.
+template <Descriptor D>
+constexpr auto PropertiesOf() {
+  if constexpr (HasRecords<D>()) {
+    return std::tuple_cat(
+        D::kProperties,
+        std::tuple{PoolProperty{D::kRecordProperty, &D::Params::max_record_bytes,
+                                &D::Stored::max_record_bytes, uint32_t{1} << 24}});
   } else {
-    return typename D::Stored{};
+    return D::kProperties;
   }
+}
+
+// For tools and benchmarks: the PM a pool of `keys` keys needs, roughly.
+template <Descriptor D>
+constexpr uint64_t EstimatePoolBytes(uint64_t keys) {
+  uint64_t fixed = 0;
+  if constexpr (requires { D::kPoolFixedBytes; }) fixed = D::kPoolFixedBytes;
+  const double per_key = D::kPoolBytesPerKey + (HasRecords<D>() ? kRecordBytesPerKey : 0.0);
+  return static_cast<uint64_t>(static_cast<double>(keys) * per_key) + fixed;
+}
+
+template <Descriptor D>
+typename D::Stored BaseParams() {
+  typename D::Stored s{};
+  if constexpr (requires { D::Base(); }) s = D::Base();
+  if constexpr (RecordsDescriptor<D>) s.records = D::kRecordFormat;
+  return s;
+}
+
+// "" or why a stored block is impossible: its record words, then the descriptor's Check().
+template <Descriptor D>
+std::string CheckParams(const typename D::Stored& s) {
+  if constexpr (RecordsDescriptor<D>) {
+    const bool records_kind = HasRecords<D>();
+    const uint32_t max_bytes = s.max_record_bytes;
+    if (s.records != D::kRecordFormat) {
+      std::string e = "records = " + std::to_string(s.records) + " in a '" +
+                      std::string(D::kName) + "' pool (its record format is " +
+                      std::to_string(D::kRecordFormat) + ")";
+      if (records_kind && s.records != kNoRecords) e += ": made by another version of pmhash";
+      return e;
+    }
+    if (records_kind && (max_bytes < 64 || max_bytes > (1u << 30))) {
+      return "max_record_bytes must be in [64, 2^30]";
+    }
+    if (!records_kind && max_bytes != 0) {
+      return "max_record_bytes set in a '" + std::string(D::kName) + "' pool";
+    }
+  }
+  return D::Check(s);
 }
 
 template <Descriptor D>
@@ -149,7 +283,7 @@ typename D::Stored ResolveParams(const typename D::Params& given) {
       [&](const auto&... p) {
         ((s.*p.stored = static_cast<uint32_t>((given.*p.given).value_or(p.default_value))), ...);
       },
-      D::kProperties);
+      PropertiesOf<D>());
   return s;
 }
 
@@ -170,7 +304,7 @@ Status CheckGivenParams(const typename D::Stored& stored, const typename D::Para
         };
         (one(p), ...);
       },
-      D::kProperties);
+      PropertiesOf<D>());
   return st;
 }
 
@@ -183,7 +317,7 @@ std::string DescribeParams(const typename D::Stored& s) {
         auto field = [](std::string_view name) { return name.substr(name.find('.') + 1); };
         ((out += " " + std::string(field(p.name)) + "=" + std::to_string(s.*p.stored)), ...);
       },
-      D::kProperties);
+      PropertiesOf<D>());
   return out;
 }
 
@@ -208,7 +342,7 @@ Result<typename D::Stored> DecodeParams(std::span<const uint8_t> bytes) {
     return Status::Corruption(kind + " pool parameters name " + std::to_string(s.bucket_bytes) +
                               " B buckets of " + std::to_string(s.slots) + " slots");
   }
-  if (std::string why = D::Check(s); !why.empty()) {
+  if (std::string why = CheckParams<D>(s); !why.empty()) {
     return Status::Corruption(kind + " pool parameters: " + why);
   }
   return s;
@@ -226,7 +360,7 @@ template <Descriptor D>
 Result<OpenedPool<D>> OpenIndexPool(const Options& o, Durability d) {
   const typename D::Params& given = D::Given(o);
   const typename D::Stored fresh = ResolveParams<D>(given);
-  if (std::string why = D::Check(fresh); !why.empty()) {
+  if (std::string why = CheckParams<D>(fresh); !why.empty()) {
     return Status::InvalidArgument(std::string(D::kName) + ": " + why);
   }
   const PoolLayout layout = D::Layout(fresh);

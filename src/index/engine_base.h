@@ -91,7 +91,8 @@ class EngineBase {
  protected:
   // The start of every engine's Open (descriptor D): the pool opened or created and its
   // parameters resolved (OpenIndexPool, src/index/descriptor.h), the Config made of them plus this
-  // open's options (`Config::SetOpenOptions(const Options&)`), and the engine object built on
+  // open's options (CommonOpenOptions, then the engine's own `Config::SetOpenOptions(const
+  // Options&)` if it has one), and the engine object built on
   // both, not yet created nor recovered. REQUIRES: Engine(std::unique_ptr<pm::Pool>, const Config&).
   template <class D>
   static Result<std::unique_ptr<Engine>> NewEngine(const Options& options) {
@@ -99,7 +100,8 @@ class EngineBase {
     if (!opened.ok()) return opened.status();
     Config config;
     static_cast<typename D::Stored&>(config) = opened->params;
-    config.SetOpenOptions(options);
+    config.SetCommonOptions(options);
+    if constexpr (requires { config.SetOpenOptions(options); }) config.SetOpenOptions(options);
     std::unique_ptr<Engine> e(new (std::nothrow) Engine(std::move(opened->pool), config));
     if (!e) return Status::OutOfMemory(std::string(D::kName) + ": index object");
     return e;
@@ -213,6 +215,15 @@ class EngineBase {
   const Engine& self() const { return static_cast<const Engine&>(*this); }
 };
 
+// What an engine's CheckInvariants returns for a broken invariant:
+//   const InvariantFailure fail{kKindName};  ...  if (...) return fail("why");
+struct InvariantFailure {
+  std::string_view kind;
+  Status operator()(const std::string& what) const {
+    return Status::Corruption(std::string(kind) + " invariant: " + what);
+  }
+};
+
 }  // namespace pmhash::index
 
 // The explicit instantiations of an engine for every durability policy: once with `extern` in
@@ -236,16 +247,16 @@ class EngineBase {
       Base::doublings_, Base::resize_log_, Base::recovered_, Base::recovery_seconds_, Base::life_
 
 // The calls every engine offers the facade (IndexAdapter<T>, src/index_adapter.h), declared once
-// for all engines; each defines all but Open, which is EngineBase::OpenAs over its descriptor:
+// for all engines. Open is EngineBase::OpenAs over the engine's descriptor; FindBatch, and the
+// ProbeCalls forwarders where the engine has them, are the macros below; the engine defines the
+// rest:
 //   kKindName                                    the descriptor's kName
 //   Open(options)                                open or create, then recover
 //   Find(k, &v)  Erase(k)  ForEach(fn)           the uint64 reads and erase (Insert, Update and
 //                                                Upsert are the base's, over the engine's Write)
 //   FindBatch(keys, values, statuses)            index::BatchCalls::Find (src/index/batch.h):
 //                                                prefetched when the engine has the hooks, else
-//                                                one Find per key. Defined out of the class, like
-//                                                Find, so that only the engine's .cc instantiates
-//                                                the pipeline (the extern template elsewhere)
+//                                                one Find per key
 //   Stats()  CheckInvariants()                   for tools and tests
 // It leaves the class body in a public section. The destructor stays the engine's own
 // (`this->CloseUnlessAbandoned()` first: src/index/lifecycle.h).
@@ -264,3 +275,41 @@ class EngineBase {
       const;                                                                                 \
   ::pmhash::IndexStats Stats() const;                                                        \
   ::pmhash::Status CheckInvariants() const
+
+// Strips the parentheses around a macro argument that holds commas (a template head).
+#define PMHASH_UNPAREN(...) __VA_ARGS__
+
+// The definitions PMHASH_ENGINE_API declares that are the same in every engine, written out of
+// the class after it (so that only the engine's .cc instantiates them: the extern template
+// elsewhere). HEAD is the class's template head in parentheses, then the class:
+//   PMHASH_ENGINE_FIND_BATCH((template <pm::PersistPolicy P, bool R>), Turbo<P, R>);
+// FindBatch: index::BatchCalls::Find (src/index/batch.h), every engine.
+#define PMHASH_ENGINE_FIND_BATCH(HEAD, ...)                                                  \
+  PMHASH_UNPAREN HEAD ::pmhash::Status __VA_ARGS__::FindBatch(                               \
+      std::span<const ::pmhash::Key> keys, std::span<::pmhash::Value> values,                \
+      std::span<::pmhash::Status> statuses) const {                                          \
+    return ::pmhash::index::BatchCalls::Find(*this, keys, values, statuses);                 \
+  }                                                                                          \
+  static_assert(true)
+
+// An engine written over index::ProbeCalls (src/index/records.h): FindBatch, Erase and ForEach
+// as its calls (ForEach hands out the pairs of each unit the engine's WalkLiveSlots locks).
+#define PMHASH_PROBE_ENGINE_CALLS(HEAD, ...)                                                 \
+  PMHASH_ENGINE_FIND_BATCH(HEAD, __VA_ARGS__);                                               \
+  PMHASH_UNPAREN HEAD ::pmhash::Status __VA_ARGS__::Erase(::pmhash::Key k) {                 \
+    return ::pmhash::index::ProbeCalls::Erase(*this, k);                                     \
+  }                                                                                          \
+  PMHASH_UNPAREN HEAD ::pmhash::Status __VA_ARGS__::ForEach(                                 \
+      const std::function<void(::pmhash::Key, ::pmhash::Value)>& fn) const {                 \
+    return ::pmhash::index::ProbeCalls::ForEach(*this, fn);                                  \
+  }                                                                                          \
+  static_assert(true)
+
+// The same with Find too: a Search of the key's probe (a records kind: its 8-byte record).
+#define PMHASH_PROBE_ENGINE_CALLS_WITH_FIND(HEAD, ...)                                       \
+  PMHASH_PROBE_ENGINE_CALLS(HEAD, __VA_ARGS__);                                              \
+  PMHASH_UNPAREN HEAD ::pmhash::Status __VA_ARGS__::Find(::pmhash::Key k, ::pmhash::Value* v)  \
+      const {                                                                                \
+    return ::pmhash::index::ProbeCalls::Find(*this, k, v);                                   \
+  }                                                                                          \
+  static_assert(true)

@@ -30,10 +30,13 @@ struct KindList {
   using Apply = F<Ds...>;
 };
 
+// DescriptorFor<true> of a folder is its records kind ("reh-kv"); pea's <false, true> is pea-multi.
 using IndexKinds =
-    KindList<reh::Descriptor, reh::KvDescriptor, pea::Descriptor, pea::KvDescriptor,
-             turbo::Descriptor, turbo::KvDescriptor, smartht::Descriptor, smartht::KvDescriptor,
-             elimda::Descriptor, pea::MultiDescriptor, elimda::KvDescriptor>;
+    KindList<reh::DescriptorFor<false>, reh::DescriptorFor<true>, pea::DescriptorFor<false>,
+             pea::DescriptorFor<true>, turbo::DescriptorFor<false>, turbo::DescriptorFor<true>,
+             smartht::DescriptorFor<false>, smartht::DescriptorFor<true>,
+             elimda::DescriptorFor<false>, pea::DescriptorFor<false, true>,
+             elimda::DescriptorFor<true>>;
 
 // The engine of descriptor D under policy P.
 template <class D, class P>

@@ -66,10 +66,6 @@ struct RecordHeader {
 static_assert(sizeof(RecordHeader) == kRecordHeader);
 static_assert(kCheckedRecordHeader == kRecordHeader + sizeof(uint64_t));
 
-// The `records` word a pool stores: which record format its slots point at.
-inline constexpr uint32_t kNoRecords = 0;
-inline constexpr uint32_t kPlainRecords = 1;    // [klen | vlen | key | value]
-inline constexpr uint32_t kCheckedRecords = 2;  // [klen | vlen | check | key | value]
 static_assert(pm::kRecordAlign % alignof(RecordHeader) == 0, "read in place at any record start");
 
 // A uint64 key or value as the 8 little-endian bytes a records kind stores.
@@ -96,52 +92,6 @@ struct KeyProbe {
   uint64_t k;
   std::string_view s;
 };
-
-// The stored words of a new pool of the kind: `records` = its record format (kNoRecords,
-// kPlainRecords, kCheckedRecords; a bool says none or plain).
-template <class Stored>
-Stored WithRecordsWord(uint32_t format) {
-  Stored s;
-  s.records = format;
-  return s;
-}
-
-// Its pool properties: the kind's own, plus max_record_bytes (default 16 MiB) if kRecords.
-template <bool kRecords, class Params, class Stored, class... Props>
-constexpr auto WithRecordProperty(std::string_view name, std::optional<uint32_t> Params::*given,
-                                  uint32_t Stored::*stored, std::tuple<Props...> props) {
-  if constexpr (kRecords) {
-    return std::tuple_cat(props, std::tuple{PoolProperty{name, given, stored, 1u << 24}});
-  } else {
-    return props;
-  }
-}
-
-// Check() of its two stored words: "" or why they are impossible for `kind`, whose record format
-// is `format` (as for WithRecordsWord).
-inline std::string CheckRecordWords(uint32_t format, uint32_t records, uint32_t max_record_bytes,
-                                    std::string_view kind) {
-  const bool records_kind = format != kNoRecords;
-  if (records != format) {
-    std::string e = "records = " + std::to_string(records) + " in a '" + std::string(kind) +
-                    "' pool (its record format is " + std::to_string(format) + ")";
-    if (records_kind && records != kNoRecords) e += ": made by another version of pmhash";
-    return e;
-  }
-  if (records_kind && (max_record_bytes < 64 || max_record_bytes > (1u << 30))) {
-    return "max_record_bytes must be in [64, 2^30]";
-  }
-  if (!records_kind && max_record_bytes != 0) {
-    return "max_record_bytes set in a '" + std::string(kind) + "' pool";
-  }
-  return "";
-}
-
-// EstimatePoolBytes: PM per key of a uint64 pair as a record (8 B header + 8 B key + 8 B value)
-// in a 32 B slot of a record-heap slab, slabs planned 80% full (erases, one open slab per
-// stripe).
-inline constexpr double kRecordBytesPerKey =
-    pm::kSlabTargetBytes / ((pm::kSlabTargetBytes - pm::kSlabHeaderBytes) / 32.0) / 0.8;
 
 // The bytes calls of a kind without records.
 inline Status NoRecords(std::string_view kind) {

@@ -273,16 +273,12 @@ struct PersistentParams : index::LayoutWords<kBlockBytes, kBlockSlots> {
   uint32_t max_record_bytes = 0;  // elimda-kv only
 };
 
-struct Config : PersistentParams {
-  uint64_t max_directory_bytes = 0;
+struct Config : PersistentParams, index::CommonOpenOptions {
   bool tear_safe = false;
   bool eadr_write_back = true;
-  uint32_t reclaim_batch = 0;  // Options::reclaim_batch (elimda-kv's retired records)
   void SetOpenOptions(const Options& o) {
-    max_directory_bytes = o.max_directory_bytes;
     tear_safe = o.elimda.tear_safe;
     eadr_write_back = o.elimda.eadr_write_back;
-    reclaim_batch = o.reclaim_batch;
   }
 };
 
@@ -424,46 +420,33 @@ class IdentitySet {
 };
 }  // namespace detail
 
+// The registry's words for elimda and elimda-kv (pmhash list; src/index/descriptor.h).
+inline constexpr index::KindTexts kTexts{
+    "elimda", "elimda-kv", "elimda.max_record_bytes",
+    "ElimDA: Eliminating Double I/O Amplifications of Hashing Indexes for Persistent Memory",
+    "insert-ahead 256 B logs, DRAM table + 16-bit fingerprints, whole-block bucket relocation"};
+
 // kRecords = false: "elimda" (8 B inline keys and values). kRecords = true: "elimda-kv"
 // (variable-size records: an item holds [hash | record offset], src/index/records.h).
 template <bool kRecords>
 struct DescriptorFor
-    : index::DescriptorTypes<ElimdaParams, &Options::elimda, PersistentParams,
-                             index::FlaggedEngine<ElimDA, kRecords>::template Engine> {
+    : index::FlaggedDescriptorTypes<ElimdaParams, &Options::elimda, PersistentParams, ElimDA,
+                                    kRecords, kTexts, index::kCheckedRecords> {
   using Params = ElimdaParams;
   using Stored = PersistentParams;
-  static constexpr std::string_view kName = kRecords ? "elimda-kv" : "elimda";
-  static constexpr std::string_view kPaper =
-      kRecords ? "ElimDA (Eliminating Double I/O Amplifications), with variable-size records"
-               : "ElimDA: Eliminating Double I/O Amplifications of Hashing Indexes for "
-                 "Persistent Memory";
-  static constexpr std::string_view kSummary =
-      kRecords ? "ElimDA with variable-size keys/values: hash + record offset per item, record "
-                 "heap"
-               : "insert-ahead 256 B logs, DRAM table + 16-bit fingerprints, whole-block bucket "
-                 "relocation";
-  static constexpr Capabilities kCapabilities{.bytes = kRecords};
-  static constexpr auto kProperties = index::WithRecordProperty<kRecords>(
-      "elimda.max_record_bytes", &Params::max_record_bytes, &Stored::max_record_bytes,
-      std::tuple{
-          index::PoolProperty{"elimda.bucket_items", &Params::bucket_items,
-                              &Stored::bucket_items, 256u},
-          index::PoolProperty{"elimda.dbucket_items", &Params::dbucket_items,
-                              &Stored::dbucket_items, 64u},
-          index::PoolProperty{"elimda.segment_buckets", &Params::segment_buckets,
-                              &Stored::segment_buckets, 16u},
-          index::PoolProperty{"elimda.logs", &Params::logs, &Stored::logs, 8192u},
-          index::PoolProperty{"elimda.initial_depth", &Params::initial_depth,
-                              &Stored::initial_depth, 1u},
-          index::PoolProperty{"elimda.max_depth", &Params::max_depth, &Stored::max_depth, 32u},
-      });
-  static constexpr uint32_t kRecordFormat = kRecords ? index::kCheckedRecords : index::kNoRecords;
-  static Stored Base() { return index::WithRecordsWord<Stored>(kRecordFormat); }
+  static constexpr auto kProperties = std::tuple{
+      index::PoolProperty{"elimda.bucket_items", &Params::bucket_items, &Stored::bucket_items,
+                          256u},
+      index::PoolProperty{"elimda.dbucket_items", &Params::dbucket_items, &Stored::dbucket_items,
+                          64u},
+      index::PoolProperty{"elimda.segment_buckets", &Params::segment_buckets,
+                          &Stored::segment_buckets, 16u},
+      index::PoolProperty{"elimda.logs", &Params::logs, &Stored::logs, 8192u},
+      index::PoolProperty{"elimda.initial_depth", &Params::initial_depth, &Stored::initial_depth,
+                          1u},
+      index::PoolProperty{"elimda.max_depth", &Params::max_depth, &Stored::max_depth, 32u},
+  };
   static std::string Check(const Stored& s) {
-    if (std::string e = index::CheckRecordWords(kRecordFormat, s.records, s.max_record_bytes, kName);
-        !e.empty()) {
-      return e;
-    }
     if (s.bucket_items < 16 || s.bucket_items > 4096 || s.bucket_items % 16 != 0) {
       return "bucket_items must be a multiple of 16 in [16, 4096] (whole 256 B blocks)";
     }
@@ -487,16 +470,10 @@ struct DescriptorFor
   static index::PoolLayout Layout(const Stored& s) {
     return {kBlockBytes, (uint64_t{1} << s.initial_depth) * SegmentChunks(s) + LogTableChunks(s)};
   }
-  // PM-table items at ~0.4 load after splits, plus the default logs' blocks; elimda-kv adds a
-  // record per key.
-  static uint64_t EstimatePoolBytes(uint64_t keys) {
-    const double records = kRecords ? index::kRecordBytesPerKey : 0.0;
-    return static_cast<uint64_t>(static_cast<double>(keys) * (sizeof(PmSlot) / 0.4 + records)) +
-           (uint64_t{8192} * 2 + 64) * kBlockBytes;
-  }
+  // PM-table items at ~0.4 load after splits, plus the default logs' blocks.
+  static constexpr double kPoolBytesPerKey = sizeof(PmSlot) / 0.4;
+  static constexpr uint64_t kPoolFixedBytes = (uint64_t{8192} * 2 + 64) * kBlockBytes;
 };
-using Descriptor = DescriptorFor<false>;
-using KvDescriptor = DescriptorFor<true>;
 
 template <pm::PersistPolicy P, bool kRecords = false>
 class ElimDA : public index::EngineBase<ElimDA<P, kRecords>, P, Config> {
@@ -728,26 +705,10 @@ class ElimDA : public index::EngineBase<ElimDA<P, kRecords>, P, Config> {
 // Implementation
 // ============================================================================================
 
-namespace detail {
-// Shared acquisition of the table lock, with the clang annotations std::shared_lock lacks.
-class PMHASH_SCOPED_CAPABILITY SharedGuard {
- public:
-  explicit SharedGuard(TableLock& l) PMHASH_ACQUIRE_SHARED(l) : l_(l) { l_.lock_shared(); }
-  ~SharedGuard() PMHASH_RELEASE() { l_.unlock_shared(); }
-  SharedGuard(const SharedGuard&) = delete;
-  SharedGuard& operator=(const SharedGuard&) = delete;
-
- private:
-  TableLock& l_;
-};
-}  // namespace detail
-
 template <pm::PersistPolicy P, bool R>
 ElimDA<P, R>::ElimDA(std::unique_ptr<pm::Pool> pool, const Config& config)
     : Base(std::move(pool), config),
-      max_directory_bytes_(config.max_directory_bytes
-                               ? config.max_directory_bytes
-                               : std::max<uint64_t>(uint64_t{1} << 30, pool_->size())),
+      max_directory_bytes_(config.DirectoryBudget(pool_->size())),
       seg_chunks_(SegmentChunks(config)) {
   if constexpr (R) {
     index::MakeRecords(*pool_, config.reclaim_batch, config.max_record_bytes, kKindName, &epoch_,
@@ -1324,7 +1285,7 @@ void ElimDA<P, R>::MirrorActiveBlock(LogState* log) const {
 
 template <pm::PersistPolicy P, bool R>
 bool ElimDA<P, R>::Search(const Probe& p, uint64_t* word) const {
-  detail::SharedGuard g(table_mu_);
+  SharedLockGuard<detail::TableLock> g(table_mu_);
   LockGuard<detail::LogLock> lg(logs_[LogOf(p.h)].mu);
   const Where w = Locate(p);
   switch (w.layer) {
@@ -1344,21 +1305,10 @@ bool ElimDA<P, R>::Search(const Probe& p, uint64_t* word) const {
 }
 
 template <pm::PersistPolicy P, bool R>
-Status ElimDA<P, R>::FindBatch(std::span<const Key> keys, std::span<Value> values,
-                               std::span<Status> statuses) const {
-  return index::BatchCalls::Find(*this, keys, values, statuses);
-}
-
-template <pm::PersistPolicy P, bool R>
-Status ElimDA<P, R>::Find(Key k, Value* v) const {
-  return index::ProbeCalls::Find(*this, k, v);
-}
-
-template <pm::PersistPolicy P, bool R>
 int ElimDA<P, R>::LayerOf(Key k) const {
   const index::U64Bytes bytes(k);
   const Probe p = U64Probe(k, bytes);
-  detail::SharedGuard g(table_mu_);
+  SharedLockGuard<detail::TableLock> g(table_mu_);
   LockGuard<detail::LogLock> lg(logs_[LogOf(p.h)].mu);
   return static_cast<int>(Locate(p).layer);
 }
@@ -1367,7 +1317,7 @@ template <pm::PersistPolicy P, bool R>
 uint64_t ElimDA<P, R>::PmSlotOffsetForTest(Key k) const {
   const index::U64Bytes bytes(k);
   const Probe p = U64Probe(k, bytes);
-  detail::SharedGuard g(table_mu_);
+  SharedLockGuard<detail::TableLock> g(table_mu_);
   LockGuard<detail::LogLock> lg(logs_[LogOf(p.h)].mu);
   const Where w = Locate(p);
   if (w.layer != Layer::kPm) return 0;
@@ -1398,7 +1348,7 @@ Status ElimDA<P, R>::AppendCopyForTest(Key k, Value v)
 
 template <pm::PersistPolicy P, bool R>
 uint32_t ElimDA<P, R>::global_depth() const {
-  detail::SharedGuard g(table_mu_);
+  SharedLockGuard<detail::TableLock> g(table_mu_);
   return gd_;
 }
 
@@ -1486,7 +1436,7 @@ Status ElimDA<P, R>::Write(const Probe& p, std::string_view value_bytes, Value v
   };
   for (;;) {
     {
-      detail::SharedGuard g(table_mu_);
+      SharedLockGuard<detail::TableLock> g(table_mu_);
       LockGuard<detail::LogLock> lg(log.mu);
       // An insert appends to the active block's first line: start that miss before the search's.
       if (log.head_off) __builtin_prefetch(pool_->template At<LogBlock>(log.head_off), 1);
@@ -1528,16 +1478,11 @@ Status ElimDA<P, R>::Write(const Probe& p, std::string_view value_bytes, Value v
 }
 
 template <pm::PersistPolicy P, bool R>
-Status ElimDA<P, R>::Erase(Key k) {
-  return index::ProbeCalls::Erase(*this, k);
-}
-
-template <pm::PersistPolicy P, bool R>
 Status ElimDA<P, R>::EraseProbe(const Probe& p) {
   if (life_.closed()) [[unlikely]] return index::Lifecycle::ClosedError(kKindName);
   const uint64_t h = p.h;
   LogState& log = logs_[LogOf(h)];
-  detail::SharedGuard g(table_mu_);
+  SharedLockGuard<detail::TableLock> g(table_mu_);
   LockGuard<detail::LogLock> lg(log.mu);
   const Where w = Locate(p);
   switch (w.layer) {
@@ -1999,18 +1944,13 @@ void ElimDA<P, R>::WalkLiveSlots(Take&& take, Done&& done) const PMHASH_NO_THREA
 }
 
 template <pm::PersistPolicy P, bool R>
-Status ElimDA<P, R>::ForEach(const std::function<void(Key, Value)>& fn) const {
-  return index::ProbeCalls::ForEach(*this, fn);  // every pair collected, then handed out
-}
-
-template <pm::PersistPolicy P, bool R>
 IndexStats ElimDA<P, R>::Stats() const PMHASH_NO_THREAD_SAFETY_ANALYSIS {
   IndexStats s;
   this->FillCommonStats(&s);
   uint64_t dram_items = 0, fp_bytes = 0, dir_bytes = 0;
   uint32_t gd = 0;
   {
-    detail::SharedGuard g(table_mu_);
+    SharedLockGuard<detail::TableLock> g(table_mu_);
     gd = gd_;
     dir_bytes = dir_.size() * sizeof(SegMeta*);
     for (size_t i = 0; i < dir_.size();) {
@@ -2052,9 +1992,7 @@ IndexStats ElimDA<P, R>::Stats() const PMHASH_NO_THREAD_SAFETY_ANALYSIS {
 // REQUIRES: no concurrent writers.
 template <pm::PersistPolicy P, bool R>
 Status ElimDA<P, R>::CheckInvariants() const PMHASH_NO_THREAD_SAFETY_ANALYSIS {
-  auto fail = [](const std::string& what) {
-    return Status::Corruption("elimda invariant: " + what);
-  };
+  const index::InvariantFailure fail{kKindName};
   LockGuard<detail::TableLock> g(table_mu_);
   if constexpr (R) epoch_->Drain();  // elimda-kv: retired records are back in the heap
   std::unordered_set<std::string> keys;  // key bytes (elimda: the key's 8 bytes)
@@ -2174,6 +2112,8 @@ Status ElimDA<P, R>::CheckInvariants() const PMHASH_NO_THREAD_SAFETY_ANALYSIS {
   if (std::string e = this->CheckAccounting(chunks, live); !e.empty()) return fail(e);
   return Status::OK();
 }
+
+PMHASH_PROBE_ENGINE_CALLS_WITH_FIND((template <pm::PersistPolicy P, bool R>), ElimDA<P, R>);
 
 PMHASH_ENGINE_INSTANTIATIONS(extern, ElimDA, false);
 PMHASH_ENGINE_INSTANTIATIONS(extern, ElimDA, true);

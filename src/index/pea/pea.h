@@ -817,12 +817,6 @@ void Pea<P, R, M>::InsertIntoBucket(PmBucket* b, Key k, Value v, uint8_t f) {
 }
 
 template <pm::PersistPolicy P, bool R, bool M>
-Status Pea<P, R, M>::FindBatch(std::span<const Key> keys, std::span<Value> values,
-                               std::span<Status> statuses) const {
-  return index::BatchCalls::Find(*this, keys, values, statuses);
-}
-
-template <pm::PersistPolicy P, bool R, bool M>
 Status Pea<P, R, M>::Find(Key k, Value* out) const {
   if constexpr (M) {
     FirstValue first;  // one of k's values, without collecting them all
@@ -1028,11 +1022,6 @@ Status Pea<P, R, M>::Write(const Probe& p, std::string_view value_bytes, Value v
 }
 
 template <pm::PersistPolicy P, bool R, bool M>
-Status Pea<P, R, M>::Erase(Key k) {
-  return index::ProbeCalls::Erase(*this, k);
-}
-
-template <pm::PersistPolicy P, bool R, bool M>
 Status Pea<P, R, M>::EraseProbe(const Probe& p) {
   if constexpr (M) return EraseAllProbe(p);
   if (life_.closed()) [[unlikely]] return index::Lifecycle::ClosedError(kKindName);
@@ -1062,6 +1051,8 @@ Status Pea<P, R, M>::EraseProbe(const Probe& p) {
 #include "index/pea/pea_resize.h"
 
 namespace pmhash::pea {
+
+PMHASH_PROBE_ENGINE_CALLS((template <pm::PersistPolicy P, bool R, bool M>), Pea<P, R, M>);
 
 // Instantiated once, in the library (pea.cc); users of this header link to those
 // instead of compiling the whole index again in every translation unit.

@@ -77,11 +77,6 @@ void Pea<P, R, M>::WalkLiveSlots(Take&& take, Done&& segment_done) const {
 }
 
 template <pm::PersistPolicy P, bool R, bool M>
-Status Pea<P, R, M>::ForEach(const std::function<void(Key, Value)>& fn) const {
-  return index::ProbeCalls::ForEach(*this, fn);  // one segment's pairs at a time
-}
-
-template <pm::PersistPolicy P, bool R, bool M>
 template <class Fn>
 void Pea<P, R, M>::ForEachSegment(const Directory* d, Fn&& fn) const {
   for (uint64_t i = 0; i < d->size();) {
@@ -189,9 +184,7 @@ IndexStats Pea<P, R, M>::Stats() const {
 // REQUIRES: no concurrent writers.
 template <pm::PersistPolicy P, bool R, bool M>
 Status Pea<P, R, M>::CheckInvariants() const {
-  auto fail = [](const std::string& what) {
-    return Status::Corruption(std::string(kKindName) + " invariant: " + what);
-  };
+  const index::InvariantFailure fail{kKindName};
   if constexpr (R || M) epoch_.Drain();  // retired records / value nodes are back in the heap
   const Directory* d = dir_.load(std::memory_order_acquire);
   const uint32_t g = d->depth;

@@ -171,14 +171,12 @@ struct PersistentParams : index::LayoutWords<sizeof(PmBucket), kSlots> {
 };
 
 // What an open index runs with: the pool's properties and this open's options.
-struct Config : PersistentParams {
+struct Config : PersistentParams, index::CommonOpenOptions {
   bool entry_moving = true;
   bool tear_safe = false;
-  uint32_t reclaim_batch = 0;  // Options::reclaim_batch
   void SetOpenOptions(const Options& o) {
     entry_moving = o.pea.entry_moving;
     tear_safe = o.pea.tear_safe;
-    reclaim_batch = o.reclaim_batch;
   }
 };
 
@@ -208,44 +206,38 @@ constexpr auto WithMultiPropertyOf(std::tuple<Props...> props) {
 // per key, paper 3.3).
 template <bool kRecords, bool kMulti = false>
 struct DescriptorFor
-    : index::DescriptorTypes<PeaParams, &Options::pea, PersistentParams,
-                             PeaEngine<kRecords, kMulti>::template Of> {
+    : index::RecordsDescriptorTypes<PeaParams, &Options::pea, PersistentParams,
+                                    PeaEngine<kRecords, kMulti>::template Of,
+                                    kRecords ? index::kPlainRecords : index::kNoRecords> {
   static_assert(!(kRecords && kMulti), "pea-multi stores 8 B keys and values inline");
   static constexpr std::string_view kName = kMulti ? "pea-multi" : kRecords ? "pea-kv" : "pea";
   static constexpr std::string_view kPaper =
-      kMulti     ? "Liu, Chen: Pea Hash (SIGMOD 2023), data-aware adaptive buckets (3.3)"
-      : kRecords ? "Liu, Chen: Pea Hash (SIGMOD 2023), with variable-size records"
-                 : "Liu, Chen: Pea Hash: A Performant Extendible Adaptive Hashing Index (SIGMOD 2023)";
+      kMulti ? "Liu, Chen: Pea Hash (SIGMOD 2023), data-aware adaptive buckets (3.3)"
+             : "Liu, Chen: Pea Hash: A Performant Extendible Adaptive Hashing Index (SIGMOD 2023)";
   static constexpr std::string_view kSummary =
       kMulti ? "Pea Hash with duplicate keys: (key, value) slots, compaction into (key, pointer) "
                "slots, value buffers of 2^k x 256 B and chains"
-      : kRecords
-          ? "Pea Hash with variable-size keys/values: hash + record offset per slot, record heap"
-          : "extendible hashing, 512 KB segments, adaptive single/2-choice/stash strategy, 4-way "
-            "split";
-  static constexpr Capabilities kCapabilities{.bytes = kRecords, .multi = kMulti};
-  static constexpr auto kProperties = WithMultiPropertyOf<kMulti>(index::WithRecordProperty<kRecords>(
-      "pea.max_record_bytes", &PeaParams::max_record_bytes, &PersistentParams::max_record_bytes,
-      std::tuple{
-          index::PoolProperty{"pea.segment_buckets", &PeaParams::segment_buckets,
-                              &PersistentParams::segment_buckets, 2048u},
-          index::PoolProperty{"pea.initial_depth", &PeaParams::initial_depth,
-                              &PersistentParams::initial_depth, 2u},
-          index::PoolProperty{"pea.max_depth", &PeaParams::max_depth,
-                              &PersistentParams::max_depth, 32u},
-          index::PoolProperty{"pea.strategies", &PeaParams::strategies,
-                              &PersistentParams::strategies, PeaStrategies::kAdaptive},
-      }));
+      : kRecords ? index::kRecordsSummary
+                 : "extendible hashing, 512 KB segments, adaptive single/2-choice/stash strategy, "
+                   "4-way split";
+  static constexpr Capabilities kCapabilities{.multi = kMulti};
+  static constexpr std::string_view kRecordProperty = "pea.max_record_bytes";
+  static constexpr auto kProperties = WithMultiPropertyOf<kMulti>(std::tuple{
+      index::PoolProperty{"pea.segment_buckets", &PeaParams::segment_buckets,
+                          &PersistentParams::segment_buckets, 2048u},
+      index::PoolProperty{"pea.initial_depth", &PeaParams::initial_depth,
+                          &PersistentParams::initial_depth, 2u},
+      index::PoolProperty{"pea.max_depth", &PeaParams::max_depth, &PersistentParams::max_depth,
+                          32u},
+      index::PoolProperty{"pea.strategies", &PeaParams::strategies,
+                          &PersistentParams::strategies, PeaStrategies::kAdaptive},
+  });
   static PersistentParams Base() {
-    PersistentParams s = index::WithRecordsWord<PersistentParams>(kRecords);
+    PersistentParams s;
     s.multi = kMulti ? 1 : 0;
     return s;
   }
   static std::string Check(const PersistentParams& s) {
-    if (std::string e = index::CheckRecordWords(kRecords, s.records, s.max_record_bytes, kName);
-        !e.empty()) {
-      return e;
-    }
     if (s.multi != (kMulti ? 1u : 0u)) {
       return "multi = " + std::to_string(s.multi) + " in a '" + std::string(kName) + "' pool";
     }
@@ -276,16 +268,8 @@ struct DescriptorFor
   }
   // 256 B bucket per 15 slots; a 4-way split leaves segments near 0.22 load and uniform keys
   // fill them in waves, so the whole table can dip that low. Plan for 0.2 (the directory,
-  // retired directories and stash segments are well under 1% on top). pea-kv adds a record per
-  // key, and one open slab (one segment-sized chunk) per size class and thread stripe.
-  static uint64_t EstimatePoolBytes(uint64_t keys) {
-    const double per_key = sizeof(PmBucket) / static_cast<double>(kSlots) / 0.2 +
-                           (kRecords ? index::kRecordBytesPerKey : 0.0);
-    return static_cast<uint64_t>(static_cast<double>(keys) * per_key);
-  }
+  // retired directories and stash segments are well under 1% on top).
+  static constexpr double kPoolBytesPerKey = sizeof(PmBucket) / static_cast<double>(kSlots) / 0.2;
 };
-using Descriptor = DescriptorFor<false>;
-using KvDescriptor = DescriptorFor<true>;
-using MultiDescriptor = DescriptorFor<false, true>;
 
 }  // namespace pmhash::pea

@@ -224,45 +224,31 @@ struct PersistentParams : index::LayoutWords<sizeof(PmBucket), kSlots> {
 };
 
 // What an open index runs with: the pool's properties and this open's options.
-struct Config : PersistentParams {
+struct Config : PersistentParams, index::CommonOpenOptions {
   bool tear_safe = false;
-  uint64_t max_directory_bytes = 0;  // Options::max_directory_bytes; 0: max(1 GiB, pool size)
-  uint32_t reclaim_batch = 0;        // Options::reclaim_batch (reh-kv's retired records)
-  void SetOpenOptions(const Options& o) {
-    tear_safe = o.reh.tear_safe;
-    max_directory_bytes = o.max_directory_bytes;
-    reclaim_batch = o.reclaim_batch;
-  }
+  void SetOpenOptions(const Options& o) { tear_safe = o.reh.tear_safe; }
 };
 
 template <pm::PersistPolicy P, bool kRecords>
 class Reh;
 
+// The registry's words for reh and reh-kv (pmhash list; src/index/descriptor.h).
+inline constexpr index::KindTexts kTexts{
+    "reh", "reh-kv", "reh.max_record_bytes",
+    "Li, Tan, Chen: REH: Redesigning Extendible Hashing for Commercial NVM",
+    "extendible hashing, 256 B PM buckets, DRAM directory + fingerprints, 1 flush/insert"};
+
 // kRecords = false: "reh" (8 B inline items). kRecords = true: "reh-kv" (records).
 template <bool kRecords>
 struct DescriptorFor
-    : index::DescriptorTypes<RehParams, &Options::reh, PersistentParams,
-                             index::FlaggedEngine<Reh, kRecords>::template Engine> {
-  static constexpr std::string_view kName = kRecords ? "reh-kv" : "reh";
-  static constexpr std::string_view kPaper =
-      kRecords ? "Li, Tan, Chen: REH (Commercial NVM), with variable-size records"
-               : "Li, Tan, Chen: REH: Redesigning Extendible Hashing for Commercial NVM";
-  static constexpr std::string_view kSummary =
-      kRecords ? "REH with variable-size keys/values: hash + record offset per slot, record heap"
-               : "extendible hashing, 256 B PM buckets, DRAM directory + fingerprints, 1 flush/insert";
-  static constexpr Capabilities kCapabilities{.bytes = kRecords};
-  static constexpr auto kProperties = index::WithRecordProperty<kRecords>(
-      "reh.max_record_bytes", &RehParams::max_record_bytes, &PersistentParams::max_record_bytes,
+    : index::FlaggedDescriptorTypes<RehParams, &Options::reh, PersistentParams, Reh, kRecords,
+                                    kTexts> {
+  static constexpr auto kProperties =
       std::tuple{index::PoolProperty{"reh.initial_depth", &RehParams::initial_depth,
                                      &PersistentParams::initial_depth, 1u},
                  index::PoolProperty{"reh.max_depth", &RehParams::max_depth,
-                                     &PersistentParams::max_depth, 32u}});
-  static PersistentParams Base() { return index::WithRecordsWord<PersistentParams>(kRecords); }
+                                     &PersistentParams::max_depth, 32u}};
   static std::string Check(const PersistentParams& s) {
-    if (std::string e = index::CheckRecordWords(kRecords, s.records, s.max_record_bytes, kName);
-        !e.empty()) {
-      return e;
-    }
     if (s.max_depth < 1 || s.max_depth > kMaxDepthLimit) return "max_depth must be in [1, 40]";
     if (s.initial_depth < 1 || s.initial_depth > s.max_depth || s.initial_depth > 24) {
       return "initial_depth must be in [1, min(max_depth, 24)]";
@@ -273,15 +259,9 @@ struct DescriptorFor
     return {sizeof(PmBucket), uint64_t{1} << s.initial_depth};
   }
   // 256 B bucket per 15 slots; extendible hashing averages ~0.69 load and can dip towards 0.5
-  // right after a wave of splits. Plan for 0.35. reh-kv adds a record per key.
-  static uint64_t EstimatePoolBytes(uint64_t keys) {
-    const double per_key = sizeof(PmBucket) / static_cast<double>(kSlots) / 0.35 +
-                           (kRecords ? index::kRecordBytesPerKey : 0.0);
-    return static_cast<uint64_t>(static_cast<double>(keys) * per_key);
-  }
+  // right after a wave of splits. Plan for 0.35.
+  static constexpr double kPoolBytesPerKey = sizeof(PmBucket) / static_cast<double>(kSlots) / 0.35;
 };
-using Descriptor = DescriptorFor<false>;
-using KvDescriptor = DescriptorFor<true>;
 
 template <pm::PersistPolicy P, bool kRecords = false>
 class Reh : public index::EngineBase<Reh<P, kRecords>, P, Config> {
@@ -483,12 +463,7 @@ class Reh : public index::EngineBase<Reh<P, kRecords>, P, Config> {
 template <pm::PersistPolicy P, bool R>
 Reh<P, R>::Reh(std::unique_ptr<pm::Pool> pool, const Config& config)
     : Base(std::move(pool), config),
-      // The directory's DRAM budget: by default max(1 GiB, pool size). A healthy directory stays
-      // far below the pool's size (about 11 entries of 8 B per 256 B bucket at 10^9 keys);
-      // chosen keys or a corrupt chain could otherwise ask for 2^max_depth entries.
-      max_directory_bytes_(config.max_directory_bytes
-                               ? config.max_directory_bytes
-                               : std::max<uint64_t>(uint64_t{1} << 30, pool_->size())) {
+      max_directory_bytes_(config.DirectoryBudget(pool_->size())) {
   if constexpr (R) {
     index::MakeRecords(*pool_, config.reclaim_batch, config.max_record_bytes, kKindName, &epoch_,
                        &records_);
@@ -855,17 +830,6 @@ bool Reh<P, R>::Search(const Probe& p, uint64_t* word) const {
 }
 
 template <pm::PersistPolicy P, bool R>
-Status Reh<P, R>::FindBatch(std::span<const Key> keys, std::span<Value> values,
-                            std::span<Status> statuses) const {
-  return index::BatchCalls::Find(*this, keys, values, statuses);
-}
-
-template <pm::PersistPolicy P, bool R>
-Status Reh<P, R>::Find(Key k, Value* v) const {
-  return index::ProbeCalls::Find(*this, k, v);
-}
-
-template <pm::PersistPolicy P, bool R>
 Status Reh<P, R>::Write(const Probe& p, std::string_view value_bytes, Value value,
                         WriteMode mode) {
   if (life_.closed()) [[unlikely]] return index::Lifecycle::ClosedError(kKindName);
@@ -911,11 +875,6 @@ Status Reh<P, R>::Write(const Probe& p, std::string_view value_bytes, Value valu
     }
     PMHASH_RETURN_IF_ERROR(Split(m, p.h));  // unlocks m; then retry into the right half
   }
-}
-
-template <pm::PersistPolicy P, bool R>
-Status Reh<P, R>::Erase(Key k) {
-  return index::ProbeCalls::Erase(*this, k);
 }
 
 template <pm::PersistPolicy P, bool R>
@@ -1198,11 +1157,6 @@ void Reh<P, R>::WalkLiveSlots(Take&& take, Done&& bucket_done) const {
 }
 
 template <pm::PersistPolicy P, bool R>
-Status Reh<P, R>::ForEach(const std::function<void(Key, Value)>& fn) const {
-  return index::ProbeCalls::ForEach(*this, fn);  // one bucket's pairs at a time
-}
-
-template <pm::PersistPolicy P, bool R>
 IndexStats Reh<P, R>::Stats() const {
   IndexStats s;
   this->FillCommonStats(&s);
@@ -1226,7 +1180,7 @@ IndexStats Reh<P, R>::Stats() const {
 // REQUIRES: no concurrent writers.
 template <pm::PersistPolicy P, bool R>
 Status Reh<P, R>::CheckInvariants() const {
-  auto fail = [](const std::string& what) { return Status::Corruption("reh invariant: " + what); };
+  const index::InvariantFailure fail{kKindName};
   if constexpr (R) epoch_->Drain();  // reh-kv: retired records are back in the heap
   const Directory* d = dir_.load(std::memory_order_acquire);
   const uint32_t gd = d->depth;
@@ -1278,6 +1232,8 @@ Status Reh<P, R>::CheckInvariants() const {
   if (std::string e = this->CheckAccounting(chunks, live); !e.empty()) return fail(e);
   return Status::OK();
 }
+
+PMHASH_PROBE_ENGINE_CALLS_WITH_FIND((template <pm::PersistPolicy P, bool R>), Reh<P, R>);
 
 // Instantiated once, in the library (reh.cc); users of this header link to those
 // instead of compiling the whole index again in every translation unit.

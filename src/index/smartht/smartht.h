@@ -421,15 +421,13 @@ struct PersistentParams : index::LayoutWords<sizeof(PmBucket), kSlots, 2> {
 };
 
 // What an open index runs with: the pool's properties and this open's options.
-struct Config : PersistentParams {
+struct Config : PersistentParams, index::CommonOpenOptions {
   uint32_t filter_bits_per_key = 24;
   double grow_keys_per_head = 3.0;
   double rebuild_erased_ratio = 0.25;
   bool tear_safe = false;
   uint64_t save_filter_min_keys = 1024;
   bool lazy_recovery = true;
-  uint32_t background_threads = 1;
-  uint32_t reclaim_batch = 0;  // Options::reclaim_batch (smartht-kv's retired records)
   void SetOpenOptions(const Options& o) {
     filter_bits_per_key = std::clamp<uint32_t>(o.smartht.filter_bits_per_key, 1, 256);
     grow_keys_per_head = o.smartht.grow_keys_per_head;
@@ -437,48 +435,34 @@ struct Config : PersistentParams {
     tear_safe = o.smartht.tear_safe;
     save_filter_min_keys = o.smartht.save_filter_min_keys;
     lazy_recovery = o.smartht.lazy_recovery;
-    background_threads = o.background_threads;
-    reclaim_batch = o.reclaim_batch;
   }
 };
 
 template <pm::PersistPolicy P, bool kRecords>
 class SmartHt;
 
+// The registry's words for smartht and smartht-kv (pmhash list; src/index/descriptor.h).
+inline constexpr index::KindTexts kTexts{
+    "smartht", "smartht-kv", "smartht.max_record_bytes",
+    "Xiao, Jiang, Feng et al.: Accelerating Persistent Hash Indexes via Reducing "
+    "Negative Searches (SmartHT)",
+    "chained 64 B PM buckets, DRAM Bloom filter for negative searches, growing head array"};
+
 // kRecords = false: "smartht" (8 B inline keys and values). kRecords = true: "smartht-kv"
 // (variable-size records: the slot holds [hash | record offset], src/index/records.h).
 template <bool kRecords>
 struct DescriptorFor
-    : index::DescriptorTypes<SmartHtParams, &Options::smartht, PersistentParams,
-                             index::FlaggedEngine<SmartHt, kRecords>::template Engine> {
-  static constexpr std::string_view kName = kRecords ? "smartht-kv" : "smartht";
-  static constexpr std::string_view kPaper =
-      kRecords ? "Xiao, Jiang, Feng et al.: SmartHT, with variable-size records"
-               : "Xiao, Jiang, Feng et al.: Accelerating Persistent Hash Indexes via Reducing "
-                 "Negative Searches (SmartHT)";
-  static constexpr std::string_view kSummary =
-      kRecords ? "SmartHT with variable-size keys/values: hash + record offset per slot, "
-                 "record heap"
-               : "chained 64 B PM buckets, DRAM Bloom filter for negative searches, growing head "
-                 "array";
-  static constexpr Capabilities kCapabilities{.bytes = kRecords};
-  static constexpr auto kProperties = index::WithRecordProperty<kRecords>(
-      "smartht.max_record_bytes", &SmartHtParams::max_record_bytes,
-      &PersistentParams::max_record_bytes,
-      std::tuple{
-          index::PoolProperty{"smartht.head_bits", &SmartHtParams::head_bits,
-                              &PersistentParams::head_bits, 0u},
-          index::PoolProperty{"smartht.max_head_bits", &SmartHtParams::max_head_bits,
-                              &PersistentParams::max_head_bits, 28u},
-          index::PoolProperty{"smartht.split_batch", &SmartHtParams::split_batch,
-                              &PersistentParams::split_batch, 16u},
-      });
-  static PersistentParams Base() { return index::WithRecordsWord<PersistentParams>(kRecords); }
+    : index::FlaggedDescriptorTypes<SmartHtParams, &Options::smartht, PersistentParams, SmartHt,
+                                    kRecords, kTexts> {
+  static constexpr auto kProperties = std::tuple{
+      index::PoolProperty{"smartht.head_bits", &SmartHtParams::head_bits,
+                          &PersistentParams::head_bits, 0u},
+      index::PoolProperty{"smartht.max_head_bits", &SmartHtParams::max_head_bits,
+                          &PersistentParams::max_head_bits, 28u},
+      index::PoolProperty{"smartht.split_batch", &SmartHtParams::split_batch,
+                          &PersistentParams::split_batch, 16u},
+  };
   static std::string Check(const PersistentParams& s) {
-    if (std::string e = index::CheckRecordWords(kRecords, s.records, s.max_record_bytes, kName);
-        !e.empty()) {
-      return e;
-    }
     if (s.max_head_bits < kMinHeadBits || s.max_head_bits > kMaxHeadBitsLimit) {
       return "max_head_bits must be in [1, 31]";
     }
@@ -496,16 +480,11 @@ struct DescriptorFor
   }
   // Three slots per 64 B bucket; at grow_keys_per_head = 3 the table averages about half full
   // (heads + chained buckets), and the next segment is allocated whole when a level starts.
-  // Plan for 0.2 plus the filter saved at Close. smartht-kv adds a record per key.
-  static uint64_t EstimatePoolBytes(uint64_t keys) {
-    const double records = kRecords ? index::kRecordBytesPerKey : 0.0;
-    return static_cast<uint64_t>(static_cast<double>(keys) *
-                                 (sizeof(PmBucket) / static_cast<double>(kSlots) / 0.2 + records)) +
-           keys * 4 + (uint64_t{64} << 10);
-  }
+  // Plan for 0.2, plus the filter saved at Close (4 B per key and 64 KiB).
+  static constexpr double kPoolBytesPerKey =
+      sizeof(PmBucket) / static_cast<double>(kSlots) / 0.2 + 4;
+  static constexpr uint64_t kPoolFixedBytes = uint64_t{64} << 10;
 };
-using Descriptor = DescriptorFor<false>;
-using KvDescriptor = DescriptorFor<true>;
 
 template <pm::PersistPolicy P, bool kRecords = false>
 class SmartHt : public index::EngineBase<SmartHt<P, kRecords>, P, Config> {
@@ -1550,17 +1529,6 @@ bool SmartHt<P, R>::Search(const Probe& p, uint64_t* word) const {
 }
 
 template <pm::PersistPolicy P, bool R>
-Status SmartHt<P, R>::FindBatch(std::span<const Key> keys, std::span<Value> values,
-                                std::span<Status> statuses) const {
-  return index::BatchCalls::Find(*this, keys, values, statuses);
-}
-
-template <pm::PersistPolicy P, bool R>
-Status SmartHt<P, R>::Find(Key k, Value* v) const {
-  return index::ProbeCalls::Find(*this, k, v);
-}
-
-template <pm::PersistPolicy P, bool R>
 Status SmartHt<P, R>::Write(const Probe& p, std::string_view value_bytes, Value value,
                             WriteMode mode) {
   if (life_.closed()) [[unlikely]] return index::Lifecycle::ClosedError(kKindName);
@@ -1672,11 +1640,6 @@ Status SmartHt<P, R>::Write(const Probe& p, std::string_view value_bytes, Value 
   // otherwise (by hash bits), not on every insert.
   if (j < 0 || ((h >> 50) & 63) == 0) MaybeGrow();
   return Status::OK();
-}
-
-template <pm::PersistPolicy P, bool R>
-Status SmartHt<P, R>::Erase(Key k) {
-  return index::ProbeCalls::Erase(*this, k);
 }
 
 template <pm::PersistPolicy P, bool R>
@@ -2020,11 +1983,6 @@ void SmartHt<P, R>::WalkLiveSlots(Take&& take, Done&& done) const
 }
 
 template <pm::PersistPolicy P, bool R>
-Status SmartHt<P, R>::ForEach(const std::function<void(Key, Value)>& fn) const {
-  return index::ProbeCalls::ForEach(*this, fn);  // one head's pairs at a time
-}
-
-template <pm::PersistPolicy P, bool R>
 IndexStats SmartHt<P, R>::Stats() const PMHASH_NO_THREAD_SAFETY_ANALYSIS {
   IndexStats s;
   this->FillCommonStats(&s);
@@ -2082,9 +2040,7 @@ IndexStats SmartHt<P, R>::Stats() const PMHASH_NO_THREAD_SAFETY_ANALYSIS {
 // REQUIRES: no concurrent writers.
 template <pm::PersistPolicy P, bool R>
 Status SmartHt<P, R>::CheckInvariants() const PMHASH_NO_THREAD_SAFETY_ANALYSIS {
-  auto fail = [](const std::string& what) {
-    return Status::Corruption("smartht invariant: " + what);
-  };
+  const index::InvariantFailure fail{kKindName};
   WaitRecovered();
   WaitWhile(filter_pending_);  // (the saved filter's chunks are held until it is read)
   if (failed_.load(std::memory_order_acquire)) return failure_;
@@ -2169,6 +2125,8 @@ Status SmartHt<P, R>::CheckInvariants() const PMHASH_NO_THREAD_SAFETY_ANALYSIS {
   if (std::string e = this->CheckAccounting(chunks, keys.size()); !e.empty()) return fail(e);
   return Status::OK();
 }
+
+PMHASH_PROBE_ENGINE_CALLS_WITH_FIND((template <pm::PersistPolicy P, bool R>), SmartHt<P, R>);
 
 // Instantiated once, in the library (smartht.cc).
 PMHASH_ENGINE_INSTANTIATIONS(extern, SmartHt, false);

@@ -261,32 +261,25 @@ struct PersistentParams : index::LayoutWords<sizeof(Bucket), kSlots, kLayoutInli
 };
 
 // What an open index runs with: the pool's properties and this open's options.
-struct Config : PersistentParams {
+struct Config : PersistentParams, index::CommonOpenOptions {
   double gc_deleted_ratio = 0.10;
-  uint32_t reclaim_batch = 0;  // Options::reclaim_batch
-  void SetOpenOptions(const Options& o) {
-    gc_deleted_ratio = o.turbo.gc_deleted_ratio;
-    reclaim_batch = o.reclaim_batch;
-  }
+  void SetOpenOptions(const Options& o) { gc_deleted_ratio = o.turbo.gc_deleted_ratio; }
 };
 
 template <pm::PersistPolicy P, bool kRecords>
 class Turbo;
 
+// The registry's words for turbo and turbo-kv (pmhash list; src/index/descriptor.h).
+inline constexpr index::KindTexts kTexts{
+    "turbo", "turbo-kv", "turbo.max_record_bytes",
+    "Zhao, Zhong, Jiang: TurboHash: A Hash Table for Key-value Store on PM (SYSTOR'23)",
+    "sharded linear probing, 256 B buckets, near-place update, lock-free reads, 8 B items"};
+
 // kRecords = false: "turbo" (8 B inline items). kRecords = true: "turbo-kv" (records).
 template <bool kRecords>
 struct DescriptorFor
-    : index::DescriptorTypes<TurboParams, &Options::turbo, PersistentParams,
-                             index::FlaggedEngine<Turbo, kRecords>::template Engine> {
-  static constexpr std::string_view kName = kRecords ? "turbo-kv" : "turbo";
-  static constexpr std::string_view kPaper =
-      kRecords ? "Zhao, Zhong, Jiang: TurboHash (SYSTOR'23), records (TURBO30)"
-               : "Zhao, Zhong, Jiang: TurboHash: A Hash Table for Key-value Store on PM (SYSTOR'23)";
-  static constexpr std::string_view kSummary =
-      kRecords
-          ? "TurboHash with variable-size keys/values: hash + record offset per slot, record heap"
-          : "sharded linear probing, 256 B buckets, near-place update, lock-free reads, 8 B items";
-  static constexpr Capabilities kCapabilities{.bytes = kRecords};
+    : index::FlaggedDescriptorTypes<TurboParams, &Options::turbo, PersistentParams, Turbo, kRecords,
+                                    kTexts> {
   // This open's options (not pool properties), checked before the pool is opened.
   static Status CheckOptions(const Options& o) {
     if (!(o.turbo.gc_deleted_ratio >= 0)) {
@@ -294,9 +287,7 @@ struct DescriptorFor
     }
     return Status::OK();
   }
-  static constexpr auto kProperties = index::WithRecordProperty<kRecords>(
-      "turbo.max_record_bytes", &TurboParams::max_record_bytes,
-      &PersistentParams::max_record_bytes,
+  static constexpr auto kProperties =
       std::tuple{index::PoolProperty{"turbo.shard_bits", &TurboParams::shard_bits,
                                      &PersistentParams::shard_bits, 12u},
                  index::PoolProperty{"turbo.initial_buckets", &TurboParams::initial_buckets,
@@ -304,10 +295,9 @@ struct DescriptorFor
                  index::PoolProperty{"turbo.probe_scope", &TurboParams::probe_scope,
                                      &PersistentParams::probe_scope, 16u},
                  index::PoolProperty{"turbo.max_shard_buckets", &TurboParams::max_shard_buckets,
-                                     &PersistentParams::max_shard_buckets, 1u << 22}});
+                                     &PersistentParams::max_shard_buckets, 1u << 22}};
   static PersistentParams Base() {
     PersistentParams s;
-    s.records = kRecords ? 1 : 0;
     s.layout_version = kRecords ? kLayoutRecordHeap : kLayoutInline;
     return s;
   }
@@ -317,22 +307,13 @@ struct DescriptorFor
     const uint64_t dir_chunks = (nshards * sizeof(PmShardDesc) + 255) / 256;
     return {sizeof(Bucket), dir_chunks + nshards * s.initial_buckets};
   }
-  static uint64_t EstimatePoolBytes(uint64_t keys) {
-    // 256 B bucket per 14 slots; a shard is at ~0.4 load right after doubling (plan 0.3), and
-    // the old shard stays allocated until its readers leave. turbo-kv adds a record per key
-    // (src/index/records.h).
-    const double per_key = sizeof(Bucket) / static_cast<double>(kSlots) / 0.3 +
-                           (kRecords ? index::kRecordBytesPerKey : 0.0);
-    return static_cast<uint64_t>(static_cast<double>(keys) * per_key);
-  }
+  // 256 B bucket per 14 slots; a shard is at ~0.4 load right after doubling (plan 0.3), and the
+  // old shard stays allocated until its readers leave.
+  static constexpr double kPoolBytesPerKey = sizeof(Bucket) / static_cast<double>(kSlots) / 0.3;
 };
 
 template <bool kRecords>
 std::string DescriptorFor<kRecords>::Check(const PersistentParams& s) {
-  if (std::string e = index::CheckRecordWords(kRecords, s.records, s.max_record_bytes, kName);
-      !e.empty()) {
-    return e;
-  }
   if (s.shard_bits > kMaxShardBits) return "shard_bits > 20";
   if (!std::has_single_bit(s.initial_buckets) || !std::has_single_bit(s.max_shard_buckets) ||
       s.initial_buckets > s.max_shard_buckets || s.max_shard_buckets > (1u << kMaxLog2Buckets)) {
@@ -341,8 +322,6 @@ std::string DescriptorFor<kRecords>::Check(const PersistentParams& s) {
   if (s.probe_scope < 1 || s.probe_scope > kMaxScope) return "probe_scope must be in [1, 1024]";
   return "";
 }
-using Descriptor = DescriptorFor<false>;
-using KvDescriptor = DescriptorFor<true>;
 
 template <pm::PersistPolicy P, bool kRecords = false>
 class Turbo : public index::EngineBase<Turbo<P, kRecords>, P, Config> {
@@ -747,12 +726,6 @@ bool Turbo<P, R>::Search(const Probe& p, OnFound&& on_found) const {
     }
   }
   return false;
-}
-
-template <pm::PersistPolicy P, bool R>
-Status Turbo<P, R>::FindBatch(std::span<const Key> keys, std::span<Value> values,
-                              std::span<Status> statuses) const {
-  return index::BatchCalls::Find(*this, keys, values, statuses);
 }
 
 template <pm::PersistPolicy P, bool R>
@@ -1182,9 +1155,7 @@ IndexStats Turbo<P, R>::Stats() const {
 // REQUIRES: no concurrent operations.
 template <pm::PersistPolicy P, bool R>
 Status Turbo<P, R>::CheckInvariants() const {
-  auto fail = [](const std::string& what) {
-    return Status::Corruption("turbo invariant: " + what);
-  };
+  const index::InvariantFailure fail{kKindName};
   epoch_.Drain();  // retired shards and records are back in the allocator
   std::unordered_set<std::string> keys;
   index::Records::Tally records;  // turbo-kv
@@ -1249,6 +1220,8 @@ Status Turbo<P, R>::CheckInvariants() const {
 
 template <pm::PersistPolicy P>
 using TurboKv = Turbo<P, true>;
+
+PMHASH_ENGINE_FIND_BATCH((template <pm::PersistPolicy P, bool R>), Turbo<P, R>);
 
 // Instantiated once, in the library (turbo.cc); users of this header link to those
 // instead of compiling the whole index again in every translation unit.
