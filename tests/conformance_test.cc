@@ -121,7 +121,7 @@ TEST(Registry, EveryKindIsSelfDescribing) {
           };
           (one(prop), ...);
         },
-        D::kProperties);
+        index::PropertiesOf<D>());
     // Whatever it holds: a pool of another kind is refused by name.
     auto wrong = pmhash::Open(D::kName == "reh" ? "pea" : "reh", bare);
     ASSERT_FALSE(wrong.ok());

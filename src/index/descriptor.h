@@ -19,11 +19,13 @@
 //     static constexpr Capabilities kCapabilities;   // optional: beyond the uint64 API
 //   };
 //
-// A kind with a records variant (reh-kv, ...: src/index/records.h) derives from
-// RecordsDescriptorTypes instead, which adds its record format, and names its max_record_bytes
-// property (kRecordProperty); the driver below then writes the `records` word of a new block,
-// offers max_record_bytes (default 16 MiB) when the kind has records, checks both words before
-// Check(), sets Capabilities::bytes and counts a record per key in EstimatePoolBytes.
+// A design with a records kind (reh and reh-kv, ...: src/index/records.h) writes one descriptor
+// template over the flag, deriving from FlaggedDescriptorTypes<..., E, kRecords, kTexts>, which
+// adds the record format and, from one KindTexts, both kinds' names, paper, summary and the
+// max_record_bytes property's name (RecordsDescriptorTypes: the same without the texts). The
+// driver below then writes the `records` word of a new block, offers max_record_bytes (default
+// 16 MiB) when the kind has records, checks both words before Check(), sets Capabilities::bytes
+// and counts a record per key in EstimatePoolBytes.
 //
 // and src/index/kinds.h lists the descriptors. The registry, the benchmark targets, the CLI and
 // every typed test suite derive from that list, so adding a kind is: its folder (engine +
@@ -98,7 +100,8 @@ struct LayoutWords {
 
 // Engine<P> = E<P, kFlag>: an engine with a second template argument (reh-kv and turbo-kv are
 // Reh<P, true> and Turbo<P, true>) as the template of the policy alone that DescriptorTypes takes.
-template <template <class, bool> class E, bool kFlag>  // unconstrained: E may be
+// (E is taken unconstrained, so that FlaggedDescriptorTypes can pass its own E on.)
+template <template <class, bool> class E, bool kFlag>
 struct FlaggedEngine {
   template <class P>
   using Engine = E<P, kFlag>;
@@ -201,11 +204,7 @@ concept Descriptor = requires(const Options& o, const typename D::Stored& s, uin
   { s.slots } -> std::convertible_to<uint32_t>;
 };
 
-// The parameter block of a new pool: defaults where the caller left a property unset.
-// A descriptor may provide Base(): the stored block before properties are applied (words that
-// are not user properties, e.g. turbo-kv's `records`).
-// What the kind offers beyond the uint64 API (include/pmhash/index.h): a descriptor may declare
-// `static constexpr Capabilities kCapabilities`; none by default.
+// Whether the kind stores records (variable-size keys and values).
 template <Descriptor D>
 constexpr bool HasRecords() {
   if constexpr (RecordsDescriptor<D>) {
@@ -215,6 +214,8 @@ constexpr bool HasRecords() {
   }
 }
 
+// What the kind offers beyond the uint64 API (include/pmhash/index.h): a descriptor may declare
+// `static constexpr Capabilities kCapabilities`; none by default, and `bytes` is HasRecords.
 template <Descriptor D>
 constexpr Capabilities CapabilitiesOf() {
   Capabilities c{};
@@ -245,6 +246,9 @@ constexpr uint64_t EstimatePoolBytes(uint64_t keys) {
   return static_cast<uint64_t>(static_cast<double>(keys) * per_key) + fixed;
 }
 
+// The parameter block of a new pool before its properties are applied: Base() if the descriptor
+// has one (words that are not user properties, e.g. turbo's layout_version), and the `records`
+// word of a records descriptor.
 template <Descriptor D>
 typename D::Stored BaseParams() {
   typename D::Stored s{};
@@ -276,6 +280,7 @@ std::string CheckParams(const typename D::Stored& s) {
   return D::Check(s);
 }
 
+// The parameter block of a new pool: defaults where the caller left a property unset.
 template <Descriptor D>
 typename D::Stored ResolveParams(const typename D::Params& given) {
   typename D::Stored s = BaseParams<D>();
