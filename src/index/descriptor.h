@@ -1,14 +1,15 @@
 // src/index/descriptor.h — what the library knows about an index kind, in one place, and the
 // open/create skeleton every engine shares.
 //
-// Each index folder defines one descriptor per kind (src/index/reh/reh.h: reh::DescriptorFor):
+// Each index folder defines one descriptor per kind. The shape of one, for a kind X of a single
+// engine template X<P> (what every descriptor has; `index::Descriptor` below checks it):
 //
-//   struct Descriptor : DescriptorTypes<RehParams, &Options::reh, PersistentParams, Reh> {
+//   struct Descriptor : DescriptorTypes<XParams, &Options::x, PersistentParams, X> {
 //     // From DescriptorTypes:
-//     //   using Params = RehParams;              the user's struct in Options (options.h)
-//     //   Given(options)                         options.reh
-//     //   using Stored = reh::PersistentParams;  its image in the pool header (<= 128 B)
-//     //   template <class P> using Engine = reh::Reh<P>;
+//     //   using Params = XParams;                the user's struct in Options (options.h)
+//     //   Given(options)                         options.x
+//     //   using Stored = x::PersistentParams;    its image in the pool header (<= 128 B)
+//     //   template <class P> using Engine = x::X<P>;
 //     static constexpr std::string_view kName, kPaper, kSummary;   // registry row
 //     static constexpr auto kProperties = std::tuple{PoolProperty{...}, ...};
 //     static std::string Check(const Stored&);  // "" or why the values are impossible
@@ -19,15 +20,16 @@
 //     static constexpr Capabilities kCapabilities;   // optional: beyond the uint64 API
 //   };
 //
-// A design with a records kind (reh and reh-kv, ...: src/index/records.h) writes one descriptor
-// template over the flag, deriving from FlaggedDescriptorTypes<..., E, kRecords, kTexts>, which
-// adds the record format and, from one KindTexts, both kinds' names, paper, summary and the
-// max_record_bytes property's name (RecordsDescriptorTypes: the same without the texts). The
-// driver below then writes the `records` word of a new block, offers max_record_bytes (default
-// 16 MiB) when the kind has records, checks both words before Check(), sets Capabilities::bytes
-// and counts a record per key in EstimatePoolBytes.
+// Every design here also has a records kind (reh and reh-kv, ...: src/index/records.h), so each
+// writes one descriptor template over the flag (reh::DescriptorFor<kRecords>), deriving from
+// FlaggedDescriptorTypes<..., E, kRecords, kTexts>, which adds the record format and, from one
+// KindTexts, both kinds' names, paper, summary and the max_record_bytes property's name
+// (RecordsDescriptorTypes: the same without the texts, for pea's three kinds). The driver below
+// then writes the `records` word of a new block, offers max_record_bytes (default 16 MiB) when
+// the kind has records, checks both words before Check(), sets Capabilities::bytes and counts a
+// record per key in EstimatePoolBytes.
 //
-// and src/index/kinds.h lists the descriptors. The registry, the benchmark targets, the CLI and
+// src/index/kinds.h lists the descriptors. The registry, the benchmark targets, the CLI and
 // every typed test suite derive from that list, so adding a kind is: its folder (engine +
 // descriptor), its parameter struct in options.h, one line in kinds.h (docs/design.md).
 //
