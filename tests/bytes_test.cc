@@ -151,6 +151,16 @@ class BytesConformance : public ::testing::Test {
       EXPECT_TRUE(idx_->Stats().recovered);
       ASSERT_NO_FATAL_FAILURE(ExpectMatches(model));
       ASSERT_TRUE(idx_->Close().ok());
+      // After Close the engine refuses every bytes write; reads still answer.
+      ASSERT_FALSE(model.empty());
+      const auto& [k0, v0] = *model.begin();
+      EXPECT_TRUE(idx_->InsertBytes("closed", "x").IsInvalidArgument());
+      EXPECT_TRUE(idx_->UpdateBytes(k0, "x").IsInvalidArgument());
+      EXPECT_TRUE(idx_->UpsertBytes(k0, "x").IsInvalidArgument());
+      EXPECT_TRUE(idx_->EraseBytes(k0).IsInvalidArgument());
+      std::string got;
+      ASSERT_TRUE(idx_->FindBytes(k0, &got).ok());
+      EXPECT_EQ(got, v0);
       ASSERT_NO_FATAL_FAILURE(OpenIdx(r));
       EXPECT_FALSE(idx_->Stats().recovered);
       ASSERT_NO_FATAL_FAILURE(ExpectMatches(model));

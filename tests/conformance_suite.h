@@ -536,6 +536,19 @@ TYPED_TEST_P(ConformanceTest, BasicSemantics) {
   ASSERT_NO_FATAL_FAILURE(this->ExpectMatches(Model{{42, 600}, {43, 500}}));
   EXPECT_TRUE(ix.Close().ok());
   EXPECT_TRUE(ix.Close().ok()) << "Close is idempotent";
+  // After Close the engine itself refuses every write (src/index/lifecycle.h; the facade has a
+  // flag of its own); reads still answer.
+  EXPECT_TRUE(ix.Insert(44, 1).IsInvalidArgument());
+  EXPECT_TRUE(ix.Update(42, 1).IsInvalidArgument());
+  EXPECT_TRUE(ix.Upsert(44, 1).IsInvalidArgument());
+  EXPECT_TRUE(ix.Erase(42).IsInvalidArgument());
+  const WriteOp ops[] = {{WriteKind::kUpsert, 42, 1}, {WriteKind::kErase, 43, 0}};
+  Status st[std::size(ops)];
+  ASSERT_TRUE(ix.WriteBatch(ops, st).ok());
+  for (const Status& s : st) EXPECT_TRUE(s.IsInvalidArgument()) << s.ToString();
+  ASSERT_TRUE(ix.Find(42, &v).ok());
+  EXPECT_EQ(v, 600u);
+  EXPECT_TRUE(ix.Find(44, &v).IsNotFound());
 }
 
 TYPED_TEST_P(ConformanceTest, SpecialKeysAndValues) {

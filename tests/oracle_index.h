@@ -71,6 +71,7 @@ class OracleIndex {
   OracleIndex& operator=(const OracleIndex&) = delete;
 
   Status Insert(Key k, Value v) {
+    if (closed_) return ClosedError();
     std::lock_guard<std::mutex> g(mu_);
     if (map_.count(k)) return Status::Exists();
     if (map_.size() >= capacity_) return Status::OutOfSpace("oracle full");
@@ -79,6 +80,7 @@ class OracleIndex {
     return Status::OK();
   }
   Status Update(Key k, Value v) {
+    if (closed_) return ClosedError();
     std::lock_guard<std::mutex> g(mu_);
     auto it = map_.find(k);
     if (it == map_.end()) return Status::NotFound();
@@ -86,6 +88,7 @@ class OracleIndex {
     return Status::OK();
   }
   Status Upsert(Key k, Value v) {
+    if (closed_) return ClosedError();
     std::lock_guard<std::mutex> g(mu_);
     auto it = map_.find(k);
     if (it != map_.end()) {
@@ -113,6 +116,7 @@ class OracleIndex {
     return Status::OK();
   }
   Status Erase(Key k) {
+    if (closed_) return ClosedError();
     std::lock_guard<std::mutex> g(mu_);
     return map_.erase(k) ? Status::OK() : Status::NotFound();
   }
@@ -163,6 +167,7 @@ class OracleIndex {
     return Status::OK();
   }
   void ResetCounters() {}
+  // After Close writes are refused and reads answer, as in the engines (src/index/lifecycle.h).
   Status Close() {
     if (closed_) return Status::OK();
     closed_ = true;
@@ -170,6 +175,8 @@ class OracleIndex {
   }
 
  private:
+  static Status ClosedError() { return Status::InvalidArgument("oracle: the index is closed"); }
+
   static constexpr char kMagic[8] = {'P', 'M', 'O', 'R', 'A', 'C', 'L', 'E'};
 
   explicit OracleIndex(const Options& o)

@@ -48,6 +48,7 @@
 #include <type_traits>
 
 #include "common/attributes.h"
+#include "index/lifecycle.h"
 #include "pmhash/index.h"
 #include "pmhash/status.h"
 
@@ -97,6 +98,10 @@ struct BatchCalls {
   static Status Write(E& e, std::span<const WriteOp> ops, std::span<Status> statuses) {
     if (statuses.size() < ops.size()) {
       return Status::InvalidArgument("WriteBatch: fewer statuses than ops");
+    }
+    if (e.life_.closed()) [[unlikely]] {  // every op refused (src/index/lifecycle.h)
+      std::fill_n(statuses.begin(), ops.size(), Lifecycle::ClosedError(E::kKindName));
+      return Status::OK();
     }
     if constexpr (requires { e.BatchWrite(ops, statuses); }) {
       e.BatchWrite(ops, statuses);

@@ -48,6 +48,7 @@
 #include "common/hash.h"
 #include "index/descriptor.h"
 #include "index/engine_base.h"
+#include "index/lifecycle.h"
 #include "pm/persist.h"
 #include "pm/pool.h"
 #include "pm/record_heap.h"
@@ -444,9 +445,14 @@ PMHASH_ALWAYS_INLINE Status ValueWord(Records* records, std::string_view k,
 //   void WalkLiveSlots(take(const PmSlot&), done())        take under the locks, done outside
 //   std::unique_ptr<Records> records_                      (records kinds)
 // A records kind's uint64 key and value are their 8 little-endian bytes (U64Bytes).
+//
+// The writes here (Write, WriteBytes, Erase, EraseBytes) and BatchCalls::Write are the gate of
+// Close (src/index/lifecycle.h): after it they return kInvalidArgument, so an engine's own Write
+// and EraseProbe, reached only through them, need no check of their own.
 struct ProbeCalls {
   template <class E>
   PMHASH_ALWAYS_INLINE static Status Write(E& e, Key k, Value v, WriteMode mode) {
+    if (e.life_.closed()) [[unlikely]] return Lifecycle::ClosedError(E::kKindName);
     if constexpr (E::kRecordsKind) {
       return WriteBytes(e, U64Bytes(k).view(), U64Bytes(v).view(), mode);
     } else {
@@ -456,6 +462,7 @@ struct ProbeCalls {
   template <class E>
   static Status WriteBytes(E& e, std::string_view k, std::string_view v, WriteMode mode) {
     if constexpr (E::kRecordsKind) {
+      if (e.life_.closed()) [[unlikely]] return Lifecycle::ClosedError(E::kKindName);
       return e.Write(e.MakeProbe(k), v, 0, mode);
     } else {
       return NoRecords(E::kKindName);
@@ -473,6 +480,7 @@ struct ProbeCalls {
   }
   template <class E>
   PMHASH_ALWAYS_INLINE static Status Erase(E& e, Key k) {
+    if (e.life_.closed()) [[unlikely]] return Lifecycle::ClosedError(E::kKindName);
     if constexpr (E::kRecordsKind) {
       return EraseBytes(e, U64Bytes(k).view());
     } else {
@@ -482,6 +490,7 @@ struct ProbeCalls {
   template <class E>
   static Status EraseBytes(E& e, std::string_view k) {
     if constexpr (E::kRecordsKind) {
+      if (e.life_.closed()) [[unlikely]] return Lifecycle::ClosedError(E::kKindName);
       return e.EraseProbe(e.MakeProbe(k));
     } else {
       return NoRecords(E::kKindName);

@@ -1413,7 +1413,6 @@ void ElimDA<P, R>::Append(LogState* log, LogBlock* blk, uint64_t hdr, uint64_t h
 template <pm::PersistPolicy P, bool R>
 Status ElimDA<P, R>::Write(const Probe& p, std::string_view value_bytes, Value value,
                            WriteMode mode) {
-  if (life_.closed()) [[unlikely]] return index::Lifecycle::ClosedError(kKindName);
   const uint64_t h = p.h;
   const uint32_t li = LogOf(h);
   LogState& log = logs_[li];
@@ -1479,7 +1478,6 @@ Status ElimDA<P, R>::Write(const Probe& p, std::string_view value_bytes, Value v
 
 template <pm::PersistPolicy P, bool R>
 Status ElimDA<P, R>::EraseProbe(const Probe& p) {
-  if (life_.closed()) [[unlikely]] return index::Lifecycle::ClosedError(kKindName);
   const uint64_t h = p.h;
   LogState& log = logs_[LogOf(h)];
   SharedLockGuard<detail::TableLock> g(table_mu_);

@@ -959,7 +959,6 @@ template <pm::PersistPolicy P, bool R, bool M>
 Status Pea<P, R, M>::Write(const Probe& p, std::string_view value_bytes, Value value,
                         WriteMode mode) {
   if constexpr (M) return MultiWrite(p, value, mode);
-  if (life_.closed()) [[unlikely]] return index::Lifecycle::ClosedError(kKindName);
   EpochManager::Guard guard(epoch_);
   // The value word to store: the value, or a new record's offset, durable before the store that
   // publishes it (I9).
@@ -1024,7 +1023,6 @@ Status Pea<P, R, M>::Write(const Probe& p, std::string_view value_bytes, Value v
 template <pm::PersistPolicy P, bool R, bool M>
 Status Pea<P, R, M>::EraseProbe(const Probe& p) {
   if constexpr (M) return EraseAllProbe(p);
-  if (life_.closed()) [[unlikely]] return index::Lifecycle::ClosedError(kKindName);
   EpochManager::Guard guard(epoch_);
   const Locked w = LockAndLocate(p);
   PmBucket* const hit = w.hit;

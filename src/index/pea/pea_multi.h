@@ -290,7 +290,6 @@ Status Pea<P, R, M>::MultiWrite(const Probe& p, Value v, WriteMode mode) {
         "pea-multi: Update and Upsert are not defined for a key with several values (use "
         "Erase(k, v) or EraseAll(k), then Insert)");
   }
-  if (life_.closed()) [[unlikely]] return index::Lifecycle::ClosedError(kKindName);
   EpochManager::Guard guard(epoch_);
   const Key k = p.k;
   for (;;) {

@@ -832,7 +832,6 @@ bool Reh<P, R>::Search(const Probe& p, uint64_t* word) const {
 template <pm::PersistPolicy P, bool R>
 Status Reh<P, R>::Write(const Probe& p, std::string_view value_bytes, Value value,
                         WriteMode mode) {
-  if (life_.closed()) [[unlikely]] return index::Lifecycle::ClosedError(kKindName);
   // The value word to store: the value, or a new record's offset, durable before the store that
   // publishes it (reh-kv in the design comment).
   auto value_word = [&](uint64_t* w) {
@@ -879,7 +878,6 @@ Status Reh<P, R>::Write(const Probe& p, std::string_view value_bytes, Value valu
 
 template <pm::PersistPolicy P, bool R>
 Status Reh<P, R>::EraseProbe(const Probe& p) {
-  if (life_.closed()) [[unlikely]] return index::Lifecycle::ClosedError(kKindName);
   Meta* m = LockBucket(p.h);
   const int j = FindSlot(m, p);
   if (j < 0) {
@@ -929,10 +927,6 @@ template <pm::PersistPolicy P, bool R>
 void Reh<P, R>::BatchWrite(std::span<const WriteOp> ops, std::span<Status> statuses)
   requires(!R)
 PMHASH_NO_THREAD_SAFETY_ANALYSIS {
-  if (life_.closed()) [[unlikely]] {
-    for (size_t i = 0; i < ops.size(); i++) statuses[i] = index::Lifecycle::ClosedError(kKindName);
-    return;
-  }
   std::array<Meta*, kBatchHeld> held;
   size_t n_held = 0;
   int64_t size_delta = 0;

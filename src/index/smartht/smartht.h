@@ -1531,7 +1531,6 @@ bool SmartHt<P, R>::Search(const Probe& p, uint64_t* word) const {
 template <pm::PersistPolicy P, bool R>
 Status SmartHt<P, R>::Write(const Probe& p, std::string_view value_bytes, Value value,
                             WriteMode mode) {
-  if (life_.closed()) [[unlikely]] return index::Lifecycle::ClosedError(kKindName);
   const uint64_t h = p.h;
   const uint8_t t = Token(h);
   if (failed_.load(std::memory_order_acquire)) [[unlikely]] return failure_;
@@ -1644,7 +1643,6 @@ Status SmartHt<P, R>::Write(const Probe& p, std::string_view value_bytes, Value 
 
 template <pm::PersistPolicy P, bool R>
 Status SmartHt<P, R>::EraseProbe(const Probe& p) {
-  if (life_.closed()) [[unlikely]] return index::Lifecycle::ClosedError(kKindName);
   if (failed_.load(std::memory_order_acquire)) [[unlikely]] return failure_;
   RwSpinLock& l = StripeLockFor(p.h);
   l.lock();
