@@ -22,7 +22,7 @@
 // kept until Close (REH's metadata and directories, Pea's directories) or only prefetched, never
 // dereferenced (a prefetch of a retired segment reads pool memory, which stays mapped).
 //
-// An engine opts in with these members (private; PMHASH_ENGINE_BASE befriends BatchCalls):
+// An engine opts in with these members (private; PMHASH_ENGINE befriends BatchCalls):
 //   static constexpr int kBatchStages;                 // 1..3 prefetch stages
 //   template <int kStage> void BatchPrefetch(const Probe&) const;   // kStage in [0, kBatchStages)
 //   Status BatchFind(const Probe&, Value*) const;      // the uint64 Find of a hashed key

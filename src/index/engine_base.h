@@ -14,10 +14,7 @@
 //
 //     template <pm::PersistPolicy P>
 //     class Reh : public index::EngineBase<Reh<P>, P, Config> {
-//       PMHASH_ENGINE_BASE(P, Config, Reh<P>);   // Base, friend Base, the members it uses
-//       PMHASH_ENGINE_API(Reh, Descriptor);       // kKindName, Open, Find, Erase, ForEach, ...
-//      public:
-//       ~Reh() { this->CloseUnlessAbandoned(); }
+//       PMHASH_ENGINE(Reh, P, Config, Descriptor);  // Base, kKindName, Open, Find, ..., ~Reh()
 //
 // Members are protected, not private: they are the engine's own state, shared with it only to
 // avoid declaring them three times. Destruction order: members of the engine are destroyed
@@ -164,6 +161,7 @@ class EngineBase {
     if (life_.CloseOnDestroy()) (void)Close();
   }
   void Quiesce() {}
+  void FreeDram() {}
 
   // The IndexStats fields every engine fills the same way: live pairs, pool size, resize counts
   // and durations, how the last open went, traffic and mapping. `splits` counts the engine's own
@@ -246,6 +244,20 @@ struct InvariantFailure {
   using Base::pool_, Base::params_, Base::hash_, Base::persist_, Base::size_, Base::splits_,    \
       Base::doublings_, Base::resize_log_, Base::recovered_, Base::recovery_seconds_, Base::life_
 
+// The head of every engine class, first in its body: the base (PMHASH_ENGINE_BASE), the calls the
+// facade uses (PMHASH_ENGINE_API) and the destructor, which closes cleanly unless the engine was
+// abandoned (src/index/lifecycle.h), then runs the engine's `FreeDram()` (DRAM its members'
+// destructors do not free; none by default). ENGINE is the class's name (its injected name
+// stands for the instance); DESCRIPTOR, last, may hold commas. Leaves the body public.
+#define PMHASH_ENGINE(ENGINE, P, CONFIG, ...)                                                \
+  PMHASH_ENGINE_BASE(P, CONFIG, ENGINE);                                                     \
+  PMHASH_ENGINE_API(ENGINE, __VA_ARGS__);                                                    \
+  ~ENGINE() {                                                                                \
+    this->CloseUnlessAbandoned();                                                            \
+    this->FreeDram();                                                                        \
+  }                                                                                          \
+  static_assert(true)
+
 // The calls every engine offers the facade (IndexAdapter<T>, src/index_adapter.h), declared once
 // for all engines. Open is EngineBase::OpenAs over the engine's descriptor; FindBatch, and the
 // ProbeCalls forwarders where the engine has them, are the macros below; the engine defines the
@@ -258,13 +270,12 @@ struct InvariantFailure {
 //                                                prefetched when the engine has the hooks, else
 //                                                one Find per key
 //   Stats()  CheckInvariants()                   for tools and tests
-// It leaves the class body in a public section. The destructor stays the engine's own
-// (`this->CloseUnlessAbandoned()` first: src/index/lifecycle.h).
-#define PMHASH_ENGINE_API(ENGINE, DESCRIPTOR)                                                \
+// It leaves the class body in a public section.
+#define PMHASH_ENGINE_API(ENGINE, ...)                                                       \
  public:                                                                                     \
-  static constexpr std::string_view kKindName = DESCRIPTOR::kName;                           \
+  static constexpr std::string_view kKindName = __VA_ARGS__::kName;                          \
   static ::pmhash::Result<std::unique_ptr<ENGINE>> Open(const ::pmhash::Options& options) {  \
-    return Base::template OpenAs<DESCRIPTOR>(options);                                       \
+    return Base::template OpenAs<__VA_ARGS__>(options);                                      \
   }                                                                                          \
   ::pmhash::Status Find(::pmhash::Key k, ::pmhash::Value* v) const;                         \
   ::pmhash::Status FindBatch(std::span<const ::pmhash::Key> keys,                            \

@@ -386,6 +386,40 @@ inline void MakeRecords(pm::Pool& pool, uint32_t reclaim_batch, uint64_t max_rec
   *records = std::make_unique<Records>(pool, **epoch, max_record_bytes, kind, checked);
 }
 
+// CheckInvariants' census of an engine's live pairs: each key once and, in a records design,
+// each record checked against its slot (Records::Check) and tallied for Finish. `records` is
+// null in an inline design.
+class LiveKeys {
+ public:
+  explicit LiveKeys(const Records* records) : records_(records) {}
+
+  // One live slot: key word `k` (an inline design's key; a records design names its key only in
+  // the message), value word `v` (a records design's record offset), the key's hash `h`.
+  // "" or what is wrong: a record that fails its check, a key stored twice.
+  std::string Add(uint64_t k, uint64_t v, uint64_t h, const Hasher& hash) {
+    std::string key;
+    if (records_ != nullptr) {
+      if (std::string e = records_->Check(v, h, hash, &tally_); !e.empty()) return e;
+      key = records_->Key(v);
+    } else {
+      key = U64Bytes(k).view();
+    }
+    if (!keys_.insert(std::move(key)).second) return "duplicate key " + std::to_string(k);
+    return "";
+  }
+  uint64_t size() const { return keys_.size(); }
+  // After the last Add: the records' Finish over the keys added, which adds the chunks the
+  // records hold to *chunks. "" in an inline design.
+  std::string Finish(uint64_t* chunks) const {
+    return records_ == nullptr ? "" : records_->Finish(tally_, keys_.size(), chunks);
+  }
+
+ private:
+  const Records* const records_;
+  Records::Tally tally_;
+  std::unordered_set<std::string> keys_;
+};
+
 // How an engine whose slots hold inline items (kRecords false) or [hash | record offset] compares
 // keys: a probe of a uint64 or byte key, the hash a slot's key word stands for, the key word a
 // new slot of a probe holds, and whether a slot holds the probe's key.

@@ -477,11 +477,9 @@ struct DescriptorFor
 
 template <pm::PersistPolicy P, bool kRecords = false>
 class ElimDA : public index::EngineBase<ElimDA<P, kRecords>, P, Config> {
-  PMHASH_ENGINE_BASE(P, Config, ElimDA<P, kRecords>);
-  PMHASH_ENGINE_API(ElimDA, DescriptorFor<kRecords>);  // Open, Find, Erase, ForEach, Stats, ...
+  PMHASH_ENGINE(ElimDA, P, Config, DescriptorFor<kRecords>);  // Open, Find, Erase, ..., ~ElimDA()
 
  public:
-  ~ElimDA();
   using Base::Size;
 
   // Variable-size API (BytesIndex, src/index/records.h). NotSupported on "elimda".
@@ -679,6 +677,7 @@ class ElimDA : public index::EngineBase<ElimDA<P, kRecords>, P, Config> {
 
   SegMeta* NewSegMeta(uint64_t off, uint32_t depth) const;
   void DeleteAll();
+  void FreeDram() { DeleteAll(); }  // at destruction (PMHASH_ENGINE)
 
   const uint64_t max_directory_bytes_;
   const uint64_t seg_chunks_;
@@ -714,12 +713,6 @@ ElimDA<P, R>::ElimDA(std::unique_ptr<pm::Pool> pool, const Config& config)
     index::MakeRecords(*pool_, config.reclaim_batch, config.max_record_bytes, kKindName, &epoch_,
                        &records_, /*checked=*/true);
   }
-}
-
-template <pm::PersistPolicy P, bool R>
-ElimDA<P, R>::~ElimDA() {
-  this->CloseUnlessAbandoned();
-  DeleteAll();
 }
 
 template <pm::PersistPolicy P, bool R>
@@ -1993,18 +1986,9 @@ Status ElimDA<P, R>::CheckInvariants() const PMHASH_NO_THREAD_SAFETY_ANALYSIS {
   const index::InvariantFailure fail{kKindName};
   LockGuard<detail::TableLock> g(table_mu_);
   if constexpr (R) epoch_->Drain();  // elimda-kv: retired records are back in the heap
-  std::unordered_set<std::string> keys;  // key bytes (elimda: the key's 8 bytes)
-  index::Records::Tally records;         // elimda-kv
-  // A live item's key, once; its record checked (elimda-kv). "" or what is wrong.
-  auto add_key = [&](uint64_t k, uint64_t v) -> std::string {
-    std::string key(index::U64Bytes(k).view());
-    if constexpr (R) {
-      if (std::string e = records_->Check(v, k, hash_, &records); !e.empty()) return e;
-      key = records_->Key(v);
-    }
-    if (!keys.insert(std::move(key)).second) return "key " + std::to_string(k) + " stored twice";
-    return "";
-  };
+  index::LiveKeys keys(R ? records_.get() : nullptr);
+  // A live item's key, once; its record checked (elimda-kv, whose key word is the key's hash).
+  auto add_key = [&](uint64_t k, uint64_t v) { return keys.Add(k, v, k, hash_); };
   uint64_t live = 0, chunks = LogTableChunks(params_), segs = 0;
   uint64_t i = 0;
   detail::IdentitySet in_bucket(params_.bucket_items);  // a later copy is not live (I10)
@@ -2104,9 +2088,7 @@ Status ElimDA<P, R>::CheckInvariants() const PMHASH_NO_THREAD_SAFETY_ANALYSIS {
     }
   }
   if (sealed_items != dram_live) return fail("sealed log items != live D-bucket items");
-  if constexpr (R) {
-    if (std::string e = records_->Finish(records, live, &chunks); !e.empty()) return fail(e);
-  }
+  if (std::string e = keys.Finish(&chunks); !e.empty()) return fail(e);
   if (std::string e = this->CheckAccounting(chunks, live); !e.empty()) return fail(e);
   return Status::OK();
 }

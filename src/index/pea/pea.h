@@ -299,12 +299,9 @@ namespace pmhash::pea {
 
 template <pm::PersistPolicy P, bool kRecords = false, bool kMulti = false>
 class Pea : public index::EngineBase<Pea<P, kRecords, kMulti>, P, Config> {
-  PMHASH_ENGINE_BASE(P, Config, Pea<P, kRecords, kMulti>);
-  using KindDescriptor = DescriptorFor<kRecords, kMulti>;
-  PMHASH_ENGINE_API(Pea, KindDescriptor);  // Open, Find, Erase, ForEach, Stats, ...
+  PMHASH_ENGINE(Pea, P, Config, DescriptorFor<kRecords, kMulti>);  // Open, Find, ..., ~Pea()
 
  public:
-  ~Pea() { this->CloseUnlessAbandoned(); }  // src/index/lifecycle.h
   uint64_t Size() const;
 
   // Variable-size API (BytesIndex, src/index/records.h). NotSupported on "pea" (inline items).

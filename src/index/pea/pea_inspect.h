@@ -189,8 +189,7 @@ Status Pea<P, R, M>::CheckInvariants() const {
   const Directory* d = dir_.load(std::memory_order_acquire);
   const uint32_t g = d->depth;
   const pm::ChunkAllocator& alloc = pool_->allocator();
-  std::unordered_set<std::string> keys;
-  index::Records::Tally records;  // pea-kv
+  index::LiveKeys keys(R ? records_.get() : nullptr);
   std::unordered_set<uint64_t> sids;
   uint64_t live = 0;
   std::string err;
@@ -233,16 +232,7 @@ Status Pea<P, R, M>::CheckInvariants() const {
         }
         continue;
       }
-      std::string key(index::U64Bytes(k).view());
-      if constexpr (R) {
-        const uint64_t ro = b->slots[j].value.load();
-        if (err = records_->Check(ro, h, hash_, &records); !err.empty()) break;
-        key = records_->Key(ro);
-      }
-      if (!keys.insert(std::move(key)).second) {
-        err = "duplicate key " + std::to_string(k);
-        break;
-      }
+      if (err = keys.Add(k, b->slots[j].value.load(), h, hash_); !err.empty()) break;
       live++;
     }
   };
@@ -311,9 +301,7 @@ Status Pea<P, R, M>::CheckInvariants() const {
     LockGuard<RwSpinLock> gd(const_cast<RwSpinLock&>(dir_lock_));
     for (const auto& x : dirs_) expect += x->chunks;
   }
-  if constexpr (R) {
-    if (std::string e = records_->Finish(records, live, &expect); !e.empty()) return fail(e);
-  }
+  if (std::string e = keys.Finish(&expect); !e.empty()) return fail(e);
   if constexpr (M) {
     if (Status hs = values_->Check(); !hs.ok()) return fail(std::string(hs.message()));
     expect += values_->stats().chunks + ChunksFor(kMultiLogBytes);

@@ -142,7 +142,6 @@
 #include <new>
 #include <span>
 #include <string>
-#include <unordered_set>
 #include <vector>
 
 #include "common/attributes.h"
@@ -265,11 +264,9 @@ struct DescriptorFor
 
 template <pm::PersistPolicy P, bool kRecords = false>
 class Reh : public index::EngineBase<Reh<P, kRecords>, P, Config> {
-  PMHASH_ENGINE_BASE(P, Config, Reh<P, kRecords>);
-  PMHASH_ENGINE_API(Reh, DescriptorFor<kRecords>);  // Open, Find, Erase, ForEach, Stats, ...
+  PMHASH_ENGINE(Reh, P, Config, DescriptorFor<kRecords>);  // Open, Find, Erase, ..., ~Reh()
 
  public:
-  ~Reh() { this->CloseUnlessAbandoned(); }  // src/index/lifecycle.h
   using Base::Size;
 
   // Variable-size API (BytesIndex, src/index/records.h). NotSupported on "reh" (inline items).
@@ -1178,8 +1175,7 @@ Status Reh<P, R>::CheckInvariants() const {
   if constexpr (R) epoch_->Drain();  // reh-kv: retired records are back in the heap
   const Directory* d = dir_.load(std::memory_order_acquire);
   const uint32_t gd = d->depth;
-  std::unordered_set<std::string> keys;
-  index::Records::Tally records;  // reh-kv
+  index::LiveKeys keys(R ? records_.get() : nullptr);
   uint64_t i = 0, buckets = 0, live = 0;
   for (uint64_t off = pool_->root(0); off != 0; buckets++) {
     if (buckets > pool_->allocator().chunk_count()) return fail("bucket chain has a cycle");
@@ -1205,13 +1201,8 @@ Status Reh<P, R>::CheckInvariants() const {
       if (valid != static_cast<bool>((bitmap >> j) & 1)) return fail("bitmap disagrees with PM");
       if (!valid) continue;
       if (m->Fingerprint(j) != static_cast<uint8_t>(kh)) return fail("stale fingerprint");
-      std::string key(index::U64Bytes(k).view());
-      if constexpr (R) {
-        const uint64_t ro = b->slots[j].value.load(std::memory_order_relaxed);
-        if (std::string e = records_->Check(ro, kh, hash_, &records); !e.empty()) return fail(e);
-        key = records_->Key(ro);
-      }
-      if (!keys.insert(std::move(key)).second) return fail("duplicate key " + std::to_string(k));
+      const uint64_t v = b->slots[j].value.load(std::memory_order_relaxed);
+      if (std::string e = keys.Add(k, v, kh, hash_); !e.empty()) return fail(e);
       live++;
     }
     i += stride;
@@ -1220,9 +1211,7 @@ Status Reh<P, R>::CheckInvariants() const {
   if (i != d->size()) return fail("chain does not cover the directory");
   if (buckets != meta_count_.load()) return fail("bucket count != metadata count");
   uint64_t chunks = buckets;
-  if constexpr (R) {
-    if (std::string e = records_->Finish(records, live, &chunks); !e.empty()) return fail(e);
-  }
+  if (std::string e = keys.Finish(&chunks); !e.empty()) return fail(e);
   if (std::string e = this->CheckAccounting(chunks, live); !e.empty()) return fail(e);
   return Status::OK();
 }

@@ -488,11 +488,9 @@ struct DescriptorFor
 
 template <pm::PersistPolicy P, bool kRecords = false>
 class SmartHt : public index::EngineBase<SmartHt<P, kRecords>, P, Config> {
-  PMHASH_ENGINE_BASE(P, Config, SmartHt<P, kRecords>);
-  PMHASH_ENGINE_API(SmartHt, DescriptorFor<kRecords>);  // Open, Find, Erase, ForEach, Stats, ...
+  PMHASH_ENGINE(SmartHt, P, Config, DescriptorFor<kRecords>);  // Open, Find, Erase, ..., ~SmartHt()
 
  public:
-  ~SmartHt() { this->CloseUnlessAbandoned(); }  // src/index/lifecycle.h
   // Live pairs. After a lazy crash open (I10) it waits for the recovery walk (in manual mode it
   // runs the walk on the calling thread).
   uint64_t Size() const {
@@ -2076,8 +2074,7 @@ Status SmartHt<P, R>::CheckInvariants() const PMHASH_NO_THREAD_SAFETY_ANALYSIS {
     return fail("heads in use past the segments");
   }
   const bool complete = complete_.load();
-  std::unordered_set<std::string> keys;
-  index::Records::Tally records;  // smartht-kv
+  index::LiveKeys keys(R ? records_.get() : nullptr);
   uint64_t chained = 0;
   for (uint64_t i = 0; i < n; i++) {
     uint64_t steps = 0;
@@ -2096,13 +2093,8 @@ Status SmartHt<P, R>::CheckInvariants() const PMHASH_NO_THREAD_SAFETY_ANALYSIS {
         const uint64_t h = SlotHash(k);
         if (t != Token(h)) return fail("token does not match key " + std::to_string(k));
         if (AddressOf(h, geo) != i) return fail("key " + std::to_string(k) + " in the wrong chain");
-        std::string key(index::U64Bytes(k).view());
-        if constexpr (R) {
-          const uint64_t ro = b->slots[j].value.load(std::memory_order_relaxed);
-          if (std::string e = records_->Check(ro, h, hash_, &records); !e.empty()) return fail(e);
-          key = records_->Key(ro);
-        }
-        if (!keys.insert(std::move(key)).second) return fail("duplicate key " + std::to_string(k));
+        const uint64_t v = b->slots[j].value.load(std::memory_order_relaxed);
+        if (std::string e = keys.Add(k, v, h, hash_); !e.empty()) return fail(e);
         if (complete && !filter_->MayContain(h)) {
           return fail("filter false negative for key " + std::to_string(k));
         }
@@ -2117,9 +2109,7 @@ Status SmartHt<P, R>::CheckInvariants() const PMHASH_NO_THREAD_SAFETY_ANALYSIS {
   }
   // The directory, the segments, the chained buckets, the saved filter (and the records).
   uint64_t chunks = kDirChunks + seg_chunks + chained + saved;
-  if constexpr (R) {
-    if (std::string e = records_->Finish(records, keys.size(), &chunks); !e.empty()) return fail(e);
-  }
+  if (std::string e = keys.Finish(&chunks); !e.empty()) return fail(e);
   if (std::string e = this->CheckAccounting(chunks, keys.size()); !e.empty()) return fail(e);
   return Status::OK();
 }

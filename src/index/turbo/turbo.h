@@ -165,7 +165,6 @@
 #include <new>
 #include <string>
 #include <string_view>
-#include <unordered_set>
 #include <vector>
 
 #include "common/epoch.h"
@@ -325,11 +324,9 @@ std::string DescriptorFor<kRecords>::Check(const PersistentParams& s) {
 
 template <pm::PersistPolicy P, bool kRecords = false>
 class Turbo : public index::EngineBase<Turbo<P, kRecords>, P, Config> {
-  PMHASH_ENGINE_BASE(P, Config, Turbo<P, kRecords>);
-  PMHASH_ENGINE_API(Turbo, DescriptorFor<kRecords>);  // Open, Find, Erase, ForEach, Stats, ...
+  PMHASH_ENGINE(Turbo, P, Config, DescriptorFor<kRecords>);  // Open, Find, Erase, ..., ~Turbo()
 
  public:
-  ~Turbo() { this->CloseUnlessAbandoned(); }  // src/index/lifecycle.h
   using Base::Size;
 
   // Variable-size API (BytesIndex, src/index/records.h). NotSupported on "turbo" (inline items).
@@ -1157,8 +1154,7 @@ template <pm::PersistPolicy P, bool R>
 Status Turbo<P, R>::CheckInvariants() const {
   const index::InvariantFailure fail{kKindName};
   epoch_.Drain();  // retired shards and records are back in the allocator
-  std::unordered_set<std::string> keys;
-  index::Records::Tally records;  // turbo-kv
+  index::LiveKeys keys(R ? records_.get() : nullptr);
   uint64_t chunks = RecChunks(uint64_t{nshards_} * sizeof(PmShardDesc));
   uint64_t live = 0;
   for (uint32_t s = 0; s < nshards_; s++) {
@@ -1196,24 +1192,15 @@ Status Turbo<P, R>::CheckInvariants() const {
             return fail("key beyond its path end (I3)");
           }
         }
-        std::string key;
-        if constexpr (R) {
-          const uint64_t ro = sl.value.load(std::memory_order_relaxed);
-          if (std::string e = records_->Check(ro, h, hash_, &records); !e.empty()) return fail(e);
-          key = std::string(records_->Key(ro));
-        } else {
-          const uint64_t k = sl.key.load(std::memory_order_relaxed);
-          key.assign(reinterpret_cast<const char*>(&k), 8);
-        }
-        if (!keys.insert(std::move(key)).second) return fail("duplicate key");
+        const uint64_t k = sl.key.load(std::memory_order_relaxed);
+        const uint64_t val = sl.value.load(std::memory_order_relaxed);
+        if (std::string e = keys.Add(k, val, h, hash_); !e.empty()) return fail(e);
         live++;
       }
     }
     if (deleted != rdeleted) return fail("deleted-slot count of shard " + std::to_string(s));
   }
-  if constexpr (R) {
-    if (std::string e = records_->Finish(records, live, &chunks); !e.empty()) return fail(e);
-  }
+  if (std::string e = keys.Finish(&chunks); !e.empty()) return fail(e);
   if (std::string e = this->CheckAccounting(chunks, live); !e.empty()) return fail(e);
   return Status::OK();
 }
