@@ -131,10 +131,12 @@ struct SmartHtParams {
   // when the table holds at least this many keys; smaller filters are rebuilt faster than they
   // are read back and checked.
   uint64_t save_filter_min_keys = 1024;
-  // After a crash, smartht (not -kv) opens without walking its chains: it serves at once while a
+  // After a crash, smartht opens without walking its chains: it serves at once while a
   // background task walks them (rebuilding the allocator, the counts and the filter, and
   // checking every chain; a damaged chain is then reported by writes, Close and
-  // CheckInvariants). false: the open walks every chain first and refuses a damaged pool.
+  // CheckInvariants). smartht-kv serves reads at once and writes after the walk (which also
+  // rebuilds its record heap). false: the open walks every chain first and refuses a damaged
+  // pool.
   bool lazy_recovery = true;
 };
 

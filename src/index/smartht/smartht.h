@@ -97,14 +97,15 @@
 // filled or rebuilt), negative searches go to PM, so it never gives a false negative. After a
 // clean Close there is no walk (I9): the allocator and the counts come from the saved state, the
 // filter from its saved copy, and readers bound every link themselves (Next). After a crash
-// there is no walk before serving either (I10, smartht): open checks root 0 and the directory,
+// there is no walk before serving either (I10): open checks root 0 and the directory,
 // cleans the split batch the crash cut (at most split_batch heads), holds every chunk below
 // root 3 in the allocator and returns; one background walk then checks every chain, marks what
 // it reaches, counts the keys and fills the filter, while readers and writers run (writes take
 // chunks above root 3). Size(), Stats() and CheckInvariants wait for it; a damaged chain found
 // by it fails every later write, CheckInvariants and Close with kCorruption (the pool stays
-// unclean). Options::smartht.lazy_recovery = false (and smartht-kv, whose records the walk must
-// count) walks at open as before.
+// unclean). smartht-kv opens so too, but its writes wait for the walk, which rebuilds the
+// allocator and the record heap as the eager walk does (I10); its reads run beside it.
+// Options::smartht.lazy_recovery = false walks at open as before.
 //
 // ============================================================================================
 // Layout
@@ -192,7 +193,7 @@
 //       bounded to the pool (Records::Fits), the loaded heap's slabs are named with the
 //       directory (disjoint, in use; the used chunks include them and the large records'), and
 //       the heap's records must be the live keys.
-//   I10 smartht only: root 3 bounds the table. A chunk is linked (a bucket into a chain, a
+//   I10 Lazy crash open. smartht: root 3 bounds the table. A chunk is linked (a bucket into a chain, a
 //       segment into the directory, the directory at creation) only after root 3 covers it
 //       (CoverChunks: raised by 1/32 of the heap at a time, persisted before the link's store),
 //       and root 3 never shrinks. So after a crash every chunk above root 3 is free, and the
@@ -206,6 +207,14 @@
 //       open (a writer's head insertion); the walk's set of reached chunks catches one reached
 //       twice. The cut batch (I8) is cleaned before the open returns, so every head a reader
 //       or writer visits holds what I1 says.
+//       smartht-kv: its records' slabs are not covered by root 3 (they are not linked into a
+//       chain), so its lazy open holds nothing in the allocator and every write (insert, update,
+//       erase: each allocates or retires a record) waits for the walk's end (AwaitWalkForWrite).
+//       The walk then marks the allocator itself (the directory at the open, each link and each
+//       live slot's record, Records::Recover, as the eager walk does); nothing else allocates or
+//       frees meanwhile (no write, no split). Readers only read: every record read is bounded to
+//       the pool (Records::Fits), so a damaged slot found by the walk later was never read out
+//       of bounds before it.
 //
 // Thread safety: every public operation may run concurrently; Close() requires quiescence.
 #pragma once
@@ -697,6 +706,13 @@ class SmartHt : public index::EngineBase<SmartHt<P, kRecords>, P, Config> {
   Status RecoverTask();
   // Waits for (manual mode: runs) the recovery walk of a lazy open. REQUIRES: not from a task.
   void WaitRecovered() const { WaitWhile(recovering_); }
+  // smartht-kv's writes wait for that walk (I10): it rebuilds the record heap they allocate
+  // from and retire to, and the allocator. smartht's writes run beside it.
+  PMHASH_ALWAYS_INLINE void AwaitWalkForWrite() const {
+    if constexpr (kRecords) {
+      if (recovering_.load(std::memory_order_acquire)) [[unlikely]] WaitRecovered();
+    }
+  }
   // Waits until `busy` is false, running queued tasks meanwhile (manual mode runs them only so).
   void WaitWhile(const std::atomic<bool>& busy) const;
   // The size counter's share of a write to head a: during the recovery walk, only a head it
@@ -726,12 +742,21 @@ class SmartHt : public index::EngineBase<SmartHt<P, kRecords>, P, Config> {
     bool Has(uint64_t i) const { return i - first < n; }
   };
   Cut LastBatch(uint64_t geo) const;
-  // Head i's chain: every live slot checked (I1) and counted, add(hash) called for it; in a
-  // source of `cut`, its movers and second copies cleared instead (I8; *seen: scratch); every
-  // link's Status from link(next) (which counts it) before it is followed.
+  // Head i's chain: every live slot checked (I1) and counted, add(hash, key word, value word)
+  // called for it (a Status: smartht-kv recovers the slot's record there); in a source of `cut`,
+  // its movers and second copies cleared instead (I8; *seen: scratch); every link's Status from
+  // link(next) (which counts it) before it is followed.
   template <class Link, class Add>
   Status WalkHead(uint64_t i, uint64_t geo, const Cut& cut, std::unordered_set<uint64_t>* seen,
                   WalkCounts* c, Link&& link, Add&& add);
+  // WalkHead's add for a walk that rebuilds the record heap: smartht-kv's Records::Recover of
+  // the slot's record (reachable, in bounds, its key of the slot's hash); nothing for smartht.
+  auto RecoverRecord() {
+    return [this](uint64_t, [[maybe_unused]] uint64_t kw, [[maybe_unused]] uint64_t vw) {
+      if constexpr (kRecords) return records_->Recover(vw, kw, hash_);
+      return Status::OK();
+    };
+  }
   Status CheckGeometry(uint64_t geo) const;
   // mark(offset, chunks): MarkReachable (the walk), or a load's check of the loaded allocator.
   template <class Mark>
@@ -1033,8 +1058,7 @@ Status SmartHt<P, R>::WalkHead(uint64_t i, uint64_t geo, const Cut& cut,
                                   " slot " + std::to_string(j) + ": token " + std::to_string(t) +
                                   " does not match a key of head " + std::to_string(i));
       }
-      if constexpr (R) PMHASH_RETURN_IF_ERROR(records_->Recover(vw, kw, hash_));
-      add(h);
+      PMHASH_RETURN_IF_ERROR(add(h, kw, vw));
       c->live++;
     }
     const uint64_t next = b->next.load(std::memory_order_relaxed);
@@ -1067,7 +1091,7 @@ Status SmartHt<P, R>::WalkChains(uint64_t geo, WalkCounts* c) {
   };
   for (uint64_t i = 0; i < n; i++) {
     PrefetchChainAhead(i, n);
-    PMHASH_RETURN_IF_ERROR(WalkHead(i, geo, cut, &seen, c, link, [](uint64_t) {}));
+    PMHASH_RETURN_IF_ERROR(WalkHead(i, geo, cut, &seen, c, link, RecoverRecord()));
   }
   return Status::OK();
 }
@@ -1079,10 +1103,9 @@ Status SmartHt<P, R>::Recover() {
   saved_filter_chunks_ = 0;  // (a failed LoadState's: the allocator starts empty)
   const uint64_t geo = pool_->root(0);
   PMHASH_RETURN_IF_ERROR(CheckGeometry(geo));
-  if constexpr (!R) {
-    if (params_.lazy_recovery && !pool_->created() && ValidBound(pool_->root(3))) {
-      return RecoverLazily(geo);
-    }
+  // (smartht-kv: no root 3 to bound the chains; its lazy open marks what the walk reaches.)
+  if (params_.lazy_recovery && !pool_->created() && (R || ValidBound(pool_->root(3)))) {
+    return RecoverLazily(geo);
   }
   PMHASH_RETURN_IF_ERROR(RecoverDirectory(geo, [this](uint64_t off, uint32_t n) {
     return pool_->allocator().MarkReachable(off, n);
@@ -1100,17 +1123,25 @@ Status SmartHt<P, R>::Recover() {
 template <pm::PersistPolicy P, bool R>
 Status SmartHt<P, R>::RecoverLazily(uint64_t geo) {
   pm::ChunkAllocator& alloc = pool_->allocator();
-  const uint64_t bound = pool_->root(3);
-  auto dir = std::make_unique<pm::ChunkRanges>(alloc);
-  PMHASH_RETURN_IF_ERROR(RecoverDirectory(geo, [&](uint64_t off, uint32_t n) {
-    return dir->Add(off, n) && off + uint64_t{n} * sizeof(PmBucket) <= bound
-               ? Status::OK()
-               : Status::Corruption("not heap chunks below root 3: " + std::to_string(off));
-  }));
-  if (!dir->Disjoint()) {
-    return Status::Corruption("smartht: the directory names a chunk twice");
+  if constexpr (R) {
+    // I10 (smartht-kv): no write runs before the walk's end, so the walk marks the allocator
+    // itself, as the eager walk does; the directory is marked now, the record heap starts empty.
+    PMHASH_RETURN_IF_ERROR(RecoverDirectory(
+        geo, [&](uint64_t off, uint32_t n) { return alloc.MarkReachable(off, n); }));
+    records_->Reset();
+  } else {
+    const uint64_t bound = pool_->root(3);
+    auto dir = std::make_unique<pm::ChunkRanges>(alloc);
+    PMHASH_RETURN_IF_ERROR(RecoverDirectory(geo, [&](uint64_t off, uint32_t n) {
+      return dir->Add(off, n) && off + uint64_t{n} * sizeof(PmBucket) <= bound
+                 ? Status::OK()
+                 : Status::Corruption("not heap chunks below root 3: " + std::to_string(off));
+    }));
+    if (!dir->Disjoint()) {
+      return Status::Corruption("smartht: the directory names a chunk twice");
+    }
+    dir_chunks_ = std::move(dir);
   }
-  dir_chunks_ = std::move(dir);
   const Cut cut = LastBatch(geo);
   std::unordered_set<uint64_t> seen;
   WalkCounts c;
@@ -1119,10 +1150,14 @@ Status SmartHt<P, R>::RecoverLazily(uint64_t geo) {
                                   : Status::Corruption(std::to_string(next) + " is not a bucket");
   };
   for (uint64_t i = cut.first; i < cut.first + cut.n; i++) {
-    PMHASH_RETURN_IF_ERROR(WalkHead(i, geo, cut, &seen, &c, bounded, [](uint64_t) {}));
+    PMHASH_RETURN_IF_ERROR(WalkHead(i, geo, cut, &seen, &c, bounded, [](auto...) {
+      return Status::OK();  // (the walk checks and counts these heads again)
+    }));
   }
-  claimed_ = (bound - heap_lo_) / sizeof(PmBucket);
-  alloc.ClaimBelow(claimed_);
+  if constexpr (!R) {
+    claimed_ = (pool_->root(3) - heap_lo_) / sizeof(PmBucket);
+    alloc.ClaimBelow(claimed_);
+  }
   return Serve(geo, WalkCounts{0, 0, c.cleaned}, /*lazy=*/true);
 }
 
@@ -1145,15 +1180,23 @@ Status SmartHt<P, R>::RecoverTask() PMHASH_NO_THREAD_SAFETY_ANALYSIS {
   if (st.ok()) building_.store(nf.get(), std::memory_order_release);
   // The chunk set starts with the directory and the segments (checked at the open: disjoint,
   // below root 3); made here, not at the open, which it would cost a heap-sized allocation.
-  reach_ = std::make_unique<pm::ChunkSet>(alloc);
-  if (st.ok() && !(reach_->ok() && dir_chunks_ && dir_chunks_->AddTo(*reach_))) {
-    st = Status::OutOfMemory("smartht: the recovery walk's chunk set");
+  // (smartht-kv: the allocator itself, as in the eager walk; no write runs meanwhile.)
+  if constexpr (!R) {
+    reach_ = std::make_unique<pm::ChunkSet>(alloc);
+    if (st.ok() && !(reach_->ok() && dir_chunks_ && dir_chunks_->AddTo(*reach_))) {
+      st = Status::OutOfMemory("smartht: the recovery walk's chunk set");
+    }
+    dir_chunks_.reset();
   }
-  dir_chunks_.reset();
   WalkCounts c;
   std::unordered_set<uint64_t> seen;
   FilterFill fill(nf.get());
+  auto recover = RecoverRecord();
   auto link = [&](uint64_t next) {
+    if constexpr (R) {
+      c.chained++;
+      return alloc.MarkReachable(next);
+    }
     if (!reach_->Add(next)) {
       return Status::Corruption(std::to_string(next) + " is not a bucket, or is reached twice");
     }
@@ -1168,13 +1211,16 @@ Status SmartHt<P, R>::RecoverTask() PMHASH_NO_THREAD_SAFETY_ANALYSIS {
     PrefetchChainAhead(i, n);
     RwSpinLock& l = stripes_[StripeOf(i)].lock;
     l.lock_shared();
-    st = WalkHead(i, geo, Cut{}, &seen, &c, link, [&](uint64_t h) { fill.Add(h); });
+    st = WalkHead(i, geo, Cut{}, &seen, &c, link, [&](uint64_t h, uint64_t kw, uint64_t vw) {
+      fill.Add(h);
+      return recover(h, kw, vw);
+    });
     walked_.store(i + 1, std::memory_order_relaxed);  // (under the lock: CountLive)
     l.unlock_shared();
   }
   fill.Flush();
   if (st.ok()) {
-    alloc.SettleBelow(claimed_, reach_->words());
+    if constexpr (!R) alloc.SettleBelow(claimed_, reach_->words());
     size_.Add(static_cast<int64_t>(c.live));
     chained_.fetch_add(c.chained, std::memory_order_relaxed);
   }
@@ -1531,6 +1577,7 @@ Status SmartHt<P, R>::Write(const Probe& p, std::string_view value_bytes, Value 
                             WriteMode mode) {
   const uint64_t h = p.h;
   const uint8_t t = Token(h);
+  AwaitWalkForWrite();
   if (failed_.load(std::memory_order_acquire)) [[unlikely]] return failure_;
   RwSpinLock& l = StripeLockFor(h);
   l.lock();
@@ -1585,7 +1632,7 @@ Status SmartHt<P, R>::Write(const Probe& p, std::string_view value_bytes, Value 
     if (!fresh->ok() && recovering_.load(std::memory_order_acquire)) {
       // The chunks below root 3 are held until the recovery walk ends (I10): wait for it.
       l.unlock();
-      if constexpr (R) records_->Retire(w);  // never published (smartht-kv never recovers lazily)
+      if constexpr (R) records_->Retire(w);  // never published (smartht-kv: never here, I10)
       WaitRecovered();
       return Write(p, value_bytes, value, mode);
     }
@@ -1641,6 +1688,7 @@ Status SmartHt<P, R>::Write(const Probe& p, std::string_view value_bytes, Value 
 
 template <pm::PersistPolicy P, bool R>
 Status SmartHt<P, R>::EraseProbe(const Probe& p) {
+  AwaitWalkForWrite();
   if (failed_.load(std::memory_order_acquire)) [[unlikely]] return failure_;
   RwSpinLock& l = StripeLockFor(p.h);
   l.lock();
