@@ -749,13 +749,12 @@ class SmartHt : public index::EngineBase<SmartHt<P, kRecords>, P, Config> {
   template <class Link, class Add>
   Status WalkHead(uint64_t i, uint64_t geo, const Cut& cut, std::unordered_set<uint64_t>* seen,
                   WalkCounts* c, Link&& link, Add&& add);
-  // WalkHead's add for a walk that rebuilds the record heap: smartht-kv's Records::Recover of
-  // the slot's record (reachable, in bounds, its key of the slot's hash); nothing for smartht.
-  auto RecoverRecord() {
-    return [this](uint64_t, [[maybe_unused]] uint64_t kw, [[maybe_unused]] uint64_t vw) {
-      if constexpr (kRecords) return records_->Recover(vw, kw, hash_);
-      return Status::OK();
-    };
+  // What a walk that rebuilds the record heap does for a live slot (key word kw, value word vw):
+  // smartht-kv's Records::Recover of its record (reachable, in bounds, its key of the slot's
+  // hash); nothing for smartht.
+  Status RecoverRecord([[maybe_unused]] uint64_t kw, [[maybe_unused]] uint64_t vw) {
+    if constexpr (kRecords) return records_->Recover(vw, kw, hash_);
+    return Status::OK();
   }
   Status CheckGeometry(uint64_t geo) const;
   // mark(offset, chunks): MarkReachable (the walk), or a load's check of the loaded allocator.
@@ -1091,7 +1090,10 @@ Status SmartHt<P, R>::WalkChains(uint64_t geo, WalkCounts* c) {
   };
   for (uint64_t i = 0; i < n; i++) {
     PrefetchChainAhead(i, n);
-    PMHASH_RETURN_IF_ERROR(WalkHead(i, geo, cut, &seen, c, link, RecoverRecord()));
+    PMHASH_RETURN_IF_ERROR(WalkHead(i, geo, cut, &seen, c, link,
+                                    [this](uint64_t, uint64_t kw, uint64_t vw) {
+                                      return RecoverRecord(kw, vw);
+                                    }));
   }
   return Status::OK();
 }
@@ -1191,7 +1193,6 @@ Status SmartHt<P, R>::RecoverTask() PMHASH_NO_THREAD_SAFETY_ANALYSIS {
   WalkCounts c;
   std::unordered_set<uint64_t> seen;
   FilterFill fill(nf.get());
-  auto recover = RecoverRecord();
   auto link = [&](uint64_t next) {
     if constexpr (R) {
       c.chained++;
@@ -1213,7 +1214,7 @@ Status SmartHt<P, R>::RecoverTask() PMHASH_NO_THREAD_SAFETY_ANALYSIS {
     l.lock_shared();
     st = WalkHead(i, geo, Cut{}, &seen, &c, link, [&](uint64_t h, uint64_t kw, uint64_t vw) {
       fill.Add(h);
-      return recover(h, kw, vw);
+      return RecoverRecord(kw, vw);
     });
     walked_.store(i + 1, std::memory_order_relaxed);  // (under the lock: CountLive)
     l.unlock_shared();
