@@ -595,10 +595,25 @@ class SmartHt : public index::EngineBase<SmartHt<P, kRecords>, P, Config> {
   // The recovery walks read the heads in order (the hardware prefetches them); a head's first
   // chained bucket is a random line, prefetched 16 heads early (a bound on the offset, not a
   // validation: a prefetch never faults, and the walk validates the link when it reaches it).
+  // smartht-kv: each live slot's record (Records::Recover reads its first line, another random
+  // line) 8 heads early, from the head and its first chained bucket, whose lines have arrived.
   void PrefetchChainAhead(uint64_t i, uint64_t n) const {
     if (i + 16 >= n) return;
     const uint64_t ahead = HeadAt(i + 16)->next.load(std::memory_order_relaxed);
     if (ahead != 0 && ahead - heap_lo_ <= link_span_) PrefetchLine(At(ahead));
+    if constexpr (kRecords) {
+      auto records_of = [&](const PmBucket* b) {
+        for (int j = 0; j < kSlots; j++) {
+          if (b->tokens[j].load(std::memory_order_relaxed) != 0) {
+            records_->Prefetch(b->slots[j].value.load(std::memory_order_relaxed));
+          }
+        }
+      };
+      const PmBucket* h = HeadAt(i + 8);
+      records_of(h);
+      const uint64_t next = h->next.load(std::memory_order_relaxed);
+      if (next != 0 && next - heap_lo_ <= link_span_) records_of(At(next));
+    }
   }
   // Calls fn(bucket) for every bucket of head i's chain, head first.
   template <class Fn>
