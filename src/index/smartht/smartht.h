@@ -595,13 +595,19 @@ class SmartHt : public index::EngineBase<SmartHt<P, kRecords>, P, Config> {
   // The recovery walks read the heads in order (the hardware prefetches them); a head's first
   // chained bucket is a random line, prefetched 16 heads early (a bound on the offset, not a
   // validation: a prefetch never faults, and the walk validates the link when it reaches it).
-  // smartht-kv: each live slot's record (Records::Recover reads its first line, another random
-  // line) 8 heads early, from the head and its first chained bucket, whose lines have arrived.
   void PrefetchChainAhead(uint64_t i, uint64_t n) const {
     if (i + 16 >= n) return;
     const uint64_t ahead = HeadAt(i + 16)->next.load(std::memory_order_relaxed);
     if (ahead != 0 && ahead - heap_lo_ <= link_span_) PrefetchLine(At(ahead));
+  }
+  // The walks that recover smartht-kv's records (no writer runs beside them: I10) also ask for
+  // each live slot's record (Records::Recover reads its first line, another random line) 8
+  // heads early, from the head and its first chained bucket, whose lines have arrived by then.
+  // A link is followed only if it is a bucket of the heap (Next's bound); a record offset is
+  // only prefetched, which never faults.
+  void PrefetchRecordsAhead(uint64_t i, uint64_t n) const {
     if constexpr (kRecords) {
+      if (i + 8 >= n) return;
       auto records_of = [&](const PmBucket* b) {
         for (int j = 0; j < kSlots; j++) {
           if (b->tokens[j].load(std::memory_order_relaxed) != 0) {
@@ -612,7 +618,10 @@ class SmartHt : public index::EngineBase<SmartHt<P, kRecords>, P, Config> {
       const PmBucket* h = HeadAt(i + 8);
       records_of(h);
       const uint64_t next = h->next.load(std::memory_order_relaxed);
-      if (next != 0 && next - heap_lo_ <= link_span_) records_of(At(next));
+      const uint64_t rel = next - heap_lo_;  // wraps above link_span_ below the heap
+      if (next != 0 && rel <= link_span_ && (rel & (sizeof(PmBucket) - 1)) == 0) {
+        records_of(At(next));
+      }
     }
   }
   // Calls fn(bucket) for every bucket of head i's chain, head first.
@@ -1105,6 +1114,7 @@ Status SmartHt<P, R>::WalkChains(uint64_t geo, WalkCounts* c) {
   };
   for (uint64_t i = 0; i < n; i++) {
     PrefetchChainAhead(i, n);
+    PrefetchRecordsAhead(i, n);
     PMHASH_RETURN_IF_ERROR(WalkHead(i, geo, cut, &seen, c, link,
                                     [this](uint64_t, uint64_t kw, uint64_t vw) {
                                       return RecoverRecord(kw, vw);
@@ -1225,6 +1235,7 @@ Status SmartHt<P, R>::RecoverTask() PMHASH_NO_THREAD_SAFETY_ANALYSIS {
   };
   for (uint64_t i = 0; i < n && st.ok(); i++) {
     PrefetchChainAhead(i, n);
+    PrefetchRecordsAhead(i, n);
     RwSpinLock& l = stripes_[StripeOf(i)].lock;
     l.lock_shared();
     st = WalkHead(i, geo, Cut{}, &seen, &c, link, [&](uint64_t h, uint64_t kw, uint64_t vw) {
