@@ -387,19 +387,19 @@ inline void MakeRecords(pm::Pool& pool, uint32_t reclaim_batch, uint64_t max_rec
 }
 
 // CheckInvariants' census of an engine's live pairs: each key once and, in a records design,
-// each record checked against its slot (Records::Check) and tallied for Finish. `records` is
-// null in an inline design.
+// each record checked against its slot (Records::Check, with the engine's `hash`) and tallied
+// for Finish. `records` is null in an inline design.
 class LiveKeys {
  public:
-  explicit LiveKeys(const Records* records) : records_(records) {}
+  LiveKeys(const Records* records, const Hasher& hash) : records_(records), hash_(hash) {}
 
   // One live slot: key word `k` (an inline design's key; a records design names its key only in
   // the message), value word `v` (a records design's record offset), the key's hash `h`.
   // "" or what is wrong: a record that fails its check, a key stored twice.
-  std::string Add(uint64_t k, uint64_t v, uint64_t h, const Hasher& hash) {
+  std::string Add(uint64_t k, uint64_t v, uint64_t h) {
     std::string key;
     if (records_ != nullptr) {
-      if (std::string e = records_->Check(v, h, hash, &tally_); !e.empty()) return e;
+      if (std::string e = records_->Check(v, h, hash_, &tally_); !e.empty()) return e;
       key = records_->Key(v);
     } else {
       key = U64Bytes(k).view();
@@ -416,6 +416,7 @@ class LiveKeys {
 
  private:
   const Records* const records_;
+  const Hasher& hash_;
   Records::Tally tally_;
   std::unordered_set<std::string> keys_;
 };

@@ -1991,9 +1991,9 @@ Status ElimDA<P, R>::CheckInvariants() const PMHASH_NO_THREAD_SAFETY_ANALYSIS {
   const index::InvariantFailure fail{kKindName};
   LockGuard<detail::TableLock> g(table_mu_);
   if constexpr (R) epoch_->Drain();  // elimda-kv: retired records are back in the heap
-  index::LiveKeys keys(R ? records_.get() : nullptr);
+  index::LiveKeys keys(records_.get(), hash_);  // (records_: null unless R)
   // A live item's key, once; its record checked (elimda-kv, whose key word is the key's hash).
-  auto add_key = [&](uint64_t k, uint64_t v) { return keys.Add(k, v, k, hash_); };
+  auto add_key = [&](uint64_t k, uint64_t v) { return keys.Add(k, v, k); };
   uint64_t live = 0, chunks = LogTableChunks(params_), segs = 0;
   uint64_t i = 0;
   detail::IdentitySet in_bucket(params_.bucket_items);  // a later copy is not live (I10)

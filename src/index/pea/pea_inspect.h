@@ -189,7 +189,7 @@ Status Pea<P, R, M>::CheckInvariants() const {
   const Directory* d = dir_.load(std::memory_order_acquire);
   const uint32_t g = d->depth;
   const pm::ChunkAllocator& alloc = pool_->allocator();
-  index::LiveKeys keys(R ? records_.get() : nullptr);
+  index::LiveKeys keys(records_.get(), hash_);  // (records_: null unless R)
   std::unordered_set<uint64_t> sids;
   uint64_t live = 0;
   std::string err;
@@ -232,7 +232,7 @@ Status Pea<P, R, M>::CheckInvariants() const {
         }
         continue;
       }
-      if (err = keys.Add(k, b->slots[j].value.load(), h, hash_); !err.empty()) break;
+      if (err = keys.Add(k, b->slots[j].value.load(), h); !err.empty()) break;
       live++;
     }
   };

@@ -1175,7 +1175,7 @@ Status Reh<P, R>::CheckInvariants() const {
   if constexpr (R) epoch_->Drain();  // reh-kv: retired records are back in the heap
   const Directory* d = dir_.load(std::memory_order_acquire);
   const uint32_t gd = d->depth;
-  index::LiveKeys keys(R ? records_.get() : nullptr);
+  index::LiveKeys keys(records_.get(), hash_);  // (records_: null unless R)
   uint64_t i = 0, buckets = 0, live = 0;
   for (uint64_t off = pool_->root(0); off != 0; buckets++) {
     if (buckets > pool_->allocator().chunk_count()) return fail("bucket chain has a cycle");
@@ -1202,7 +1202,7 @@ Status Reh<P, R>::CheckInvariants() const {
       if (!valid) continue;
       if (m->Fingerprint(j) != static_cast<uint8_t>(kh)) return fail("stale fingerprint");
       const uint64_t v = b->slots[j].value.load(std::memory_order_relaxed);
-      if (std::string e = keys.Add(k, v, kh, hash_); !e.empty()) return fail(e);
+      if (std::string e = keys.Add(k, v, kh); !e.empty()) return fail(e);
       live++;
     }
     i += stride;

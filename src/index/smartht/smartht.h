@@ -193,8 +193,8 @@
 //       bounded to the pool (Records::Fits), the loaded heap's slabs are named with the
 //       directory (disjoint, in use; the used chunks include them and the large records'), and
 //       the heap's records must be the live keys.
-//   I10 Lazy crash open. smartht: root 3 bounds the table. A chunk is linked (a bucket into a chain, a
-//       segment into the directory, the directory at creation) only after root 3 covers it
+//   I10 Lazy crash open. smartht: root 3 bounds the table. A chunk is linked (a bucket into a
+//       chain, a segment into the directory, the directory at creation) only after root 3 covers it
 //       (CoverChunks: raised by 1/32 of the heap at a time, persisted before the link's store),
 //       and root 3 never shrinks. So after a crash every chunk above root 3 is free, and the
 //       lazy open hands out only those (ClaimBelow holds the rest) until its walk has named the
@@ -2149,7 +2149,7 @@ Status SmartHt<P, R>::CheckInvariants() const PMHASH_NO_THREAD_SAFETY_ANALYSIS {
     return fail("heads in use past the segments");
   }
   const bool complete = complete_.load();
-  index::LiveKeys keys(R ? records_.get() : nullptr);
+  index::LiveKeys keys(records_.get(), hash_);  // (records_: null unless R)
   uint64_t chained = 0;
   for (uint64_t i = 0; i < n; i++) {
     uint64_t steps = 0;
@@ -2169,7 +2169,7 @@ Status SmartHt<P, R>::CheckInvariants() const PMHASH_NO_THREAD_SAFETY_ANALYSIS {
         if (t != Token(h)) return fail("token does not match key " + std::to_string(k));
         if (AddressOf(h, geo) != i) return fail("key " + std::to_string(k) + " in the wrong chain");
         const uint64_t v = b->slots[j].value.load(std::memory_order_relaxed);
-        if (std::string e = keys.Add(k, v, h, hash_); !e.empty()) return fail(e);
+        if (std::string e = keys.Add(k, v, h); !e.empty()) return fail(e);
         if (complete && !filter_->MayContain(h)) {
           return fail("filter false negative for key " + std::to_string(k));
         }

@@ -1164,7 +1164,7 @@ template <pm::PersistPolicy P, bool R>
 Status Turbo<P, R>::CheckInvariants() const {
   const index::InvariantFailure fail{kKindName};
   epoch_.Drain();  // retired shards and records are back in the allocator
-  index::LiveKeys keys(R ? records_.get() : nullptr);
+  index::LiveKeys keys(records_.get(), hash_);  // (records_: null unless R)
   uint64_t chunks = RecChunks(uint64_t{nshards_} * sizeof(PmShardDesc));
   uint64_t live = 0;
   for (uint32_t s = 0; s < nshards_; s++) {
@@ -1204,7 +1204,7 @@ Status Turbo<P, R>::CheckInvariants() const {
         }
         const uint64_t k = sl.key.load(std::memory_order_relaxed);
         const uint64_t val = sl.value.load(std::memory_order_relaxed);
-        if (std::string e = keys.Add(k, val, h, hash_); !e.empty()) return fail(e);
+        if (std::string e = keys.Add(k, val, h); !e.empty()) return fail(e);
         live++;
       }
     }
