@@ -184,6 +184,14 @@ int BenchMain(const ParsedArgs& args) {
     if (auto v = args.Value("media-cache")) {
       PMHASH_RETURN_IF_ERROR(ParseSize(*v, "--media-cache", &c.media_cache_bytes));
     }
+    if (auto v = args.Value("elimda-logs")) {
+      uint64_t n = 0;
+      PMHASH_RETURN_IF_ERROR(ParseCount(*v, "--elimda-logs", &n));
+      if (n < 1 || n > (uint64_t{1} << 20) || !std::has_single_bit(n)) {
+        return Status::InvalidArgument("--elimda-logs must be a power of two in [1, 2^20]");
+      }
+      c.elimda_logs = static_cast<uint32_t>(n);
+    }
     if (args.Has("no-reference")) c.reference = false;
     if (auto v = args.Value("count-keys")) {
       uint64_t n = 0;

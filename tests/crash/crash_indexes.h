@@ -288,6 +288,7 @@ struct ElimdaTraits {
             {"elimda.first_line_moves", 1, "first-line items moved for an append (I3')"},
             {"elimda.relocations", 2, "D-buckets relocated to P-buckets"},
             {"elimda.blocks_freed", 1, "an emptied sealed log block unlinked"},
+            {"elimda.shadows_cleared", 1, "a relocated item's log bit cleared by its erase (I13)"},
             {"splits", 1, "segment splits"},
             {"doublings", 1, "directory doubling"}};
   }

@@ -504,10 +504,19 @@ class ElimDA : public index::EngineBase<ElimDA<P, kRecords>, P, Config> {
   using WriteMode = index::WriteMode;
 
   struct BlockInfo {
-    uint64_t off = 0;
+    uint64_t off = 0;  // 0: unlinked, kept while shadow entries name it (I13)
     uint32_t log = 0;
-    BlockInfo* newer = nullptr;  // towards the active block
+    uint16_t live = 0;   // sealed block: the bits of its items still in D-buckets (DRAM)
+    uint16_t stale = 0;  // bits set in PM whose items were relocated (I13)
+    uint32_t refs = 0;   // shadow entries that name this block (valid or not)
+    BlockInfo* newer = nullptr;  // towards the active block (unlinked: the list of such blocks)
     BlockInfo* older = nullptr;
+  };
+  // I13: a relocated item whose log slot's bit is still set in PM. Found by the key's hash in
+  // the list of its P-bucket; valid while its block's `stale` bit is set.
+  struct Shadow {
+    BlockInfo* bi;
+    uint64_t hs;  // the key's hash, its low 4 bits replaced by the slot
   };
   struct DItem {
     Key key;
@@ -523,6 +532,7 @@ class ElimDA : public index::EngineBase<ElimDA<P, kRecords>, P, Config> {
     std::vector<uint16_t> fp;                // bucket b, slot j at [b * N_p + j]
     std::vector<std::vector<DItem>> dbucket;  // per bucket
     std::vector<std::vector<uint16_t>> dfp;   // per bucket: the fingerprint of each D-item
+    std::vector<std::vector<Shadow>> shadow;  // per bucket: relocated items still logged (I13)
     void Push(uint32_t b, const DItem& it, uint16_t f) {
       dbucket[b].push_back(it);
       dfp[b].push_back(f);
@@ -618,7 +628,8 @@ class ElimDA : public index::EngineBase<ElimDA<P, kRecords>, P, Config> {
   template <class Take, class Done>
   void WalkLiveSlots(Take&& take, Done&& done) const;
   EpochManager& RecordEpoch() const { return *epoch_; }  // elimda-kv's FindBytes
-  void Quiesce() {  // Close(): retired records are freed
+  void Quiesce() {  // Close(): stale log bits cleared, retired records freed
+    ClearAllStale();
     if constexpr (kRecords) {
       epoch_->Drain();
       records_->ReleaseEmptySlabs();  // (before the image: I12)
@@ -674,6 +685,13 @@ class ElimDA : public index::EngineBase<ElimDA<P, kRecords>, P, Config> {
   void SweepEmptyBlocks();
   void FreeBlock(BlockInfo* bi);
   void Unlink(BlockInfo* bi);
+  // I13. REQUIRES: exclusive.
+  void PruneShadows(std::vector<Shadow>* list);
+  void Unref(BlockInfo* bi);
+  // I13: clears the bit of the PM item's shadow, if it has one, and flushes the block's header
+  // (no fence). REQUIRES: the key's log lock (the shadow's block is in its log) or exclusive.
+  bool ClearShadow(SegMeta* s, uint32_t b, uint64_t h, const PmSlot& pm);
+  void ClearAllStale();  // Close: every stale bit cleared in PM (I13)
 
   SegMeta* NewSegMeta(uint64_t off, uint32_t depth) const;
   void DeleteAll();
@@ -690,9 +708,11 @@ class ElimDA : public index::EngineBase<ElimDA<P, kRecords>, P, Config> {
   std::unique_ptr<LogState[]> logs_;
   SpinLock empty_mu_;
   std::vector<BlockInfo*> empty_blocks_;  // sealed blocks an erase left without items
+  BlockInfo* unlinked_ = nullptr;  // unlinked blocks that shadow entries still name (I13)
 
   std::atomic<uint64_t> log_swaps_{0}, relocations_{0}, relocated_items_{0}, dups_dropped_{0},
       blocks_freed_{0}, segments_{0}, blocks_{0}, compactions_{0}, line_moves_{0},
+      stale_cleared_{0},  // shadows cleared by an update or erase (I13)
       torn_dropped_{0};  // elimda-kv: unacknowledged appends whose record a crash tore (I11)
 
   std::unique_ptr<index::Records> records_;  // elimda-kv only (src/index/records.h)
@@ -741,6 +761,11 @@ void ElimDA<P, R>::DeleteAll() {
     }
   }
   empty_blocks_.clear();
+  while (unlinked_) {
+    BlockInfo* o = unlinked_->older;
+    delete unlinked_;
+    unlinked_ = o;
+  }
 }
 
 template <pm::PersistPolicy P, bool R>
@@ -753,6 +778,7 @@ typename ElimDA<P, R>::SegMeta* ElimDA<P, R>::NewSegMeta(uint64_t off, uint32_t 
   s->fp.assign(size_t{params_.segment_buckets} * params_.bucket_items, 0);
   s->dbucket.resize(params_.segment_buckets);
   s->dfp.resize(params_.segment_buckets);
+  s->shadow.resize(params_.segment_buckets);
   return s;
 }
 
@@ -970,6 +996,7 @@ Status ElimDA<P, R>::Recover() {
         blk->header.store(BlockHeader(bits), std::memory_order_relaxed);
         persist_.Persist(&blk->header, 8);
       }
+      if (bi != logs_[li].head) bi->live = static_cast<uint16_t>(bits);
       if (bits == 0 && bi != logs_[li].head) empty_blocks_.push_back(bi);
       off = blk->next.load(std::memory_order_relaxed);
     }
@@ -1163,6 +1190,7 @@ Status ElimDA<P, R>::LoadState(pm::StateReader& r) {
     }
   }
   if (segs != nsegs) return bad;
+  for (uint64_t x = 0; x < nblocks; x++) blocks[x]->live = named_slots[x];  // no stale bit (I13)
   if constexpr (R) {
     if (!records_->LoadState(r, live,
                              [&named](uint64_t o, uint32_t n) { return named.Add(o, n); }) ||
@@ -1445,6 +1473,12 @@ Status ElimDA<P, R>::Write(const Probe& p, std::string_view value_bytes, Value v
         std::atomic<uint64_t>* cell = nullptr;
         if (w.layer == Layer::kPm) {
           cell = &BucketSlots(w.seg->off, w.b)[w.j].value;
+          // I13: a shadow's bit is cleared with the value store (elimda: one fence, the shadow
+          // holds the key, which stays live in the PM table), or before it (elimda-kv: the
+          // shadow names the old record, which recovery would no longer find in the PM table).
+          if (ClearShadow(w.seg, w.b, h, BucketSlots(w.seg->off, w.b)[w.j]) && R) {
+            persist_.Fence();
+          }
         } else if (w.layer == Layer::kDram) {
           cell = &Block(w.item->block)->slots[w.item->slot].value;
         } else {
@@ -1494,6 +1528,10 @@ Status ElimDA<P, R>::EraseProbe(const Probe& p) {
       // elimda-kv: the records of the copies (one; two only in a pool written by another
       // implementation: Insert refuses a present key, so a key has one record).
       uint64_t records[2] = {0, 0};
+      // I13: the shadow's bit is cleared, flushed with the first tombstone (a crash that keeps
+      // only the tombstone brings the key back from its shadow, with the same value or record:
+      // the erase did not happen).
+      ClearShadow(s, w.b, h, slots[w.j]);
       for (uint32_t j = s->count[w.b]; j-- > w.j;) {
         if (s->fp[size_t{w.b} * params_.bucket_items + j] != f) continue;
         if (!Keys::Matches(records_.get(), slots[j], p)) continue;
@@ -1522,7 +1560,8 @@ Status ElimDA<P, R>::EraseProbe(const Probe& p) {
       if (log.mirror_of == bi) log.mirror_bits &= ~(1u << j);
       if (w.layer == Layer::kDram) {
         w.item->live = 0;
-        if ((hdr & kFullBits) == 0 && bi != log.head) {
+        bi->live = static_cast<uint16_t>(bi->live & ~(1u << j));
+        if (bi->live == 0 && bi != log.head) {
           LockGuard<SpinLock> eg(empty_mu_);
           empty_blocks_.push_back(bi);
         }
@@ -1578,6 +1617,7 @@ Status ElimDA<P, R>::Seal(uint32_t li) PMHASH_NO_THREAD_SAFETY_ANALYSIS {
   const LogBlock* sealed = Block(old);
   const uint32_t bits =
       static_cast<uint32_t>(sealed->header.load(std::memory_order_relaxed) & kFullBits);
+  old->live = static_cast<uint16_t>(bits);
   std::vector<uint64_t> hashes;
   for (uint32_t c = bits; c; c &= c - 1) {
     const uint32_t j = static_cast<uint32_t>(std::countr_zero(c));
@@ -1720,27 +1760,24 @@ void ElimDA<P, R>::Relocate(SegMeta* s, uint32_t b, std::vector<DItem>& items)
     s->fp[size_t{b} * params_.bucket_items + at + i] = FpOf(SlotHash(items[i].key));
   }
   s->count[b] = at + n;
-  // Invalidate the log slots: one header store per block, one fence for all. The items grouped
-  // by block in a sorted vector (a hash map here cost a node allocation per item).
-  std::vector<std::pair<BlockInfo*, uint32_t>> clear;
-  clear.reserve(n);
-  for (const DItem& it : items) clear.emplace_back(it.block, 1u << it.slot);
-  std::sort(clear.begin(), clear.end(),
-            [](const auto& x, const auto& y) { return std::less<>{}(x.first, y.first); });
-  for (size_t i = 0; i < clear.size();) {
-    BlockInfo* const bi = clear[i].first;
-    uint32_t mask = 0;
-    for (; i < clear.size() && clear[i].first == bi; i++) mask |= clear[i].second;
-    LogBlock* blk = Block(bi);
-    const uint64_t hdr2 = blk->header.load(std::memory_order_relaxed) & ~uint64_t{mask};
-    blk->header.store(hdr2, std::memory_order_release);
-    persist_.Flush(&blk->header, sizeof(uint64_t));
-    if ((hdr2 & kFullBits) == 0 && bi != logs_[bi->log].head) {
+  // The log slots are invalidated in DRAM only, as in the paper (its bitmap): their bits stay
+  // set in PM, as shadows of the relocated items (I13), until an update or erase of the item,
+  // or Close, clears them; recovery clears them by I5. A block whose items are all relocated
+  // or erased is unlinked by the sweep.
+  std::vector<Shadow>& shadows = s->shadow[b];
+  PruneShadows(&shadows);
+  for (const DItem& it : items) {
+    BlockInfo* const bi = it.block;
+    const auto bit = static_cast<uint16_t>(1u << it.slot);
+    bi->live = static_cast<uint16_t>(bi->live & ~bit);
+    bi->stale |= bit;
+    bi->refs++;
+    shadows.push_back(Shadow{bi, (SlotHash(it.key) & ~uint64_t{15}) | it.slot});
+    if (bi->live == 0 && bi != logs_[bi->log].head) {
       LockGuard<SpinLock> eg(empty_mu_);
       empty_blocks_.push_back(bi);
     }
   }
-  persist_.Fence();
   items.clear();
   s->dfp[b].clear();
   relocations_.fetch_add(1, std::memory_order_relaxed);
@@ -1857,6 +1894,14 @@ Status ElimDA<P, R>::Split(SegMeta* s, uint64_t h) PMHASH_NO_THREAD_SAFETY_ANALY
       if (!it.live) continue;
       half[(SlotHash(it.key) >> (63 - ld)) & 1]->Push(b, it, s->dfp[b][i]);
     }
+    // I13: the valid shadows by the same bit (ld < max_depth <= 40: above the slot's 4 bits).
+    for (const Shadow& e : s->shadow[b]) {
+      if ((e.bi->stale >> (e.hs & 15)) & 1) {
+        half[(e.hs >> (63 - ld)) & 1]->shadow[b].push_back(e);
+      } else {
+        Unref(e.bi);
+      }
+    }
   }
   for (uint64_t e = first; e < first + span; e++) dir_[e] = half[e >= first + span / 2];
   alloc.Free(s->off, static_cast<uint32_t>(seg_chunks_));
@@ -1881,7 +1926,7 @@ void ElimDA<P, R>::SweepEmptyBlocks() PMHASH_NO_THREAD_SAFETY_ANALYSIS {
   for (BlockInfo* bi : todo) {
     if (!done.insert(bi).second) continue;
     if (bi == logs_[bi->log].head) continue;  // the active block is never unlinked
-    if ((Block(bi)->header.load(std::memory_order_relaxed) & kFullBits) != 0) continue;
+    if (bi->live != 0) continue;
     Unlink(bi);
   }
 }
@@ -1896,9 +1941,89 @@ void ElimDA<P, R>::Unlink(BlockInfo* bi) {
   newer->older = bi->older;
   if (bi->older) bi->older->newer = newer;
   pool_->allocator().Free(bi->off, 1);
-  delete bi;
   blocks_.fetch_sub(1, std::memory_order_relaxed);
   blocks_freed_.fetch_add(1, std::memory_order_relaxed);
+  if (bi->refs == 0) {
+    delete bi;
+    return;
+  }
+  // Shadow entries still name it: every one is invalid now (no stale bit), and the last one
+  // pruned deletes it (Unref).
+  bi->off = 0;
+  bi->stale = 0;
+  bi->newer = nullptr;
+  bi->older = unlinked_;
+  if (unlinked_) unlinked_->newer = bi;
+  unlinked_ = bi;
+}
+
+template <pm::PersistPolicy P, bool R>
+void ElimDA<P, R>::Unref(BlockInfo* bi) {
+  if (--bi->refs != 0 || bi->off != 0) return;
+  if (bi->newer) {
+    bi->newer->older = bi->older;
+  } else {
+    unlinked_ = bi->older;
+  }
+  if (bi->older) bi->older->newer = bi->newer;
+  delete bi;
+}
+
+template <pm::PersistPolicy P, bool R>
+void ElimDA<P, R>::PruneShadows(std::vector<Shadow>* list) {
+  size_t n = 0;
+  for (const Shadow& e : *list) {
+    if ((e.bi->stale >> (e.hs & 15)) & 1) {
+      (*list)[n++] = e;
+    } else {
+      Unref(e.bi);
+    }
+  }
+  list->resize(n);
+}
+
+template <pm::PersistPolicy P, bool R>
+bool ElimDA<P, R>::ClearShadow(SegMeta* s, uint32_t b, uint64_t h, const PmSlot& pm)
+    PMHASH_NO_THREAD_SAFETY_ANALYSIS {
+  const uint64_t id =
+      Identity(pm.key.load(std::memory_order_relaxed), pm.value.load(std::memory_order_relaxed));
+  for (const Shadow& e : s->shadow[b]) {
+    if (((e.hs ^ h) >> 4) != 0) continue;
+    const uint32_t j = static_cast<uint32_t>(e.hs & 15);
+    BlockInfo* const bi = e.bi;
+    if (!((bi->stale >> j) & 1)) continue;
+    LogBlock* blk = Block(bi);
+    const PmSlot& ls = blk->slots[j];
+    if (Identity(ls.key.load(std::memory_order_relaxed),
+                 ls.value.load(std::memory_order_relaxed)) != id) {
+      continue;
+    }
+    bi->stale = static_cast<uint16_t>(bi->stale & ~(1u << j));
+    blk->header.store(blk->header.load(std::memory_order_relaxed) & ~(uint64_t{1} << j),
+                      std::memory_order_release);
+    persist_.Flush(&blk->header, sizeof(uint64_t));
+    stale_cleared_.fetch_add(1, std::memory_order_relaxed);
+    return true;
+  }
+  return false;
+}
+
+template <pm::PersistPolicy P, bool R>
+void ElimDA<P, R>::ClearAllStale() PMHASH_NO_THREAD_SAFETY_ANALYSIS {
+  LockGuard<detail::TableLock> g(table_mu_);
+  bool any = false;
+  for (uint32_t li = 0; li < params_.logs; li++) {
+    for (BlockInfo* bi = logs_[li].head; bi; bi = bi->older) {
+      if (bi->stale == 0) continue;
+      LogBlock* blk = Block(bi);
+      blk->header.store(blk->header.load(std::memory_order_relaxed) & ~uint64_t{bi->stale},
+                        std::memory_order_release);
+      persist_.Flush(&blk->header, sizeof(uint64_t));
+      bi->stale = 0;
+      any = true;
+    }
+  }
+  if (any) persist_.Fence();
 }
 
 template <pm::PersistPolicy P, bool R>
@@ -1943,7 +2068,7 @@ template <pm::PersistPolicy P, bool R>
 IndexStats ElimDA<P, R>::Stats() const PMHASH_NO_THREAD_SAFETY_ANALYSIS {
   IndexStats s;
   this->FillCommonStats(&s);
-  uint64_t dram_items = 0, fp_bytes = 0, dir_bytes = 0;
+  uint64_t dram_items = 0, fp_bytes = 0, dir_bytes = 0, shadows = 0;
   uint32_t gd = 0;
   {
     SharedLockGuard<detail::TableLock> g(table_mu_);
@@ -1952,6 +2077,7 @@ IndexStats ElimDA<P, R>::Stats() const PMHASH_NO_THREAD_SAFETY_ANALYSIS {
     for (size_t i = 0; i < dir_.size();) {
       const SegMeta* m = dir_[i];
       for (const auto& d : m->dbucket) dram_items += d.size();
+      for (const auto& l : m->shadow) shadows += l.size();
       fp_bytes += m->fp.size() * sizeof(uint16_t);
       i += size_t{1} << (gd_ - m->depth);
     }
@@ -1965,6 +2091,7 @@ IndexStats ElimDA<P, R>::Stats() const PMHASH_NO_THREAD_SAFETY_ANALYSIS {
                LogTableChunks(params_) * kBlockBytes + pm::kHeaderBytes;
   s.dram_bytes = dir_bytes + fp_bytes + dram_items * (sizeof(DItem) + sizeof(uint16_t)) +
                  blocks * sizeof(BlockInfo) + uint64_t{params_.logs} * sizeof(LogState) +
+                 shadows * sizeof(Shadow) +
                  pool_->allocator().dram_bytes() + (R ? records_->dram_bytes() : 0);
   if constexpr (R) s.pm_bytes += records_->pm_bytes();
   s.global_depth = gd;
@@ -1980,6 +2107,8 @@ IndexStats ElimDA<P, R>::Stats() const PMHASH_NO_THREAD_SAFETY_ANALYSIS {
   add("elimda.blocks_freed", static_cast<double>(blocks_freed_.load()));
   add("elimda.compactions", static_cast<double>(compactions_.load()));
   add("elimda.dram_items", static_cast<double>(dram_items));
+  add("elimda.shadow_entries", static_cast<double>(shadows));
+  add("elimda.shadows_cleared", static_cast<double>(stale_cleared_.load()));
   add("alloc.reused", static_cast<double>(pool_->allocator().reused_allocations()));
   if constexpr (R) records_->AddDetails(&s);
   return s;
@@ -1997,6 +2126,9 @@ Status ElimDA<P, R>::CheckInvariants() const PMHASH_NO_THREAD_SAFETY_ANALYSIS {
   uint64_t live = 0, chunks = LogTableChunks(params_), segs = 0;
   uint64_t i = 0;
   detail::IdentitySet in_bucket(params_.bucket_items);  // a later copy is not live (I10)
+  detail::IdentitySet pm_live(1024);  // the PM table's live items (a stale log slot's is one)
+  std::unordered_map<const BlockInfo*, uint32_t> refs;  // shadow entries per block (I13)
+  std::unordered_set<uint64_t> shadowed;                // (block offset | slot) of valid ones
   for (uint64_t off = pool_->root(0); off != 0; segs++) {
     if (segs > pool_->allocator().chunk_count()) return fail("segment chain has a cycle");
     if (i >= dir_.size()) return fail("segment chain longer than the directory");
@@ -2024,7 +2156,20 @@ Status ElimDA<P, R>::CheckInvariants() const PMHASH_NO_THREAD_SAFETY_ANALYSIS {
         }
         if (!in_bucket.Insert(Identity(k, v))) continue;
         if (std::string e = add_key(k, v); !e.empty()) return fail(e);
+        pm_live.Insert(Identity(k, v));
         live++;
+      }
+      for (const Shadow& e : s->shadow[b]) {
+        refs[e.bi]++;
+        const uint32_t j = static_cast<uint32_t>(e.hs & 15);
+        if (!((e.bi->stale >> j) & 1)) continue;
+        if ((e.hs >> (64 - s->depth)) != prefix || BucketOf(e.hs) != b) {
+          return fail("shadow in the wrong bucket");
+        }
+        if (((SlotHash(Block(e.bi)->slots[j].key.load()) ^ e.hs) >> 4) != 0) {
+          return fail("shadow hash differs from its log slot");
+        }
+        if (!shadowed.insert(e.bi->off << 4 | j).second) return fail("log slot shadowed twice");
       }
       if (s->dfp[b].size() != s->dbucket[b].size()) return fail("D-bucket fingerprints");
       for (size_t x = 0; x < s->dbucket[b].size(); x++) {
@@ -2037,6 +2182,7 @@ Status ElimDA<P, R>::CheckInvariants() const PMHASH_NO_THREAD_SAFETY_ANALYSIS {
         }
         const LogBlock* blk = Block(it.block);
         if (!((blk->header.load() >> it.slot) & 1)) return fail("D-bucket item without its bit");
+        if (!((it.block->live >> it.slot) & 1)) return fail("D-bucket item not live in its block");
         const PmSlot& ls = blk->slots[it.slot];
         if (ls.key.load() != it.key || ls.value.load() != it.value) {
           return fail("D-bucket item differs from its log slot");
@@ -2050,7 +2196,7 @@ Status ElimDA<P, R>::CheckInvariants() const PMHASH_NO_THREAD_SAFETY_ANALYSIS {
     off = h->next.load(std::memory_order_relaxed);
   }
   if (i != dir_.size()) return fail("segment chain does not cover the directory");
-  uint64_t sealed_items = 0, dram_live = 0;
+  uint64_t sealed_items = 0, dram_live = 0, stale = 0;
   for (size_t x = 0; x < dir_.size();) {
     for (const auto& d : dir_[x]->dbucket) {
       for (const DItem& it : d) dram_live += it.live;
@@ -2079,10 +2225,21 @@ Status ElimDA<P, R>::CheckInvariants() const PMHASH_NO_THREAD_SAFETY_ANALYSIS {
       if ((blk->header.load() >> 16) != kBlockTag) return fail("log block tag");
       if (blk->next.load() != (bi->older ? bi->older->off : 0)) return fail("log chain");
       const uint32_t bits = static_cast<uint32_t>(blk->header.load() & kFullBits);
+      if (bi->refs != refs[bi]) return fail("shadow references of a log block");
+      if (bi != head && (bits != (bi->live | bi->stale) || (bi->live & bi->stale) != 0)) {
+        return fail("log block bits differ from its live and stale bits");
+      }
       for (uint32_t c = bits; c; c &= c - 1) {
         const uint32_t j = static_cast<uint32_t>(std::countr_zero(c));
         const Key k = blk->slots[j].key.load();
         if (LogOf(SlotHash(k)) != li) return fail("logged key in the wrong log");
+        if ((bi->stale >> j) & 1) {  // I13: a relocated item, live in the PM table
+          if (!pm_live.Contains(Identity(k, blk->slots[j].value.load()))) {
+            return fail("stale log slot whose item is not live in the PM table");
+          }
+          stale++;
+          continue;
+        }
         if (bi == head) {
           if (std::string e = add_key(k, blk->slots[j].value.load()); !e.empty()) return fail(e);
           live++;
@@ -2093,6 +2250,12 @@ Status ElimDA<P, R>::CheckInvariants() const PMHASH_NO_THREAD_SAFETY_ANALYSIS {
     }
   }
   if (sealed_items != dram_live) return fail("sealed log items != live D-bucket items");
+  if (stale != shadowed.size()) return fail("stale log slots != valid shadow entries");
+  for (const BlockInfo* bi = unlinked_; bi; bi = bi->older) {
+    if (bi->off != 0 || bi->stale != 0 || bi->refs == 0 || bi->refs != refs[bi]) {
+      return fail("unlinked log block kept for shadows");
+    }
+  }
   if (std::string e = keys.Finish(&chunks); !e.empty()) return fail(e);
   if (std::string e = this->CheckAccounting(chunks, live); !e.empty()) return fail(e);
   return Status::OK();
