@@ -32,9 +32,11 @@
 //     items (each a reference to its log slot plus a copy of key and value), and a 16-bit
 //     fingerprint of every PM-table item.
 //   * Bucket relocation: a D-bucket that reaches N_d items is written to its P-bucket as whole
-//     blocks (NtCopy, one fence), the P-bucket's count is published (the commit point), then the
-//     items' bits are cleared in their log blocks; a sealed block left empty is unlinked and
-//     freed. A P-bucket without room splits its segment (older to newer, dropping duplicates and
+//     blocks (NtCopy, one fence) and the P-bucket's count is published (the commit point). The
+//     items' log slots become invalid in DRAM only, as in the paper (its DRAM bitmap, 3.5):
+//     their bits stay set in PM, as shadows of the relocated items (I13), until an update or
+//     erase of the item, or Close, clears them; recovery drops them (I5). A sealed block whose
+//     items are all relocated or erased is unlinked and freed. A P-bucket without room splits its segment (older to newer, dropping duplicates and
 //     erased items); the DRAM side (fingerprints, D-buckets, directory) splits in the same step.
 //   * Out of space: when a split cannot get space (pool full, max_depth, directory budget), the
 //     P-bucket is compacted in place (erased slots reused, I10); an insert that finds no room
@@ -76,7 +78,8 @@
 //              bits 16..31  fingerprint
 //
 //   DRAM: directory (2^G SegMeta*), per segment: counts, fingerprints (uint16 per P-bucket
-//   slot), D-buckets (vectors of DItem); per log: spin lock + chain of BlockInfo (newest first).
+//   slot), D-buckets (vectors of DItem), per P-bucket the shadows of its relocated items still
+//   logged (I13); per log: spin lock + chain of BlockInfo (newest first; live and stale bits).
 //
 // ============================================================================================
 // Crash-consistency invariants and commit points
@@ -100,11 +103,11 @@
 //       active block, persisted, then the log table word is switched to it (commit: one 8-byte
 //       write). Before: the new block is unreachable (freed by the allocator rebuild).
 //   I5  Relocation: items written past count (NtCopy, fence: invisible by I1), then count
-//       published (commit: one 8-byte store + persist), then the bits cleared in the log
-//       blocks. A crash between leaves a key both in the P-bucket and in a log: recovery treats a
-//       logged key that is live in the PM table as relocated and clears its bit durably (no key
-//       is otherwise in both places: Insert checks existence; a PM-table erase removes the key
-//       word; a log erase clears the bit).
+//       published (commit: one 8-byte store + persist). The log bits are not cleared (I13), so
+//       a relocated key is both in the P-bucket and in a log: recovery treats a logged item that
+//       is live in the PM table (elimda: the same key; elimda-kv: the same record) as relocated
+//       and clears its bit durably (no key is otherwise in both places: Insert checks existence;
+//       a PM-table erase removes the key word; a log erase clears the bit).
 //   I6  Erase tombstone: a key whose hash has the other top bit than the segment's prefix
 //       (local depth >= 1 always), so it is never live in this segment nor in a split of it.
 //   I7  Split of segment S: two new segments are built in DRAM from S's live items (duplicates
@@ -154,6 +157,26 @@
 //       large records', and the heap's records the live items. No record is read: what the
 //       walk's record checks protected is bounded where a record is read (Records::Fits), as
 //       in turbo-kv and reh-kv.
+//   I13 Shadows (the paper's DRAM bitmap, made safe for our update and erase): a relocated
+//       item's log slot keeps its bit in PM. DRAM marks it stale (BlockInfo::stale) and lists it
+//       under the item's P-bucket (SegMeta::shadow: the key's hash and the slot; a split divides
+//       the lists by the hash bit). A shadow is harmless while its item is live in the PM table
+//       with the same identity (I5 drops it at recovery); whatever would end that clears the
+//       bit first. An erase stores the clearing and flushes it with the tombstone, one fence: a
+//       crash that keeps only the tombstone brings the key back from its shadow with the value
+//       (elimda-kv: the record) it has in the PM table, since updates clear shadows, so the
+//       erase did not happen. An elimda update clears it with the value store, one fence (the
+//       key stays live in the PM table either way); an elimda-kv update fences the clearing
+//       before it publishes the new record (the shadow names the old record, which recovery
+//       would no longer find in the PM table, and would recover the key twice). Close clears
+//       every stale bit, so the image (I12) names none. A block whose live bits are clear is
+//       unlinked (I8) whatever its stale bits (an unreachable block's bits mean nothing); its
+//       BlockInfo is kept, without stale bits, until the last shadow entry naming it is pruned
+//       (a relocation prunes the list it appends to, a split the lists it divides). What it
+//       saves: a relocation wrote one header line per log block it took items from, about one
+//       random line, so one media write, per insert under ADR; now it writes none. What it
+//       costs: an update or erase of an item with a shadow flushes one more line (elimda-kv's
+//       update: one more fence too); recovery clears the shadows' bits (one flush per block).
 //
 // Recovery (paper 3.6): walk the segment chain (tiling and tags checked, every offset
 // validated, MarkReachable), rebuild directory, counts and fingerprints; walk every log chain
@@ -1630,8 +1653,9 @@ Status ElimDA<P, R>::Seal(uint32_t li) PMHASH_NO_THREAD_SAFETY_ANALYSIS {
   }
   // eADR: the full block's item lines go to the media now, together, rather than as lines the
   // cache evicts apart (a hint: nothing under ADR, where each append was flushed). After the
-  // reads above (clwb may evict the line). Not the header line: relocations will clear its
-  // bits, and it is evicted once after them.
+  // reads above (clwb may evict the line). Not the header line, which appends kept dirty: left
+  // to the cache, it is rewritten in place when the block's chunk is reused (2M keys: writing
+  // it back too gave the same media writes at 256 B blocks, 0.744 instead of 0.680 at 64 B).
   if (params_.eadr_write_back) {
     persist_.WriteBack(reinterpret_cast<const char*>(sealed) + 64, kBlockBytes - 64);
   }
