@@ -36,8 +36,9 @@
 //     items' log slots become invalid in DRAM only, as in the paper (its DRAM bitmap, 3.5):
 //     their bits stay set in PM, as shadows of the relocated items (I13), until an update or
 //     erase of the item, or Close, clears them; recovery drops them (I5). A sealed block whose
-//     items are all relocated or erased is unlinked and freed. A P-bucket without room splits its segment (older to newer, dropping duplicates and
-//     erased items); the DRAM side (fingerprints, D-buckets, directory) splits in the same step.
+//     items are all relocated or erased is unlinked and freed. A P-bucket without room splits
+//     its segment (older to newer, dropping duplicates and erased items); the DRAM side
+//     (fingerprints, D-buckets, shadows, directory) splits in the same step.
 //   * Out of space: when a split cannot get space (pool full, max_depth, directory budget), the
 //     P-bucket is compacted in place (erased slots reused, I10); an insert that finds no room
 //     for a new log block first relocates every waiting D-bucket that fits after compaction, so
@@ -158,25 +159,28 @@
 //       walk's record checks protected is bounded where a record is read (Records::Fits), as
 //       in turbo-kv and reh-kv.
 //   I13 Shadows (the paper's DRAM bitmap, made safe for our update and erase): a relocated
-//       item's log slot keeps its bit in PM. DRAM marks it stale (BlockInfo::stale) and lists it
-//       under the item's P-bucket (SegMeta::shadow: the key's hash and the slot; a split divides
-//       the lists by the hash bit). A shadow is harmless while its item is live in the PM table
-//       with the same identity (I5 drops it at recovery); whatever would end that clears the
-//       bit first. An erase stores the clearing and flushes it with the tombstone, one fence: a
-//       crash that keeps only the tombstone brings the key back from its shadow with the value
-//       (elimda-kv: the record) it has in the PM table, since updates clear shadows, so the
-//       erase did not happen. An elimda update clears it with the value store, one fence (the
-//       key stays live in the PM table either way); an elimda-kv update fences the clearing
-//       before it publishes the new record (the shadow names the old record, which recovery
-//       would no longer find in the PM table, and would recover the key twice). Close clears
-//       every stale bit, so the image (I12) names none. A block whose live bits are clear is
-//       unlinked (I8) whatever its stale bits (an unreachable block's bits mean nothing); its
-//       BlockInfo is kept, without stale bits, until the last shadow entry naming it is pruned
-//       (a relocation prunes the list it appends to, a split the lists it divides). What it
-//       saves: a relocation wrote one header line per log block it took items from, about one
-//       random line, so one media write, per insert under ADR; now it writes none. What it
-//       costs: an update or erase of an item with a shadow flushes one more line (elimda-kv's
-//       update: one more fence too); recovery clears the shadows' bits (one flush per block).
+//       item's log slot keeps its bit in PM. DRAM marks it stale (BlockInfo::stale) and lists
+//       it under the item's P-bucket by the item's position there (SegMeta::shadow, sorted: a
+//       relocation appends at the count; a split or compaction renumbers the entries of the
+//       items it moves and clears the shadows of those it drops, before its fence). An update
+//       or erase finds its item's entry by binary search. A shadow is harmless while its item
+//       is live in the PM table with the same identity (I5 drops it at recovery); whatever
+//       would end that clears the bit first. An erase stores the clearing and flushes it with
+//       the tombstone, one fence: a crash that keeps only the tombstone brings the key back
+//       from its shadow with the value (elimda-kv: the record) it has in the PM table, since
+//       updates clear shadows, so the erase did not happen. An elimda update clears it with the
+//       value store, one fence (the key stays live in the PM table either way); an elimda-kv
+//       update fences the clearing before it publishes the new record (the shadow names the old
+//       record, which recovery would no longer find in the PM table, and would recover the key
+//       twice). Close clears every stale bit, so the image (I12) names none. A block whose live
+//       bits are clear is unlinked (I8) whatever its stale bits (an unreachable block's bits
+//       mean nothing); its BlockInfo is kept, without stale bits, until the last shadow entry
+//       naming it is pruned (a relocation or compaction prunes its list, a split the lists it
+//       divides). What it saves: a relocation wrote one header line per log block it took items
+//       from, about one random line, so one media write, per insert under ADR; now it writes
+//       none. What it costs: an update or erase of an item with a shadow flushes one more line
+//       (elimda-kv's update: one more fence too); recovery clears the shadows' bits (one flush
+//       per block).
 //
 // Recovery (paper 3.6): walk the segment chain (tiling and tags checked, every offset
 // validated, MarkReachable), rebuild directory, counts and fingerprints; walk every log chain
@@ -535,12 +539,15 @@ class ElimDA : public index::EngineBase<ElimDA<P, kRecords>, P, Config> {
     BlockInfo* newer = nullptr;  // towards the active block (unlinked: the list of such blocks)
     BlockInfo* older = nullptr;
   };
-  // I13: a relocated item whose log slot's bit is still set in PM. Found by the key's hash in
-  // the list of its P-bucket; valid while its block's `stale` bit is set.
+  // I13: a relocated item whose log slot's bit is still set in PM, listed under its P-bucket
+  // by the item's position there (the list sorted by it: relocations append at the count,
+  // splits and compactions renumber); valid while its block's `stale` bit is set.
   struct Shadow {
     BlockInfo* bi;
-    uint64_t hs;  // the key's hash, its low 4 bits replaced by the slot
+    uint32_t pos;   // the item's slot in the P-bucket
+    uint32_t slot;  // its log slot in bi
   };
+  static_assert(sizeof(Shadow) == 16);
   struct DItem {
     Key key;
     Value value;
@@ -555,7 +562,7 @@ class ElimDA : public index::EngineBase<ElimDA<P, kRecords>, P, Config> {
     std::vector<uint16_t> fp;                // bucket b, slot j at [b * N_p + j]
     std::vector<std::vector<DItem>> dbucket;  // per bucket
     std::vector<std::vector<uint16_t>> dfp;   // per bucket: the fingerprint of each D-item
-    std::vector<std::vector<Shadow>> shadow;  // per bucket: relocated items still logged (I13)
+    std::vector<std::vector<Shadow>> shadow;  // per bucket, by position: items still logged (I13)
     void Push(uint32_t b, const DItem& it, uint16_t f) {
       dbucket[b].push_back(it);
       dfp[b].push_back(f);
@@ -711,9 +718,12 @@ class ElimDA : public index::EngineBase<ElimDA<P, kRecords>, P, Config> {
   // I13. REQUIRES: exclusive.
   void PruneShadows(std::vector<Shadow>* list);
   void Unref(BlockInfo* bi);
-  // I13: clears the bit of the PM item's shadow, if it has one, and flushes the block's header
-  // (no fence). REQUIRES: the key's log lock (the shadow's block is in its log) or exclusive.
-  bool ClearShadow(SegMeta* s, uint32_t b, uint64_t h, const PmSlot& pm);
+  // I13: clears the stale bit of a valid entry in PM (store + flush, no fence).
+  void ClearStale(const Shadow& e);
+  // I13: the PM item at P-bucket position `pos`: clears its shadow's bit, if it has one, and
+  // flushes the block's header (no fence). REQUIRES: the key's log lock (the shadow's block is
+  // in its log) or exclusive.
+  bool ClearShadow(SegMeta* s, uint32_t b, uint32_t pos);
   void ClearAllStale();  // Close: every stale bit cleared in PM (I13)
 
   SegMeta* NewSegMeta(uint64_t off, uint32_t depth) const;
@@ -1499,7 +1509,7 @@ Status ElimDA<P, R>::Write(const Probe& p, std::string_view value_bytes, Value v
           // I13: a shadow's bit is cleared with the value store (elimda: one fence, the shadow
           // holds the key, which stays live in the PM table), or before it (elimda-kv: the
           // shadow names the old record, which recovery would no longer find in the PM table).
-          if (ClearShadow(w.seg, w.b, h, BucketSlots(w.seg->off, w.b)[w.j]) && R) {
+          if (ClearShadow(w.seg, w.b, w.j) && R) {
             persist_.Fence();
           }
         } else if (w.layer == Layer::kDram) {
@@ -1551,13 +1561,13 @@ Status ElimDA<P, R>::EraseProbe(const Probe& p) {
       // elimda-kv: the records of the copies (one; two only in a pool written by another
       // implementation: Insert refuses a present key, so a key has one record).
       uint64_t records[2] = {0, 0};
-      // I13: the shadow's bit is cleared, flushed with the first tombstone (a crash that keeps
-      // only the tombstone brings the key back from its shadow, with the same value or record:
-      // the erase did not happen).
-      ClearShadow(s, w.b, h, slots[w.j]);
       for (uint32_t j = s->count[w.b]; j-- > w.j;) {
         if (s->fp[size_t{w.b} * params_.bucket_items + j] != f) continue;
         if (!Keys::Matches(records_.get(), slots[j], p)) continue;
+        // I13: the copy's shadow bit is cleared, flushed with its tombstone (a crash that keeps
+        // only the tombstone brings the key back from its shadow, with the same value or
+        // record: the erase did not happen).
+        ClearShadow(s, w.b, j);
         if constexpr (R) {
           const uint64_t r = slots[j].value.load(std::memory_order_relaxed);
           if (r != records[0] && r != records[1]) records[records[0] ? 1 : 0] = r;
@@ -1741,12 +1751,18 @@ void ElimDA<P, R>::Compact(SegMeta* s, uint32_t b) PMHASH_NO_THREAD_SAFETY_ANALY
     nlive += live[j];
   }
   if (nlive == n) return;
+  // I13: where each live item ends up (dead ones: nowhere), for its shadow entry.
+  std::vector<uint32_t> moved_to(n, UINT32_MAX);
+  for (uint32_t j = 0; j < n; j++) {
+    if (live[j]) moved_to[j] = j;
+  }
   uint32_t dst = 0, src = n;
   for (;;) {
     while (dst < n && live[dst]) dst++;
     while (src > 0 && !live[src - 1]) src--;
     if (src == 0 || dst >= src - 1) break;
     const uint32_t from = src - 1;
+    moved_to[from] = dst;
     slots[dst].value.store(slots[from].value.load(std::memory_order_relaxed),
                            std::memory_order_relaxed);
     slots[dst].key.store(slots[from].key.load(std::memory_order_relaxed),
@@ -1756,6 +1772,23 @@ void ElimDA<P, R>::Compact(SegMeta* s, uint32_t b) PMHASH_NO_THREAD_SAFETY_ANALY
     live[dst] = true;
     live[from] = false;
   }
+  // I13: shadows renumbered (re-sorted); a dead item's valid shadow is cleared, flushed before
+  // the fence below.
+  std::vector<Shadow>& shadows = s->shadow[b];
+  PruneShadows(&shadows);
+  size_t kept = 0;
+  for (const Shadow& e : shadows) {
+    const uint32_t to = e.pos < n ? moved_to[e.pos] : UINT32_MAX;
+    if (to == UINT32_MAX) {
+      ClearStale(e);
+      Unref(e.bi);
+      continue;
+    }
+    shadows[kept++] = Shadow{e.bi, to, e.slot};
+  }
+  shadows.resize(kept);
+  std::sort(shadows.begin(), shadows.end(),
+            [](const Shadow& x, const Shadow& y) { return x.pos < y.pos; });
   persist_.Fence();
   SegHeader* hdr = Header(s);
   hdr->count[b].store(nlive, std::memory_order_release);
@@ -1796,7 +1829,7 @@ void ElimDA<P, R>::Relocate(SegMeta* s, uint32_t b, std::vector<DItem>& items)
     bi->live = static_cast<uint16_t>(bi->live & ~bit);
     bi->stale |= bit;
     bi->refs++;
-    shadows.push_back(Shadow{bi, (SlotHash(it.key) & ~uint64_t{15}) | it.slot});
+    shadows.push_back(Shadow{bi, static_cast<uint32_t>(&it - items.data()) + at, it.slot});
     if (bi->live == 0 && bi != logs_[bi->log].head) {
       LockGuard<SpinLock> eg(empty_mu_);
       empty_blocks_.push_back(bi);
@@ -1856,13 +1889,32 @@ Status ElimDA<P, R>::Split(SegMeta* s, uint64_t h) PMHASH_NO_THREAD_SAFETY_ANALY
   const SegHeader* old_hdr = Header(s);
   uint64_t dropped = 0;
   // Older to newer: the first live copy of a key is kept, later ones dropped (paper 3.5).
+  // I13: each item's shadow entries follow it to its new position (the lists stay sorted);
+  // a dropped item's valid shadow is cleared (flushed before the commit's fence), none is
+  // left naming a slot of the old segment.
   for (uint32_t b = 0; b < params_.segment_buckets; b++) {
     const PmSlot* slots = BucketSlots(s->off, b);
+    const std::vector<Shadow>& shadows = s->shadow[b];
+    size_t cur = 0;
+    auto shadows_of = [&](uint32_t j, std::vector<Shadow>* to, uint32_t x) {
+      for (; cur < shadows.size() && shadows[cur].pos <= j; cur++) {
+        const Shadow& e = shadows[cur];
+        if (e.pos == j && to && ((e.bi->stale >> e.slot) & 1)) {
+          to->push_back(Shadow{e.bi, x, e.slot});
+          continue;
+        }
+        if ((e.bi->stale >> e.slot) & 1) ClearStale(e);
+        Unref(e.bi);
+      }
+    };
     for (uint32_t j = 0; j < s->count[b]; j++) {
       const Key k = slots[j].key.load(std::memory_order_relaxed);
       const uint64_t v = slots[j].value.load(std::memory_order_relaxed);
       const uint64_t kh = SlotHash(k);
-      if ((kh >> (64 - ld)) != prefix || BucketOf(kh) != b) continue;  // tombstone
+      if ((kh >> (64 - ld)) != prefix || BucketOf(kh) != b) {  // tombstone
+        shadows_of(j, nullptr, 0);
+        continue;
+      }
       const int side = static_cast<int>((kh >> (63 - ld)) & 1);
       SegMeta* t = half[side];
       const uint16_t f = FpOf(kh);
@@ -1874,14 +1926,17 @@ Status ElimDA<P, R>::Split(SegMeta* s, uint64_t h) PMHASH_NO_THREAD_SAFETY_ANALY
         dup = tfp[x] == f && Identity(tslots[2 * x], tslots[2 * x + 1]) == Identity(k, v);
       }
       if (dup) {
+        shadows_of(j, nullptr, 0);
         dropped++;
         continue;
       }
+      shadows_of(j, &t->shadow[b], t->count[b]);
       const uint32_t x = t->count[b]++;
       t->fp[size_t{b} * params_.bucket_items + x] = f;
       tslots[2 * x] = k;
       tslots[2 * x + 1] = v;
     }
+    shadows_of(UINT32_MAX, nullptr, 0);  // none should be left past the count
   }
   for (int side = 0; side < 2; side++) {
     uint64_t* w = img[side].data();
@@ -1917,14 +1972,6 @@ Status ElimDA<P, R>::Split(SegMeta* s, uint64_t h) PMHASH_NO_THREAD_SAFETY_ANALY
       const DItem& it = s->dbucket[b][i];
       if (!it.live) continue;
       half[(SlotHash(it.key) >> (63 - ld)) & 1]->Push(b, it, s->dfp[b][i]);
-    }
-    // I13: the valid shadows by the same bit (ld < max_depth <= 40: above the slot's 4 bits).
-    for (const Shadow& e : s->shadow[b]) {
-      if ((e.bi->stale >> (e.hs & 15)) & 1) {
-        half[(e.hs >> (63 - ld)) & 1]->shadow[b].push_back(e);
-      } else {
-        Unref(e.bi);
-      }
     }
   }
   for (uint64_t e = first; e < first + span; e++) dir_[e] = half[e >= first + span / 2];
@@ -1997,7 +2044,7 @@ template <pm::PersistPolicy P, bool R>
 void ElimDA<P, R>::PruneShadows(std::vector<Shadow>* list) {
   size_t n = 0;
   for (const Shadow& e : *list) {
-    if ((e.bi->stale >> (e.hs & 15)) & 1) {
+    if ((e.bi->stale >> e.slot) & 1) {
       (*list)[n++] = e;
     } else {
       Unref(e.bi);
@@ -2007,27 +2054,26 @@ void ElimDA<P, R>::PruneShadows(std::vector<Shadow>* list) {
 }
 
 template <pm::PersistPolicy P, bool R>
-bool ElimDA<P, R>::ClearShadow(SegMeta* s, uint32_t b, uint64_t h, const PmSlot& pm)
+void ElimDA<P, R>::ClearStale(const Shadow& e) PMHASH_NO_THREAD_SAFETY_ANALYSIS {
+  e.bi->stale = static_cast<uint16_t>(e.bi->stale & ~(1u << e.slot));
+  LogBlock* blk = Block(e.bi);
+  blk->header.store(blk->header.load(std::memory_order_relaxed) & ~(uint64_t{1} << e.slot),
+                    std::memory_order_release);
+  persist_.Flush(&blk->header, sizeof(uint64_t));
+}
+
+template <pm::PersistPolicy P, bool R>
+bool ElimDA<P, R>::ClearShadow(SegMeta* s, uint32_t b, uint32_t pos)
     PMHASH_NO_THREAD_SAFETY_ANALYSIS {
-  const uint64_t id =
-      Identity(pm.key.load(std::memory_order_relaxed), pm.value.load(std::memory_order_relaxed));
-  for (const Shadow& e : s->shadow[b]) {
-    if (((e.hs ^ h) >> 4) != 0) continue;
-    const uint32_t j = static_cast<uint32_t>(e.hs & 15);
-    BlockInfo* const bi = e.bi;
-    if (!((bi->stale >> j) & 1)) continue;
-    LogBlock* blk = Block(bi);
-    const PmSlot& ls = blk->slots[j];
-    if (Identity(ls.key.load(std::memory_order_relaxed),
-                 ls.value.load(std::memory_order_relaxed)) != id) {
-      continue;
+  const std::vector<Shadow>& list = s->shadow[b];
+  auto it = std::lower_bound(list.begin(), list.end(), pos,
+                             [](const Shadow& e, uint32_t p) { return e.pos < p; });
+  for (; it != list.end() && it->pos == pos; ++it) {
+    if ((it->bi->stale >> it->slot) & 1) {
+      ClearStale(*it);
+      stale_cleared_.fetch_add(1, std::memory_order_relaxed);
+      return true;
     }
-    bi->stale = static_cast<uint16_t>(bi->stale & ~(1u << j));
-    blk->header.store(blk->header.load(std::memory_order_relaxed) & ~(uint64_t{1} << j),
-                      std::memory_order_release);
-    persist_.Flush(&blk->header, sizeof(uint64_t));
-    stale_cleared_.fetch_add(1, std::memory_order_relaxed);
-    return true;
   }
   return false;
 }
@@ -2183,17 +2229,23 @@ Status ElimDA<P, R>::CheckInvariants() const PMHASH_NO_THREAD_SAFETY_ANALYSIS {
         pm_live.Insert(Identity(k, v));
         live++;
       }
+      uint32_t last_pos = 0;
       for (const Shadow& e : s->shadow[b]) {
         refs[e.bi]++;
-        const uint32_t j = static_cast<uint32_t>(e.hs & 15);
-        if (!((e.bi->stale >> j) & 1)) continue;
-        if ((e.hs >> (64 - s->depth)) != prefix || BucketOf(e.hs) != b) {
-          return fail("shadow in the wrong bucket");
+        if (e.pos < last_pos) return fail("shadow list out of order");
+        last_pos = e.pos;
+        if (!((e.bi->stale >> e.slot) & 1)) continue;
+        if (e.pos >= s->count[b]) return fail("shadow past the bucket's count");
+        const PmSlot& item = slots[e.pos];
+        const PmSlot& logged = Block(e.bi)->slots[e.slot];
+        if (!LiveIn(item.key.load(), prefix, s->depth, b) ||
+            Identity(item.key.load(), item.value.load()) !=
+                Identity(logged.key.load(), logged.value.load())) {
+          return fail("shadow names another item than its P-bucket slot holds");
         }
-        if (((SlotHash(Block(e.bi)->slots[j].key.load()) ^ e.hs) >> 4) != 0) {
-          return fail("shadow hash differs from its log slot");
+        if (!shadowed.insert(e.bi->off << 4 | e.slot).second) {
+          return fail("log slot shadowed twice");
         }
-        if (!shadowed.insert(e.bi->off << 4 | j).second) return fail("log slot shadowed twice");
       }
       if (s->dfp[b].size() != s->dbucket[b].size()) return fail("D-bucket fingerprints");
       for (size_t x = 0; x < s->dbucket[b].size(); x++) {
