@@ -159,28 +159,30 @@
 //       walk's record checks protected is bounded where a record is read (Records::Fits), as
 //       in turbo-kv and reh-kv.
 //   I13 Shadows (the paper's DRAM bitmap, made safe for our update and erase): a relocated
-//       item's log slot keeps its bit in PM. DRAM marks it stale (BlockInfo::stale) and lists
-//       it under the item's P-bucket by the item's position there (SegMeta::shadow, sorted: a
+//       item's log slot keeps its bit in PM. DRAM marks it stale (BlockInfo::stale), lists it
+//       under the item's P-bucket by the item's position there (SegMeta::shadow, sorted: a
 //       relocation appends at the count; a split or compaction renumbers the entries of the
-//       items it moves and clears the shadows of those it drops, before its fence). An update
-//       or erase finds its item's entry by binary search. A shadow is harmless while its item
-//       is live in the PM table with the same identity (I5 drops it at recovery); whatever
-//       would end that clears the bit first. An erase stores the clearing and flushes it with
-//       the tombstone, one fence: a crash that keeps only the tombstone brings the key back
-//       from its shadow with the value (elimda-kv: the record) it has in the PM table, since
-//       updates clear shadows, so the erase did not happen. An elimda update clears it with the
-//       value store, one fence (the key stays live in the PM table either way); an elimda-kv
-//       update fences the clearing before it publishes the new record (the shadow names the old
-//       record, which recovery would no longer find in the PM table, and would recover the key
-//       twice). Close clears every stale bit, so the image (I12) names none. A block whose live
-//       bits are clear is unlinked (I8) whatever its stale bits (an unreachable block's bits
-//       mean nothing); its BlockInfo is kept, without stale bits, until the last shadow entry
-//       naming it is pruned (a relocation or compaction prunes its list, a split the lists it
-//       divides). What it saves: a relocation wrote one header line per log block it took items
-//       from, about one random line, so one media write, per insert under ADR; now it writes
-//       none. What it costs: an update or erase of an item with a shadow flushes one more line
-//       (elimda-kv's update: one more fence too); recovery clears the shadows' bits (one flush
-//       per block).
+//       items it moves and clears the shadows of those it drops, before its fence) and sets the
+//       position's bit in SegMeta::shadowed, so that only an item with a shadow searches the
+//       list. A shadow is harmless while its item is live in the PM table with the same
+//       identity (I5 drops it at recovery); whatever would end that clears the bit first.
+//       elimda: an erase clears it and fences before the tombstone (an update leaves the
+//       shadow, whose key stays live, with an older value: a crash that kept only the tombstone
+//       would bring that value back). elimda-kv: an update clears it and fences before it
+//       publishes the new record (the shadow names the old record, which recovery would no
+//       longer find in the PM table, and would recover the key twice); so a shadow names the
+//       record its item has, and an erase flushes the clearing with the tombstone, one fence (a
+//       crash that keeps only the tombstone brings the key back with that record: the erase did
+//       not happen). Close clears every stale bit, so the image (I12) names none. A block whose
+//       live bits are clear is unlinked (I8) whatever its stale bits (an unreachable block's
+//       bits mean nothing); its BlockInfo is kept, without stale bits, until the last shadow
+//       entry naming it is pruned (a relocation or compaction prunes its list, a split the
+//       lists it divides). The Dram policy keeps no shadows (nothing is recovered): a
+//       relocation clears the bits, unflushed. What it saves: a relocation wrote one header
+//       line per log block it took items from, about one random line, so one media write, per
+//       insert under ADR; now it writes none. What it costs: an erase (elimda-kv: an update) of
+//       an item with a shadow flushes one more line and fences once more; recovery clears the
+//       shadows' bits (one flush per block).
 //
 // Recovery (paper 3.6): walk the segment chain (tiling and tags checked, every offset
 // validated, MarkReachable), rebuild directory, counts and fingerprints; walk every log chain
@@ -563,6 +565,13 @@ class ElimDA : public index::EngineBase<ElimDA<P, kRecords>, P, Config> {
     std::vector<std::vector<DItem>> dbucket;  // per bucket
     std::vector<std::vector<uint16_t>> dfp;   // per bucket: the fingerprint of each D-item
     std::vector<std::vector<Shadow>> shadow;  // per bucket, by position: items still logged (I13)
+    // A bit per P-bucket slot, set while a valid shadow entry may name it: an update or erase
+    // of an item without one reads no list (I13).
+    std::vector<uint64_t> shadowed;
+    bool Shadowed(size_t i) const { return (shadowed[i >> 6] >> (i & 63)) & 1; }
+    void SetShadowed(size_t i, bool on) {
+      shadowed[i >> 6] = (shadowed[i >> 6] & ~(uint64_t{1} << (i & 63))) | uint64_t{on} << (i & 63);
+    }
     void Push(uint32_t b, const DItem& it, uint16_t f) {
       dbucket[b].push_back(it);
       dfp[b].push_back(f);
@@ -812,6 +821,7 @@ typename ElimDA<P, R>::SegMeta* ElimDA<P, R>::NewSegMeta(uint64_t off, uint32_t 
   s->dbucket.resize(params_.segment_buckets);
   s->dfp.resize(params_.segment_buckets);
   s->shadow.resize(params_.segment_buckets);
+  s->shadowed.assign((size_t{params_.segment_buckets} * params_.bucket_items + 63) / 64, 0);
   return s;
 }
 
@@ -1506,11 +1516,12 @@ Status ElimDA<P, R>::Write(const Probe& p, std::string_view value_bytes, Value v
         std::atomic<uint64_t>* cell = nullptr;
         if (w.layer == Layer::kPm) {
           cell = &BucketSlots(w.seg->off, w.b)[w.j].value;
-          // I13: a shadow's bit is cleared with the value store (elimda: one fence, the shadow
-          // holds the key, which stays live in the PM table), or before it (elimda-kv: the
-          // shadow names the old record, which recovery would no longer find in the PM table).
-          if (ClearShadow(w.seg, w.b, w.j) && R) {
-            persist_.Fence();
+          // I13, elimda-kv: the shadow names the old record, which recovery would no longer
+          // find in the PM table: its bit is cleared, durably, before the new record is
+          // published. (elimda: the shadow holds the key, which stays live in the PM table; it
+          // is left, and an erase clears it first.)
+          if constexpr (R) {
+            if (ClearShadow(w.seg, w.b, w.j)) persist_.Fence();
           }
         } else if (w.layer == Layer::kDram) {
           cell = &Block(w.item->block)->slots[w.item->slot].value;
@@ -1564,10 +1575,12 @@ Status ElimDA<P, R>::EraseProbe(const Probe& p) {
       for (uint32_t j = s->count[w.b]; j-- > w.j;) {
         if (s->fp[size_t{w.b} * params_.bucket_items + j] != f) continue;
         if (!Keys::Matches(records_.get(), slots[j], p)) continue;
-        // I13: the copy's shadow bit is cleared, flushed with its tombstone (a crash that keeps
-        // only the tombstone brings the key back from its shadow, with the same value or
-        // record: the erase did not happen).
-        ClearShadow(s, w.b, j);
+        // I13: the copy's shadow bit is cleared before its tombstone. elimda-kv: flushed with
+        // it, one fence (a crash that keeps only the tombstone brings the key back from its
+        // shadow with the record it has in the PM table, since updates clear shadows: the erase
+        // did not happen). elimda: fenced first (an update leaves the shadow with an older
+        // value).
+        if (ClearShadow(s, w.b, j) && !R) persist_.Fence();
         if constexpr (R) {
           const uint64_t r = slots[j].value.load(std::memory_order_relaxed);
           if (r != records[0] && r != records[1]) records[records[0] ? 1 : 0] = r;
@@ -1789,6 +1802,8 @@ void ElimDA<P, R>::Compact(SegMeta* s, uint32_t b) PMHASH_NO_THREAD_SAFETY_ANALY
   shadows.resize(kept);
   std::sort(shadows.begin(), shadows.end(),
             [](const Shadow& x, const Shadow& y) { return x.pos < y.pos; });
+  for (uint32_t j = 0; j < n; j++) s->SetShadowed(size_t{b} * params_.bucket_items + j, false);
+  for (const Shadow& e : shadows) s->SetShadowed(size_t{b} * params_.bucket_items + e.pos, true);
   persist_.Fence();
   SegHeader* hdr = Header(s);
   hdr->count[b].store(nlive, std::memory_order_release);
@@ -1821,15 +1836,24 @@ void ElimDA<P, R>::Relocate(SegMeta* s, uint32_t b, std::vector<DItem>& items)
   // set in PM, as shadows of the relocated items (I13), until an update or erase of the item,
   // or Close, clears them; recovery clears them by I5. A block whose items are all relocated
   // or erased is unlinked by the sweep.
+  // Under the Dram policy nothing is recovered: the bits are cleared (no flush) and no shadow
+  // is kept.
   std::vector<Shadow>& shadows = s->shadow[b];
-  PruneShadows(&shadows);
+  if constexpr (P::kPersistent) PruneShadows(&shadows);
   for (const DItem& it : items) {
     BlockInfo* const bi = it.block;
     const auto bit = static_cast<uint16_t>(1u << it.slot);
     bi->live = static_cast<uint16_t>(bi->live & ~bit);
-    bi->stale |= bit;
-    bi->refs++;
-    shadows.push_back(Shadow{bi, static_cast<uint32_t>(&it - items.data()) + at, it.slot});
+    if constexpr (P::kPersistent) {
+      const auto pos = static_cast<uint32_t>(&it - items.data()) + at;
+      bi->stale |= bit;
+      bi->refs++;
+      shadows.push_back(Shadow{bi, pos, it.slot});
+      s->SetShadowed(size_t{b} * params_.bucket_items + pos, true);
+    } else {
+      std::atomic<uint64_t>& word = Block(bi)->header;
+      word.store(word.load(std::memory_order_relaxed) & ~uint64_t{bit}, std::memory_order_relaxed);
+    }
     if (bi->live == 0 && bi != logs_[bi->log].head) {
       LockGuard<SpinLock> eg(empty_mu_);
       empty_blocks_.push_back(bi);
@@ -1896,11 +1920,12 @@ Status ElimDA<P, R>::Split(SegMeta* s, uint64_t h) PMHASH_NO_THREAD_SAFETY_ANALY
     const PmSlot* slots = BucketSlots(s->off, b);
     const std::vector<Shadow>& shadows = s->shadow[b];
     size_t cur = 0;
-    auto shadows_of = [&](uint32_t j, std::vector<Shadow>* to, uint32_t x) {
+    auto shadows_of = [&](uint32_t j, SegMeta* to, uint32_t x) {
       for (; cur < shadows.size() && shadows[cur].pos <= j; cur++) {
         const Shadow& e = shadows[cur];
         if (e.pos == j && to && ((e.bi->stale >> e.slot) & 1)) {
-          to->push_back(Shadow{e.bi, x, e.slot});
+          to->shadow[b].push_back(Shadow{e.bi, x, e.slot});
+          to->SetShadowed(size_t{b} * params_.bucket_items + x, true);
           continue;
         }
         if ((e.bi->stale >> e.slot) & 1) ClearStale(e);
@@ -1930,7 +1955,7 @@ Status ElimDA<P, R>::Split(SegMeta* s, uint64_t h) PMHASH_NO_THREAD_SAFETY_ANALY
         dropped++;
         continue;
       }
-      shadows_of(j, &t->shadow[b], t->count[b]);
+      shadows_of(j, t, t->count[b]);
       const uint32_t x = t->count[b]++;
       t->fp[size_t{b} * params_.bucket_items + x] = f;
       tslots[2 * x] = k;
@@ -2065,6 +2090,9 @@ void ElimDA<P, R>::ClearStale(const Shadow& e) PMHASH_NO_THREAD_SAFETY_ANALYSIS 
 template <pm::PersistPolicy P, bool R>
 bool ElimDA<P, R>::ClearShadow(SegMeta* s, uint32_t b, uint32_t pos)
     PMHASH_NO_THREAD_SAFETY_ANALYSIS {
+  const size_t i = size_t{b} * params_.bucket_items + pos;
+  if (!s->Shadowed(i)) return false;
+  s->SetShadowed(i, false);
   const std::vector<Shadow>& list = s->shadow[b];
   auto it = std::lower_bound(list.begin(), list.end(), pos,
                              [](const Shadow& e, uint32_t p) { return e.pos < p; });
@@ -2236,6 +2264,9 @@ Status ElimDA<P, R>::CheckInvariants() const PMHASH_NO_THREAD_SAFETY_ANALYSIS {
         last_pos = e.pos;
         if (!((e.bi->stale >> e.slot) & 1)) continue;
         if (e.pos >= s->count[b]) return fail("shadow past the bucket's count");
+        if (!s->Shadowed(size_t{b} * params_.bucket_items + e.pos)) {
+          return fail("shadowed slot without its bit");
+        }
         const PmSlot& item = slots[e.pos];
         const PmSlot& logged = Block(e.bi)->slots[e.slot];
         if (!LiveIn(item.key.load(), prefix, s->depth, b) ||
