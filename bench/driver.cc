@@ -463,7 +463,7 @@ Status RunBench(const BenchConfig& config, BenchListener* listener, BenchReport*
           rc.options.huge_pages = c.huge_pages;
           rc.options.media_block_bytes = c.media_block_bytes;
           rc.options.media_cache_bytes = c.media_cache_bytes;
-          if (c.elimda_logs) rc.options.elimda.logs = c.elimda_logs;
+          if (!c.elimda_logs.empty()) rc.options.elimda.logs = c.elimda_logs.front();
           rc.runner = ro;
           rc.phases = IsMultiKind(index) ? std::span<const PhaseSpec>(multi_phases)
                                          : std::span<const PhaseSpec>(phases);

@@ -52,6 +52,22 @@ constexpr std::array kPresets = {
     Preset{"elimda-fig4", "ElimDA Fig. 4",
            "write amplification of inserts: media bytes / 16 B payload (256 B blocks); 2M keys", "",
            10'000'000},
+    Preset{"elimda-exp1", "ElimDA Exp#1 (uniform)",
+           "throughput of insert, find+, find-, erase under eADR, uniform keys: elimda beside "
+           "reh, pea, turbo; 2M keys",
+           ""},
+    Preset{"elimda-exp1z", "ElimDA Exp#1 (Zipf 0.99)",
+           "as elimda-exp1, with the find+ keys drawn from Zipf 0.99", ""},
+    Preset{"elimda-exp5", "ElimDA Exp#5",
+           "as elimda-exp1 on ADR (volatile caches: ElimDA flushes each append)", ""},
+    Preset{"elimda-exp6", "ElimDA Exp#6",
+           "PM traffic per op (flushes, non-temporal bytes, media writes in 256 B blocks) of "
+           "insert, find+, find-, erase, ADR and eADR: elimda beside reh, pea, turbo; 2M keys",
+           ""},
+    Preset{"elimda-exp11", "ElimDA Exp#11",
+           "log space 0.5, 1, 2, 4 MB (2048..16384 collecting logs): insert and find+ "
+           "throughput and insert media writes under eADR; one run per size; 2M keys",
+           "elimda"},
     Preset{"smartht-fig5", "SmartHT Fig. 5",
            "scalability, uniform keys: insert, find+, find-, erase with 1, 2, all CPUs; 2M keys",
            "", 200'000'000},
@@ -169,6 +185,27 @@ Status ApplyPreset(std::string_view name, BenchConfig* c, std::vector<std::strin
     c->keys = 2'000'000;
     c->phases = {"insert"};
     c->persist_probe = false;
+  } else if (name.rfind("elimda-exp", 0) == 0) {
+    c->keys = 2'000'000;
+    c->phases = {"insert", "find+", "find-", "erase"};
+    c->persist_probe = false;
+    if (name != "elimda-exp11") {
+      c->indexes.clear();
+      for (const char* i : {"reh", "pea", "turbo", "elimda"}) {
+        if (Registered(i)) c->indexes.emplace_back(i);
+      }
+    }
+    if (name == "elimda-exp1" || name == "elimda-exp1z" || name == "elimda-exp5") {
+      c->count_keys = 0;
+      c->durabilities = {name == "elimda-exp5" ? Durability::kAdr : Durability::kEadr};
+      if (name == "elimda-exp1z") c->dist = {DistKind::kZipfian, 0.99};
+    } else if (name == "elimda-exp6") {
+      c->durabilities = {Durability::kAdr, Durability::kEadr};
+    } else {  // elimda-exp11
+      c->durabilities = {Durability::kEadr};
+      c->phases = {"insert", "find+"};
+      c->elimda_logs = {2048, 4096, 8192, 16384};
+    }
   } else if (name == "smartht-fig8") {
     c->keys = 2'000'000;
     c->threads = {ThreadSweep().back()};

@@ -767,7 +767,7 @@ std::string ToJson(const BenchReport& r) {
   j.BoolMember("huge_pages", c.huge_pages);
   j.UintMember("media_block_bytes", c.media_block_bytes);
   j.UintMember("media_cache_bytes", c.media_cache_bytes);
-  if (c.elimda_logs) j.UintMember("elimda_logs", c.elimda_logs);
+  if (!c.elimda_logs.empty()) j.UintMember("elimda_logs", c.elimda_logs.front());
   j.BoolMember("reference", c.reference);
   j.UintMember("key_bytes", c.key_bytes);
   j.UintMember("value_bytes", c.value_bytes);

@@ -55,9 +55,9 @@ struct BenchConfig {
   // src/pm/counters.h): block size, and the eADR last-level-cache model's capacity (0: off).
   uint32_t media_block_bytes = 256;
   uint64_t media_cache_bytes = uint64_t{16} << 20;
-  // ElimDA's collecting logs in the pools this run creates (Options::elimda.logs); 0: the
-  // index's default.
-  uint32_t elimda_logs = 0;
+  // ElimDA's collecting logs in the pools this run creates (Options::elimda.logs); empty: the
+  // index's default. The driver takes one value; `pmhash bench` runs once per value of a list.
+  std::vector<uint32_t> elimda_logs;
   // Variable-size items (bench/bytes_table.h): keys of key_bytes and values of value_bytes
   // bytes, expanded from the generator's 64-bit keys, through the bytes API of the kinds whose
   // Capabilities have `bytes` (the others are skipped with a note); the reference row is then

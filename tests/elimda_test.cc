@@ -16,6 +16,11 @@
 //   Duplicates             a P-bucket holding a key twice: the first copy wins, splits drop the
 //                          second, an erase removes both.
 //   HostilePool            corrupt offsets and header words are refused with kCorruption.
+//   Shadows                relocated items' log bits stay set in PM (I13): an erase of such an
+//                          item clears its bit and fences first (two fences, one otherwise), an
+//                          update leaves it; compactions at out of space renumber the shadows of
+//                          the items they move; Close clears them, a crash leaves them to
+//                          recovery.
 #include "index/elimda/elimda.h"
 
 #include <gtest/gtest.h>
@@ -271,6 +276,105 @@ TEST(ElimdaDuplicates, FirstCopyWinsAndSplitDropsDuplicates) {
 // clean Close the open loads the saved state (I12) and reads no bucket or block but the log
 // table: it refuses what it reads, opens otherwise, and then every operation stays bounded and
 // CheckInvariants (`pmhash check`) reports the damage.
+// I13: the shadows of relocated items. The invariants (CheckInvariants: every stale bit has one
+// valid shadow entry naming the P-bucket slot that holds its item) are checked after each op.
+TEST(ElimdaShadows, EraseClearsUpdateLeavesCompactionRenumbers) {
+  ScopedPath path("elimda_shadows");
+  Options o = SmallOptions(path.path());
+  o.counters = true;
+  o.elimda.logs = 2;
+  // Too small to split for long: relocations then compact P-buckets (ElimdaCrash's geometry).
+  o.pool_size = 4096 + 40 * 256;
+  std::map<Key, Value> model;
+  uint64_t shadowed_erases = 0, plain_erases = 0, updates = 0, compactions_with_shadows = 0;
+  {
+    auto r = Engine::Open(o);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    auto& ix = **r;
+    for (uint64_t i = 0; i < 2000; i++) {
+      const Key k = SplitMix64(i);
+      const double compactions = Detail(ix.Stats(), "elimda.compactions");
+      const double shadows = Detail(ix.Stats(), "elimda.shadow_entries");
+      const Status st = ix.Insert(k, i);
+      if (st.IsOutOfSpace()) break;
+      ASSERT_TRUE(st.ok()) << st.ToString();
+      model[k] = i;
+      if (Detail(ix.Stats(), "elimda.compactions") > compactions && shadows > 0) {
+        compactions_with_shadows++;
+      }
+      // Every third key of the PM table: an update (one fence, the shadow stays), then every
+      // other one of those erased (two fences if it had a shadow, else one).
+      const Key old = SplitMix64(i / 2);
+      if (i % 3 == 0 && model.count(old) && ix.LayerOf(old) == 1) {
+        ix.ResetCounters();
+        const double cleared = Detail(ix.Stats(), "elimda.shadows_cleared");
+        ASSERT_TRUE(ix.Update(old, i + 1).ok());
+        EXPECT_EQ(ix.pool().counters().Snapshot().fences, 1u);
+        EXPECT_EQ(Detail(ix.Stats(), "elimda.shadows_cleared"), cleared) << "an update left it";
+        model[old] = i + 1;
+        updates++;
+        if (i % 2 == 0) {
+          ix.ResetCounters();
+          ASSERT_TRUE(ix.Erase(old).ok());
+          const bool had = Detail(ix.Stats(), "elimda.shadows_cleared") > cleared;
+          EXPECT_EQ(ix.pool().counters().Snapshot().fences, had ? 2u : 1u);
+          (had ? shadowed_erases : plain_erases)++;
+          model.erase(old);
+        }
+      }
+      const Status inv = ix.CheckInvariants();
+      ASSERT_TRUE(inv.ok()) << "after op " << i << ": " << inv.ToString();
+    }
+    EXPECT_GT(shadowed_erases, 0u);
+    EXPECT_GT(plain_erases, 0u);
+    EXPECT_GT(updates, 0u);
+    EXPECT_GT(compactions_with_shadows, 0u) << "no compaction while shadows were listed";
+    EXPECT_GT(Detail(ix.Stats(), "elimda.shadow_entries"), 0);
+    ASSERT_NO_FATAL_FAILURE(ExpectContents(ix, model));
+    ix.Abandon();  // a crash: recovery clears the stale bits (I5)
+  }
+  {
+    auto r = Engine::Open(o);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    ASSERT_NO_FATAL_FAILURE(ExpectContents(**r, model));
+    EXPECT_EQ(Detail((*r)->Stats(), "elimda.shadow_entries"), 0);
+  }
+}
+
+// I13 and I12: Close clears every stale bit, so the image names none, and the next open loads it.
+TEST(ElimdaShadows, CloseClearsStaleBits) {
+  ScopedPath path("elimda_shadows_close");
+  const Options o = SmallOptions(path.path());
+  std::map<Key, Value> model;
+  {
+    auto r = Engine::Open(o);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    auto& ix = **r;
+    for (uint64_t i = 0; i < 3000; i++) {
+      ASSERT_TRUE(ix.Insert(SplitMix64(i), i).ok());
+      model[SplitMix64(i)] = i;
+    }
+    EXPECT_GT(Detail(ix.Stats(), "elimda.shadow_entries"), 0);
+    ASSERT_TRUE(ix.Close().ok());
+  }
+  {
+    auto r = Engine::Open(o);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    auto& ix = **r;
+    EXPECT_TRUE(ix.Stats().state_loaded);
+    ASSERT_NO_FATAL_FAILURE(ExpectContents(ix, model));  // CheckInvariants: no stale bit in PM
+    // Erases after the clean open find no shadow to clear; a crash after them keeps them erased.
+    for (uint64_t i = 0; i < 3000; i += 2) {
+      ASSERT_TRUE(ix.Erase(SplitMix64(i)).ok());
+      model.erase(SplitMix64(i));
+    }
+    ix.Abandon();
+  }
+  auto r = Engine::Open(o);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_NO_FATAL_FAILURE(ExpectContents(**r, model));
+}
+
 TEST(ElimdaHostile, CorruptWordsAreRefused) {
   ScopedPath path("elimda_hostile");
   Options o = SmallOptions(path.path());

@@ -76,6 +76,40 @@ class CliListener final : public bench::BenchListener {
   std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
 };
 
+// The file name with `suffix` before its extension.
+std::string Suffixed(const std::string& path, const std::string& suffix) {
+  const size_t dot = path.rfind('.');
+  const size_t slash = path.rfind('/');
+  if (dot == std::string::npos || (slash != std::string::npos && dot < slash)) {
+    return path + suffix;
+  }
+  return path.substr(0, dot) + suffix + path.substr(dot);
+}
+
+int RunAndWrite(const bench::BenchConfig& c, const std::vector<std::string>& notes,
+                bench::BenchListener* listener, std::optional<std::string> json,
+                std::optional<std::string> csv, const std::string& suffix) {
+  if (json) json = Suffixed(*json, suffix);
+  if (csv) csv = Suffixed(*csv, suffix);
+  bench::BenchReport report;
+  if (Status s = bench::RunBench(c, listener, &report, notes); !s.ok()) return Fail(s);
+  int rc = report.ok() ? kExitOk : kExitFailed;
+  if (json) {
+    if (Status s = bench::WriteFile(*json, bench::ToJson(report)); !s.ok()) rc = Fail(s);
+  }
+  if (csv) {
+    if (Status s = bench::WriteFile(*csv, bench::ToCsv(report)); !s.ok()) rc = Fail(s);
+    if (!report.series.empty()) {
+      std::string series = *csv;
+      if (series.size() > 4 && series.substr(series.size() - 4) == ".csv")
+        series.resize(series.size() - 4);
+      series += "-series.csv";
+      if (Status s = bench::WriteFile(series, bench::ToSeriesCsv(report)); !s.ok()) rc = Fail(s);
+    }
+  }
+  return rc;
+}
+
 }  // namespace
 
 int BenchMain(const ParsedArgs& args) {
@@ -185,12 +219,17 @@ int BenchMain(const ParsedArgs& args) {
       PMHASH_RETURN_IF_ERROR(ParseSize(*v, "--media-cache", &c.media_cache_bytes));
     }
     if (auto v = args.Value("elimda-logs")) {
-      uint64_t n = 0;
-      PMHASH_RETURN_IF_ERROR(ParseCount(*v, "--elimda-logs", &n));
-      if (n < 1 || n > (uint64_t{1} << 20) || !std::has_single_bit(n)) {
-        return Status::InvalidArgument("--elimda-logs must be a power of two in [1, 2^20]");
+      std::vector<std::string> items;
+      PMHASH_RETURN_IF_ERROR(SplitList(*v, "--elimda-logs", &items));
+      c.elimda_logs.clear();
+      for (const auto& item : items) {
+        uint64_t n = 0;
+        PMHASH_RETURN_IF_ERROR(ParseCount(item, "--elimda-logs", &n));
+        if (n < 1 || n > (uint64_t{1} << 20) || !std::has_single_bit(n)) {
+          return Status::InvalidArgument("--elimda-logs: each must be a power of two in [1, 2^20]");
+        }
+        c.elimda_logs.push_back(static_cast<uint32_t>(n));
       }
-      c.elimda_logs = static_cast<uint32_t>(n);
     }
     if (args.Has("no-reference")) c.reference = false;
     if (auto v = args.Value("count-keys")) {
@@ -308,23 +347,21 @@ int BenchMain(const ParsedArgs& args) {
   for (int sig : {SIGINT, SIGTERM, SIGHUP}) sigaction(sig, &sa, nullptr);
 
   CliListener listener(!args.Has("quiet") && isatty(STDERR_FILENO));
-  bench::BenchReport report;
-  if (Status s = bench::RunBench(c, &listener, &report, notes); !s.ok()) return Fail(s);
-  int rc = report.ok() ? kExitOk : kExitFailed;
-  if (json) {
-    if (Status s = bench::WriteFile(*json, bench::ToJson(report)); !s.ok()) rc = Fail(s);
-  }
-  if (csv) {
-    if (Status s = bench::WriteFile(*csv, bench::ToCsv(report)); !s.ok()) rc = Fail(s);
-    if (!report.series.empty()) {
-      std::string series = *csv;
-      if (series.size() > 4 && series.substr(series.size() - 4) == ".csv")
-        series.resize(series.size() - 4);
-      series += "-series.csv";
-      if (Status s = bench::WriteFile(series, bench::ToSeriesCsv(report)); !s.ok()) rc = Fail(s);
-    }
+  // Several --elimda-logs values (the elimda-exp11 preset): one run each, the files of each
+  // run named FILE-logsN.EXT.
+  const std::vector<uint32_t> sweep = c.elimda_logs;
+  if (sweep.size() <= 1) return RunAndWrite(c, notes, &listener, json, csv, "");
+  int rc = kExitOk;
+  for (const uint32_t logs : sweep) {
+    bench::BenchConfig one = c;
+    one.elimda_logs = {logs};
+    std::cout << "== elimda.logs " << logs << " (log space " << (uint64_t{logs} * 256 >> 10)
+              << " KiB)\n";
+    const int r = RunAndWrite(one, notes, &listener, json, csv, "-logs" + std::to_string(logs));
+    if (r != kExitOk) rc = r;
   }
   return rc;
 }
+
 
 }  // namespace pmhash::cli
