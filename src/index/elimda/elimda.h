@@ -756,6 +756,8 @@ class ElimDA : public index::EngineBase<ElimDA<P, kRecords>, P, Config> {
       blocks_freed_{0}, segments_{0}, blocks_{0}, compactions_{0}, line_moves_{0},
       stale_cleared_{0},  // shadows cleared by an update or erase (I13)
       torn_dropped_{0};  // elimda-kv: unacknowledged appends whose record a crash tore (I11)
+  // I13: shadow list entries (valid or not) and stale bits.
+  std::atomic<uint64_t> shadow_entries_{0}, stale_slots_{0}, shadow_prunes_{0};
 
   std::unique_ptr<index::Records> records_;  // elimda-kv only (src/index/records.h)
   // elimda-kv only, after pool_ and records_: its destructor frees into them.
@@ -803,6 +805,8 @@ void ElimDA<P, R>::DeleteAll() {
     }
   }
   empty_blocks_.clear();
+  shadow_entries_.store(0, std::memory_order_relaxed);
+  stale_slots_.store(0, std::memory_order_relaxed);
   while (unlinked_) {
     BlockInfo* o = unlinked_->older;
     delete unlinked_;
@@ -1850,6 +1854,8 @@ void ElimDA<P, R>::Relocate(SegMeta* s, uint32_t b, std::vector<DItem>& items)
       bi->refs++;
       shadows.push_back(Shadow{bi, pos, it.slot});
       s->SetShadowed(size_t{b} * params_.bucket_items + pos, true);
+      shadow_entries_.fetch_add(1, std::memory_order_relaxed);
+      stale_slots_.fetch_add(1, std::memory_order_relaxed);
     } else {
       std::atomic<uint64_t>& word = Block(bi)->header;
       word.store(word.load(std::memory_order_relaxed) & ~uint64_t{bit}, std::memory_order_relaxed);
@@ -1861,6 +1867,15 @@ void ElimDA<P, R>::Relocate(SegMeta* s, uint32_t b, std::vector<DItem>& items)
   }
   items.clear();
   s->dfp[b].clear();
+  // Entries of unlinked blocks and cleared shadows are dropped only where a list is rewritten:
+  // once they are half of all, every list is pruned (amortized: each entry once).
+  if (shadow_entries_.load(std::memory_order_relaxed) >
+      2 * stale_slots_.load(std::memory_order_relaxed) + 256) {
+    for (size_t i = 0; i < dir_.size(); i += size_t{1} << (gd_ - dir_[i]->depth)) {
+      for (auto& list : dir_[i]->shadow) PruneShadows(&list);
+    }
+    shadow_prunes_.fetch_add(1, std::memory_order_relaxed);
+  }
   relocations_.fetch_add(1, std::memory_order_relaxed);
   relocated_items_.fetch_add(n, std::memory_order_relaxed);
 }
@@ -2045,6 +2060,7 @@ void ElimDA<P, R>::Unlink(BlockInfo* bi) {
   }
   // Shadow entries still name it: every one is invalid now (no stale bit), and the last one
   // pruned deletes it (Unref).
+  stale_slots_.fetch_sub(static_cast<uint64_t>(std::popcount(bi->stale)), std::memory_order_relaxed);
   bi->off = 0;
   bi->stale = 0;
   bi->newer = nullptr;
@@ -2055,6 +2071,7 @@ void ElimDA<P, R>::Unlink(BlockInfo* bi) {
 
 template <pm::PersistPolicy P, bool R>
 void ElimDA<P, R>::Unref(BlockInfo* bi) {
+  shadow_entries_.fetch_sub(1, std::memory_order_relaxed);
   if (--bi->refs != 0 || bi->off != 0) return;
   if (bi->newer) {
     bi->newer->older = bi->older;
@@ -2081,6 +2098,7 @@ void ElimDA<P, R>::PruneShadows(std::vector<Shadow>* list) {
 template <pm::PersistPolicy P, bool R>
 void ElimDA<P, R>::ClearStale(const Shadow& e) PMHASH_NO_THREAD_SAFETY_ANALYSIS {
   e.bi->stale = static_cast<uint16_t>(e.bi->stale & ~(1u << e.slot));
+  stale_slots_.fetch_sub(1, std::memory_order_relaxed);
   LogBlock* blk = Block(e.bi);
   blk->header.store(blk->header.load(std::memory_order_relaxed) & ~(uint64_t{1} << e.slot),
                     std::memory_order_release);
@@ -2117,6 +2135,8 @@ void ElimDA<P, R>::ClearAllStale() PMHASH_NO_THREAD_SAFETY_ANALYSIS {
       blk->header.store(blk->header.load(std::memory_order_relaxed) & ~uint64_t{bi->stale},
                         std::memory_order_release);
       persist_.Flush(&blk->header, sizeof(uint64_t));
+      stale_slots_.fetch_sub(static_cast<uint64_t>(std::popcount(bi->stale)),
+                             std::memory_order_relaxed);
       bi->stale = 0;
       any = true;
     }
@@ -2166,7 +2186,8 @@ template <pm::PersistPolicy P, bool R>
 IndexStats ElimDA<P, R>::Stats() const PMHASH_NO_THREAD_SAFETY_ANALYSIS {
   IndexStats s;
   this->FillCommonStats(&s);
-  uint64_t dram_items = 0, fp_bytes = 0, dir_bytes = 0, shadows = 0;
+  uint64_t dram_items = 0, fp_bytes = 0, dir_bytes = 0;
+  const uint64_t shadows = shadow_entries_.load(std::memory_order_relaxed);
   uint32_t gd = 0;
   {
     SharedLockGuard<detail::TableLock> g(table_mu_);
@@ -2175,7 +2196,7 @@ IndexStats ElimDA<P, R>::Stats() const PMHASH_NO_THREAD_SAFETY_ANALYSIS {
     for (size_t i = 0; i < dir_.size();) {
       const SegMeta* m = dir_[i];
       for (const auto& d : m->dbucket) dram_items += d.size();
-      for (const auto& l : m->shadow) shadows += l.size();
+
       fp_bytes += m->fp.size() * sizeof(uint16_t);
       i += size_t{1} << (gd_ - m->depth);
     }
@@ -2206,6 +2227,8 @@ IndexStats ElimDA<P, R>::Stats() const PMHASH_NO_THREAD_SAFETY_ANALYSIS {
   add("elimda.compactions", static_cast<double>(compactions_.load()));
   add("elimda.dram_items", static_cast<double>(dram_items));
   add("elimda.shadow_entries", static_cast<double>(shadows));
+  add("elimda.stale_log_slots", static_cast<double>(stale_slots_.load()));
+  add("elimda.shadow_prunes", static_cast<double>(shadow_prunes_.load()));
   add("elimda.shadows_cleared", static_cast<double>(stale_cleared_.load()));
   add("alloc.reused", static_cast<double>(pool_->allocator().reused_allocations()));
   if constexpr (R) records_->AddDetails(&s);
@@ -2358,6 +2381,11 @@ Status ElimDA<P, R>::CheckInvariants() const PMHASH_NO_THREAD_SAFETY_ANALYSIS {
   }
   if (sealed_items != dram_live) return fail("sealed log items != live D-bucket items");
   if (stale != shadowed.size()) return fail("stale log slots != valid shadow entries");
+  uint64_t entries = 0;
+  for (const auto& [bi, n] : refs) entries += n;
+  if (stale != stale_slots_.load() || entries != shadow_entries_.load()) {
+    return fail("shadow counters");
+  }
   for (const BlockInfo* bi = unlinked_; bi; bi = bi->older) {
     if (bi->off != 0 || bi->stale != 0 || bi->refs == 0 || bi->refs != refs[bi]) {
       return fail("unlinked log block kept for shadows");
