@@ -566,11 +566,20 @@ class ElimDA : public index::EngineBase<ElimDA<P, kRecords>, P, Config> {
     std::vector<std::vector<uint16_t>> dfp;   // per bucket: the fingerprint of each D-item
     std::vector<std::vector<Shadow>> shadow;  // per bucket, by position: items still logged (I13)
     // A bit per P-bucket slot, set while a valid shadow entry may name it: an update or erase
-    // of an item without one reads no list (I13).
-    std::vector<uint64_t> shadowed;
-    bool Shadowed(size_t i) const { return (shadowed[i >> 6] >> (i & 63)) & 1; }
+    // of an item without one reads no list (I13). Set under the exclusive lock; cleared by
+    // writers of keys of different logs at once, so atomic (a bit is only a hint: a clear
+    // bit means no valid entry, a set one that the list must say).
+    std::vector<std::atomic<uint64_t>> shadowed;
+    bool Shadowed(size_t i) const {
+      return (shadowed[i >> 6].load(std::memory_order_relaxed) >> (i & 63)) & 1;
+    }
     void SetShadowed(size_t i, bool on) {
-      shadowed[i >> 6] = (shadowed[i >> 6] & ~(uint64_t{1} << (i & 63))) | uint64_t{on} << (i & 63);
+      const uint64_t bit = uint64_t{1} << (i & 63);
+      if (on) {
+        shadowed[i >> 6].fetch_or(bit, std::memory_order_relaxed);
+      } else {
+        shadowed[i >> 6].fetch_and(~bit, std::memory_order_relaxed);
+      }
     }
     void Push(uint32_t b, const DItem& it, uint16_t f) {
       dbucket[b].push_back(it);
@@ -825,7 +834,8 @@ typename ElimDA<P, R>::SegMeta* ElimDA<P, R>::NewSegMeta(uint64_t off, uint32_t 
   s->dbucket.resize(params_.segment_buckets);
   s->dfp.resize(params_.segment_buckets);
   s->shadow.resize(params_.segment_buckets);
-  s->shadowed.assign((size_t{params_.segment_buckets} * params_.bucket_items + 63) / 64, 0);
+  s->shadowed = std::vector<std::atomic<uint64_t>>(
+      (size_t{params_.segment_buckets} * params_.bucket_items + 63) / 64);  // zeroed
   return s;
 }
 
