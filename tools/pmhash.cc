@@ -96,9 +96,9 @@ constexpr FlagSpec kBenchFlags[] = {
      "eADR rows' counting pass: last-level cache in which persisted lines\n"
      "stay until evicted to the media (default 16M; 0: every persist is a\n"
      "media write at once)"},
-    {"elimda-logs", "N",
-     "ElimDA's collecting logs (power of 2; default 8192 = 2 MiB of 256 B\n"
-     "logs under eADR, 16 under ADR)"},
+    {"elimda-logs", "N[,N...]",
+     "ElimDA's collecting logs in the pools it creates (powers of 2; default\n"
+     "8192 = 2 MiB of 256 B logs); a list runs once per value"},
     {"check", "", "run CheckInvariants after the insert phase (untimed)"},
     {"no-probe", "", "skip the persist-limit probe (store + flush + fence on random lines)"},
     {"repeat", "R",
