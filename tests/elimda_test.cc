@@ -272,10 +272,6 @@ TEST(ElimdaDuplicates, FirstCopyWinsAndSplitDropsDuplicates) {
   ASSERT_NO_FATAL_FAILURE(ExpectContents(ix, model));
 }
 
-// One word of the pool overwritten. After a crash the open walks PM and must refuse it. After a
-// clean Close the open loads the saved state (I12) and reads no bucket or block but the log
-// table: it refuses what it reads, opens otherwise, and then every operation stays bounded and
-// CheckInvariants (`pmhash check`) reports the damage.
 // I13: the shadows of relocated items. The invariants (CheckInvariants: every stale bit has one
 // valid shadow entry naming the P-bucket slot that holds its item) are checked after each op.
 TEST(ElimdaShadows, EraseClearsUpdateLeavesCompactionRenumbers) {
@@ -392,6 +388,10 @@ TEST(ElimdaShadows, CloseClearsStaleBits) {
   ASSERT_NO_FATAL_FAILURE(ExpectContents(**r, model));
 }
 
+// One word of the pool overwritten. After a crash the open walks PM and must refuse it. After a
+// clean Close the open loads the saved state (I12) and reads no bucket or block but the log
+// table: it refuses what it reads, opens otherwise, and then every operation stays bounded and
+// CheckInvariants (`pmhash check`) reports the damage.
 TEST(ElimdaHostile, CorruptWordsAreRefused) {
   ScopedPath path("elimda_hostile");
   Options o = SmallOptions(path.path());

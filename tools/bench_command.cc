@@ -363,5 +363,4 @@ int BenchMain(const ParsedArgs& args) {
   return rc;
 }
 
-
 }  // namespace pmhash::cli

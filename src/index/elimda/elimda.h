@@ -736,8 +736,8 @@ class ElimDA : public index::EngineBase<ElimDA<P, kRecords>, P, Config> {
   // I13. REQUIRES: exclusive.
   void PruneShadows(std::vector<Shadow>* list);
   void Unref(BlockInfo* bi);
-  // I13: clears the stale bit of a valid entry in PM (store + flush, no fence).
-  void ClearStale(const Shadow& e);
+  // I13: clears stale bits of bi in PM (one header store + flush, no fence) and in DRAM.
+  void ClearStale(BlockInfo* bi, uint32_t mask);
   // I13: the PM item at P-bucket position `pos`: clears its shadow's bit, if it has one, and
   // flushes the block's header (no fence). REQUIRES: the key's log lock (the shadow's block is
   // in its log) or exclusive.
@@ -1807,7 +1807,7 @@ void ElimDA<P, R>::Compact(SegMeta* s, uint32_t b) PMHASH_NO_THREAD_SAFETY_ANALY
   for (const Shadow& e : shadows) {
     const uint32_t to = e.pos < n ? moved_to[e.pos] : UINT32_MAX;
     if (to == UINT32_MAX) {
-      ClearStale(e);
+      ClearStale(e.bi, 1u << e.slot);
       Unref(e.bi);
       continue;
     }
@@ -1864,8 +1864,6 @@ void ElimDA<P, R>::Relocate(SegMeta* s, uint32_t b, std::vector<DItem>& items)
       bi->refs++;
       shadows.push_back(Shadow{bi, pos, it.slot});
       s->SetShadowed(size_t{b} * params_.bucket_items + pos, true);
-      shadow_entries_.fetch_add(1, std::memory_order_relaxed);
-      stale_slots_.fetch_add(1, std::memory_order_relaxed);
     } else {
       std::atomic<uint64_t>& word = Block(bi)->header;
       word.store(word.load(std::memory_order_relaxed) & ~uint64_t{bit}, std::memory_order_relaxed);
@@ -1874,6 +1872,10 @@ void ElimDA<P, R>::Relocate(SegMeta* s, uint32_t b, std::vector<DItem>& items)
       LockGuard<SpinLock> eg(empty_mu_);
       empty_blocks_.push_back(bi);
     }
+  }
+  if constexpr (P::kPersistent) {
+    shadow_entries_.fetch_add(n, std::memory_order_relaxed);
+    stale_slots_.fetch_add(n, std::memory_order_relaxed);
   }
   items.clear();
   s->dfp[b].clear();
@@ -1953,7 +1955,7 @@ Status ElimDA<P, R>::Split(SegMeta* s, uint64_t h) PMHASH_NO_THREAD_SAFETY_ANALY
           to->SetShadowed(size_t{b} * params_.bucket_items + x, true);
           continue;
         }
-        if ((e.bi->stale >> e.slot) & 1) ClearStale(e);
+        if ((e.bi->stale >> e.slot) & 1) ClearStale(e.bi, 1u << e.slot);
         Unref(e.bi);
       }
     };
@@ -2070,7 +2072,8 @@ void ElimDA<P, R>::Unlink(BlockInfo* bi) {
   }
   // Shadow entries still name it: every one is invalid now (no stale bit), and the last one
   // pruned deletes it (Unref).
-  stale_slots_.fetch_sub(static_cast<uint64_t>(std::popcount(bi->stale)), std::memory_order_relaxed);
+  stale_slots_.fetch_sub(static_cast<uint64_t>(std::popcount(bi->stale)),
+                         std::memory_order_relaxed);  // unreachable: the PM bits mean nothing
   bi->off = 0;
   bi->stale = 0;
   bi->newer = nullptr;
@@ -2106,13 +2109,13 @@ void ElimDA<P, R>::PruneShadows(std::vector<Shadow>* list) {
 }
 
 template <pm::PersistPolicy P, bool R>
-void ElimDA<P, R>::ClearStale(const Shadow& e) PMHASH_NO_THREAD_SAFETY_ANALYSIS {
-  e.bi->stale = static_cast<uint16_t>(e.bi->stale & ~(1u << e.slot));
-  stale_slots_.fetch_sub(1, std::memory_order_relaxed);
-  LogBlock* blk = Block(e.bi);
-  blk->header.store(blk->header.load(std::memory_order_relaxed) & ~(uint64_t{1} << e.slot),
+void ElimDA<P, R>::ClearStale(BlockInfo* bi, uint32_t mask) PMHASH_NO_THREAD_SAFETY_ANALYSIS {
+  LogBlock* blk = Block(bi);
+  blk->header.store(blk->header.load(std::memory_order_relaxed) & ~uint64_t{mask},
                     std::memory_order_release);
   persist_.Flush(&blk->header, sizeof(uint64_t));
+  bi->stale = static_cast<uint16_t>(bi->stale & ~mask);
+  stale_slots_.fetch_sub(static_cast<uint64_t>(std::popcount(mask)), std::memory_order_relaxed);
 }
 
 template <pm::PersistPolicy P, bool R>
@@ -2126,7 +2129,7 @@ bool ElimDA<P, R>::ClearShadow(SegMeta* s, uint32_t b, uint32_t pos)
                              [](const Shadow& e, uint32_t p) { return e.pos < p; });
   for (; it != list.end() && it->pos == pos; ++it) {
     if ((it->bi->stale >> it->slot) & 1) {
-      ClearStale(*it);
+      ClearStale(it->bi, 1u << it->slot);
       stale_cleared_.fetch_add(1, std::memory_order_relaxed);
       return true;
     }
@@ -2141,13 +2144,7 @@ void ElimDA<P, R>::ClearAllStale() PMHASH_NO_THREAD_SAFETY_ANALYSIS {
   for (uint32_t li = 0; li < params_.logs; li++) {
     for (BlockInfo* bi = logs_[li].head; bi; bi = bi->older) {
       if (bi->stale == 0) continue;
-      LogBlock* blk = Block(bi);
-      blk->header.store(blk->header.load(std::memory_order_relaxed) & ~uint64_t{bi->stale},
-                        std::memory_order_release);
-      persist_.Flush(&blk->header, sizeof(uint64_t));
-      stale_slots_.fetch_sub(static_cast<uint64_t>(std::popcount(bi->stale)),
-                             std::memory_order_relaxed);
-      bi->stale = 0;
+      ClearStale(bi, bi->stale);
       any = true;
     }
   }
@@ -2206,7 +2203,6 @@ IndexStats ElimDA<P, R>::Stats() const PMHASH_NO_THREAD_SAFETY_ANALYSIS {
     for (size_t i = 0; i < dir_.size();) {
       const SegMeta* m = dir_[i];
       for (const auto& d : m->dbucket) dram_items += d.size();
-
       fp_bytes += m->fp.size() * sizeof(uint16_t);
       i += size_t{1} << (gd_ - m->depth);
     }
