@@ -98,7 +98,8 @@ constexpr FlagSpec kBenchFlags[] = {
      "media write at once)"},
     {"elimda-logs", "N[,N...]",
      "ElimDA's collecting logs in the pools it creates (powers of 2; default\n"
-     "8192 = 2 MiB of 256 B logs); a list runs once per value"},
+     "8192 = 2 MiB of 256 B logs under eADR and DRAM, 4 under ADR); a list runs\n"
+     "once per value"},
     {"check", "", "run CheckInvariants after the insert phase (untimed)"},
     {"no-probe", "", "skip the persist-limit probe (store + flush + fence on random lines)"},
     {"repeat", "R",

@@ -148,7 +148,10 @@ struct ElimdaParams {
   std::optional<uint32_t> bucket_items;     // 256: N_p, items per P-bucket (multiple of 16)
   std::optional<uint32_t> dbucket_items;    // 64: N_d, items per D-bucket (divides N_p)
   std::optional<uint32_t> segment_buckets;  // 16: P-buckets per segment, power of 2 <= 16
-  std::optional<uint32_t> logs;             // 8192: collecting logs, power of 2 (hash MSBs)
+  // Collecting logs, power of 2 (hash MSBs). Unset: 8192 under eADR and DRAM (the paper's
+  // cache layer), 4 under ADR (the paper's backup log, appended sequentially so that the
+  // media combines the flushed items into whole blocks).
+  std::optional<uint32_t> logs;
   std::optional<uint32_t> initial_depth;    // 1: global depth of a new pool
   std::optional<uint32_t> max_depth;        // 32: the directory never grows past 2^max_depth
   std::optional<uint32_t> max_record_bytes;  // 2^24, elimda-kv only: key + value + 8 B header
@@ -165,6 +168,13 @@ struct ElimdaParams {
   // 10M keys in the harness's model (docs/results.md, "Media writes under eADR"), for about 5%
   // of insert throughput on a DRAM-backed pool. False: leave them to the cache.
   bool eadr_write_back = true;
+  // Open-time. Lock stripes, power of 2 in [1, 2^20], selected by the key hash's MSBs: a read or
+  // write takes its key's stripe, and the key's log's own lock only while it touches the log
+  // (its active block, or a sealed block's valid bits). With fewer logs than stripes the logs
+  // are append streams several stripes share (few logs: sequential appends, which the media
+  // combines under ADR) while reads still spread over the stripes. Below `logs`: as many as
+  // the logs (each log's lock is its stripe's).
+  uint32_t lock_stripes = 8192;
 };
 
 struct Options {

@@ -282,15 +282,19 @@ std::string CheckParams(const typename D::Stored& s) {
   return D::Check(s);
 }
 
-// The parameter block of a new pool: defaults where the caller left a property unset.
+// The parameter block of a new pool for durability d: defaults where the caller left a property
+// unset (a descriptor's DurabilityDefaults may choose some by durability).
 template <Descriptor D>
-typename D::Stored ResolveParams(const typename D::Params& given) {
+typename D::Stored ResolveParams(const typename D::Params& given, Durability d) {
   typename D::Stored s = BaseParams<D>();
   std::apply(
       [&](const auto&... p) {
         ((s.*p.stored = static_cast<uint32_t>((given.*p.given).value_or(p.default_value))), ...);
       },
       PropertiesOf<D>());
+  if constexpr (requires { D::DurabilityDefaults(given, d, &s); }) {
+    D::DurabilityDefaults(given, d, &s);
+  }
   return s;
 }
 
@@ -366,7 +370,7 @@ struct OpenedPool {
 template <Descriptor D>
 Result<OpenedPool<D>> OpenIndexPool(const Options& o, Durability d) {
   const typename D::Params& given = D::Given(o);
-  const typename D::Stored fresh = ResolveParams<D>(given);
+  const typename D::Stored fresh = ResolveParams<D>(given, d);
   if (std::string why = CheckParams<D>(fresh); !why.empty()) {
     return Status::InvalidArgument(std::string(D::kName) + ": " + why);
   }

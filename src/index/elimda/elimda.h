@@ -8,8 +8,9 @@
 // ============================================================================================
 // Three layers, as in the paper (Figure 5):
 //
-//   * Cache layer: `logs` collecting logs (default 8192), each one 256 B block (the media access
-//     granularity L) selected by the top log2(logs) bits of the key's hash. An insert appends
+//   * Cache layer: `logs` collecting logs (default 8192; 4 in a pool created under ADR: below),
+//     each one 256 B block (the media access granularity L) selected by the top log2(logs) bits
+//     of the key's hash. An insert appends
 //     its 16 B item to the log's active block and sets the item's bit in the block's header
 //     word. Under eADR the blocks live in the pool and are never flushed (Persister<Eadr>::Flush
 //     is a no-op; the fences only order; a sealed block's item lines are written back as a
@@ -193,17 +194,34 @@
 // ============================================================================================
 // Concurrency, and where this deviates from the paper
 // ============================================================================================
-// A table-wide reader-writer lock (writer-preferring, waiters yield after a short spin) plus
-// one spin lock per log. Find/Insert/Update/Erase take the table lock shared and the key's log
-// lock (held across the persist, so a read never returns a write that is not yet durable);
-// sealing a log (with the D-bucket inserts, relocations and splits it causes) takes the table
-// lock exclusively. Every key's items live only in structures its log lock or the exclusive lock
-// protect (log blocks belong to one log; PM and D-bucket slots of other keys are only read,
+// A table-wide reader-writer lock (writer-preferring, waiters yield after a short spin), one spin
+// lock per stripe of keys (`lock_stripes`, an open-time option, default 8192, by the hash's top
+// bits) and one per log. Find/Insert/Update/Erase take the table lock shared and the key's
+// stripe lock (held across the persist, so a read never returns a write that is not yet
+// durable), and the key's log lock only while they touch the log (LogSection): the active
+// block (search, append, an update or erase there: another stripe's append may move the item,
+// I3') or a sealed block's header word and DRAM bits (an erase, a shadow's clearing). With no
+// more stripes than logs each log has its own stripe, whose lock is then the log's (taken
+// once). A search skips the active block, and its lock, when the stripe's last append went to
+// another block (Stripe::last_block): with few logs, a negative search rarely waits for an
+// append. Sealing a log (with the D-bucket inserts, relocations and splits it causes) takes
+// the table lock exclusively. Every key's items live only in structures its stripe lock, its
+// log lock or the exclusive lock protect (PM and D-bucket slots of other keys are only read,
 // through atomics). The paper's lock-free CAS append and per-thread shadow logs are replaced by
-// this lock (an insert is a few stores either way), and the sealed block stays where it is
+// the log lock (an insert is a few stores either way), and the sealed block stays where it is
 // instead of being copied into a separate backup log (the swap of pointers is the same, the copy
 // is saved). Relocation and splits run on the inserting thread (no background work).
 // Fingerprints are 16 bits (fixed).
+//
+// Logs against stripes. Under eADR the paper's 8192 logs are its cache layer (2 MB of CPU
+// cache). Under ADR it flushes each item to the backup log and counts on the appends being
+// sequential, so that the media's write combining (Optane's XPBuffer) merges them into whole
+// 256 B writes (paper 3.7): with 8192 logs each flushed append lands in a block of its own, one
+// media write per insert. So a pool created under ADR (or the crash simulator) without a
+// `logs` gets 4 (DurabilityDefaults): measured in the harness's media model at 2M keys, ADR
+// media writes per insert 1.16 at 64 logs, 0.84 at 16, 0.33 at 4, 0.30 at one (docs/results.md).
+// The stripes keep reads and writes of different keys apart whatever the logs: a log lock is
+// held for an append's few stores and persist, not for the search before it.
 //
 // elimda-kv (variable-size keys and values; the paper's 3.7 value pool, in the shared record
 // heap): the same engine with kRecords. An item holds [hash(key) | record offset] and the record
@@ -305,9 +323,11 @@ struct PersistentParams : index::LayoutWords<kBlockBytes, kBlockSlots> {
 struct Config : PersistentParams, index::CommonOpenOptions {
   bool tear_safe = false;
   bool eadr_write_back = true;
+  uint32_t lock_stripes = 8192;
   void SetOpenOptions(const Options& o) {
     tear_safe = o.elimda.tear_safe;
     eadr_write_back = o.elimda.eadr_write_back;
+    lock_stripes = o.elimda.lock_stripes;
   }
 };
 
@@ -384,6 +404,26 @@ class PMHASH_CAPABILITY("mutex") LogLock {
 
  private:
   std::atomic<bool> flag_{false};
+};
+
+// Held by a caller that holds a key's stripe lock while it touches the key's log: the log's
+// lock where several stripes share the log; nothing where each log has its own stripe, whose
+// lock (the log's, then) the caller holds already. Either way the log's lock is held for the
+// analysis.
+class PMHASH_SCOPED_CAPABILITY LogSection {
+ public:
+  LogSection(LogLock& mu, bool shared) PMHASH_ACQUIRE(mu) PMHASH_NO_THREAD_SAFETY_ANALYSIS
+      : mu_(shared ? &mu : nullptr) {
+    if (mu_) mu_->lock();
+  }
+  ~LogSection() PMHASH_RELEASE() PMHASH_NO_THREAD_SAFETY_ANALYSIS {
+    if (mu_) mu_->unlock();
+  }
+  LogSection(const LogSection&) = delete;
+  LogSection& operator=(const LogSection&) = delete;
+
+ private:
+  LogLock* mu_;
 };
 
 // A set of pair identities (ElimDA::Identity): a bucket's, so that a scan keeps the first copy of
@@ -475,6 +515,15 @@ struct DescriptorFor
                           1u},
       index::PoolProperty{"elimda.max_depth", &Params::max_depth, &Stored::max_depth, 32u},
   };
+  // Under ADR (and the crash simulator, which flushes as ADR does) the logs are the backup log
+  // the items are flushed to one by one: the paper's 8192 collecting logs are its eADR
+  // configuration, and under ADR it relies on sequential appends, which the media's write
+  // combining turns into whole-block writes (paper 3.7). So a new ADR pool gets few logs
+  // (kAdrLogs); lock stripes keep reads spread (Options::elimda.lock_stripes).
+  static constexpr uint32_t kAdrLogs = 4;
+  static void DurabilityDefaults(const Params& given, Durability d, Stored* s) {
+    if (!given.logs && (d == Durability::kAdr || d == Durability::kSim)) s->logs = kAdrLogs;
+  }
   static std::string Check(const Stored& s) {
     if (s.bucket_items < 16 || s.bucket_items > 4096 || s.bucket_items % 16 != 0) {
       return "bucket_items must be a multiple of 16 in [16, 4096] (whole 256 B blocks)";
@@ -516,6 +565,8 @@ class ElimDA : public index::EngineBase<ElimDA<P, kRecords>, P, Config> {
 
   // For tests and tools.
   uint32_t global_depth() const;
+  uint32_t logs() const { return params_.logs; }
+  bool shared_logs() const { return SharedLogs(); }  // more lock stripes than logs
   uint64_t log_swaps() const { return log_swaps_.load(std::memory_order_relaxed); }
   uint64_t relocations() const { return relocations_.load(std::memory_order_relaxed); }
   uint64_t duplicates_dropped() const { return dups_dropped_.load(std::memory_order_relaxed); }
@@ -690,6 +741,22 @@ class ElimDA : public index::EngineBase<ElimDA<P, kRecords>, P, Config> {
   uint32_t LogOf(uint64_t h) const {
     return log_bits_ ? static_cast<uint32_t>(h >> (64 - log_bits_)) : 0;
   }
+  // The lock a key's reads and writes take: its stripe's, which is its log's lock where each
+  // log has its own stripe (no more stripes than logs).
+  detail::LogLock& StripeLock(uint64_t h) const {
+    return stripes_ ? stripes_[h >> (64 - stripe_bits_)].mu : logs_[LogOf(h)].mu;
+  }
+  // True if several stripes share a log: a stripe's holder takes the log's lock (LogSection)
+  // to touch it.
+  bool SharedLogs() const { return stripes_ != nullptr; }
+  // False if no key of h's stripe can be in log's active block, so that a search need not
+  // take the log's lock: the stripe's last append went to another block (items enter an active
+  // block only by appends, and leave it only when it is sealed). REQUIRES: h's stripe lock.
+  bool MayBeInActiveBlock(uint64_t h, const LogState& log) const {
+    if (!stripes_) return true;
+    const uint64_t last = stripes_[h >> (64 - stripe_bits_)].last_block;
+    return last == log.head_off || last == Stripe::kUnknown;
+  }
   uint32_t BucketOf(uint64_t h) const {
     return static_cast<uint32_t>(h >> 8) & (params_.segment_buckets - 1);
   }
@@ -714,8 +781,15 @@ class ElimDA : public index::EngineBase<ElimDA<P, kRecords>, P, Config> {
     return (h >> (64 - depth)) == prefix && BucketOf(h) == b;
   }
 
-  // REQUIRES: table lock (shared or exclusive) and p's log lock, or exclusive.
+  // REQUIRES: table lock (shared or exclusive), p's stripe lock and p's log section, or
+  // exclusive.
   Where Locate(const Probe& p) const;
+  // Locate's first two layers, the PM table and the D-bucket: true (and *w set) if they hold
+  // p's key. REQUIRES: table lock and p's stripe lock, or exclusive.
+  bool LocateTables(const Probe& p, Where* w) const;
+  // Locate's last layer, the log's active block. REQUIRES: table lock, p's stripe lock and p's
+  // log section, or exclusive.
+  bool LocateLog(const Probe& p, Where* w) const;
   // Locate's first layer: true (and *w set) if the PM table holds p's key; s, b and f are
   // SegOf, BucketOf and FpOf of p.h. REQUIRES: as Locate.
   PMHASH_ALWAYS_INLINE bool LocatePm(const Probe& p, SegMeta* s, uint32_t b, uint16_t f,
@@ -738,10 +812,10 @@ class ElimDA : public index::EngineBase<ElimDA<P, kRecords>, P, Config> {
   void Unref(BlockInfo* bi);
   // I13: clears stale bits of bi in PM (one header store + flush, no fence) and in DRAM.
   void ClearStale(BlockInfo* bi, uint32_t mask);
-  // I13: the PM item at P-bucket position `pos`: clears its shadow's bit, if it has one, and
-  // flushes the block's header (no fence). REQUIRES: the key's log lock (the shadow's block is
-  // in its log) or exclusive.
-  bool ClearShadow(SegMeta* s, uint32_t b, uint32_t pos);
+  // I13: the PM item at P-bucket position `pos`, of key hash h: clears its shadow's bit, if it
+  // has one, and flushes the block's header (no fence), in h's log section (the shadow's block
+  // is in h's log). REQUIRES: h's stripe lock, and not h's log section.
+  bool ClearShadow(SegMeta* s, uint32_t b, uint32_t pos, uint64_t h);
   void ClearAllStale();  // Close: every stale bit cleared in PM (I13)
 
   SegMeta* NewSegMeta(uint64_t off, uint32_t depth) const;
@@ -751,12 +825,21 @@ class ElimDA : public index::EngineBase<ElimDA<P, kRecords>, P, Config> {
   const uint64_t max_directory_bytes_;
   const uint64_t seg_chunks_;
   uint32_t log_bits_ = 0;
+  uint32_t stripe_bits_ = 0;
   uint64_t tombstone_[2] = {0, 0};
 
   mutable detail::TableLock table_mu_;
   uint32_t gd_ = 0;
   std::vector<SegMeta*> dir_;
   std::unique_ptr<LogState[]> logs_;
+  // A lock stripe of keys (when lock_stripes > logs) and the active block its last append went
+  // to (written under its lock; kUnknown until its first append after open).
+  struct Stripe {
+    static constexpr uint64_t kUnknown = ~uint64_t{0};
+    detail::LogLock mu;
+    uint64_t last_block = kUnknown;
+  };
+  std::unique_ptr<Stripe[]> stripes_;  // null unless lock_stripes > logs
   SpinLock empty_mu_;
   std::vector<BlockInfo*> empty_blocks_;  // sealed blocks an erase left without items
   BlockInfo* unlinked_ = nullptr;  // unlinked blocks that shadow entries still name (I13)
@@ -841,9 +924,18 @@ typename ElimDA<P, R>::SegMeta* ElimDA<P, R>::NewSegMeta(uint64_t off, uint32_t 
 
 template <pm::PersistPolicy P, bool R>
 Status ElimDA<P, R>::Init() {
+  const uint32_t stripes = params_.lock_stripes;
+  if (stripes < 1 || stripes > (1u << 20) || !std::has_single_bit(stripes)) {
+    return Status::InvalidArgument("elimda: lock_stripes must be a power of 2 in [1, 2^20]");
+  }
   log_bits_ = static_cast<uint32_t>(std::countr_zero(params_.logs));
   logs_.reset(new (std::nothrow) LogState[params_.logs]);
   if (!logs_) return Status::OutOfMemory("elimda: log states");
+  if (stripes > params_.logs) {
+    stripe_bits_ = static_cast<uint32_t>(std::countr_zero(stripes));
+    stripes_.reset(new (std::nothrow) Stripe[stripes]);
+    if (!stripes_) return Status::OutOfMemory("elimda: lock stripes");
+  }
   if constexpr (R) {  // the key word is the hash: 0 and 2^63 (I6)
     tombstone_[0] = 0;
     tombstone_[1] = uint64_t{1} << 63;
@@ -1300,12 +1392,19 @@ bool ElimDA<P, R>::LocatePm(const Probe& p, SegMeta* s, uint32_t b, uint16_t f,
 
 template <pm::PersistPolicy P, bool R>
 typename ElimDA<P, R>::Where ElimDA<P, R>::Locate(const Probe& p) const {
-  const uint64_t h = p.h;
   Where w;
+  if (!LocateTables(p, &w)) LocateLog(p, &w);
+  return w;
+}
+
+template <pm::PersistPolicy P, bool R>
+bool ElimDA<P, R>::LocateTables(const Probe& p, Where* out) const {
+  const uint64_t h = p.h;
+  Where& w = *out;
   SegMeta* s = SegOf(h);
   const uint32_t b = BucketOf(h);
   const uint16_t f = FpOf(h);
-  if (LocatePm(p, s, b, f, &w)) return w;
+  if (LocatePm(p, s, b, f, &w)) return true;
   // The D-bucket: its fingerprints first (2 B per item, sixteen per step while sixteen remain),
   // an item only on a match.
   const std::vector<uint16_t>& dfp = s->dfp[b];
@@ -1320,12 +1419,20 @@ typename ElimDA<P, R>::Where ElimDA<P, R>::Locate(const Probe& p) const {
   size_t i = 0;
   for (; i + 16 <= nd; i += 16) {
     for (uint32_t m = Match16Wide(dfp.data() + i, f); m; m &= m - 1) {
-      if (dram_hit(i + static_cast<size_t>(std::countr_zero(m)))) return w;
+      if (dram_hit(i + static_cast<size_t>(std::countr_zero(m)))) return true;
     }
   }
   for (; i < nd; i++) {
-    if (dfp[i] == f && dram_hit(i)) return w;
+    if (dfp[i] == f && dram_hit(i)) return true;
   }
+  return false;
+}
+
+template <pm::PersistPolicy P, bool R>
+bool ElimDA<P, R>::LocateLog(const Probe& p, Where* out) const {
+  const uint64_t h = p.h;
+  const uint16_t f = FpOf(h);
+  Where& w = *out;
   const LogState& log = logs_[LogOf(h)];
   if (BlockInfo* bi = log.head) {
     uint32_t candidates = kFullBits;
@@ -1335,7 +1442,7 @@ typename ElimDA<P, R>::Where ElimDA<P, R>::Locate(const Probe& p) const {
         const uint32_t j = static_cast<uint32_t>(std::countr_zero(c));
         if (log.mirror_fp[j] == f) candidates |= 1u << j;
       }
-      if (candidates == 0) return w;
+      if (candidates == 0) return false;
     }
     const LogBlock* blk = Block(bi);
     for (uint32_t c = blk->header.load(std::memory_order_acquire) & candidates; c; c &= c - 1) {
@@ -1344,11 +1451,11 @@ typename ElimDA<P, R>::Where ElimDA<P, R>::Locate(const Probe& p) const {
         w.layer = Layer::kLog;
         w.block = bi;
         w.j = j;
-        return w;
+        return true;
       }
     }
   }
-  return w;
+  return false;
 }
 
 template <pm::PersistPolicy P, bool R>
@@ -1369,22 +1476,21 @@ void ElimDA<P, R>::MirrorActiveBlock(LogState* log) const {
 template <pm::PersistPolicy P, bool R>
 bool ElimDA<P, R>::Search(const Probe& p, uint64_t* word) const {
   SharedLockGuard<detail::TableLock> g(table_mu_);
-  LockGuard<detail::LogLock> lg(logs_[LogOf(p.h)].mu);
-  const Where w = Locate(p);
-  switch (w.layer) {
-    case Layer::kPm:
-      *word = BucketSlots(w.seg->off, w.b)[w.j].value.load(std::memory_order_relaxed);
-      return true;
-    case Layer::kDram:
-      *word = w.item->value;
-      return true;
-    case Layer::kLog:
-      *word = Block(w.block)->slots[w.j].value.load(std::memory_order_relaxed);
-      return true;
-    case Layer::kNone:
-      break;
+  LockGuard<detail::LogLock> sg(StripeLock(p.h));
+  Where w;
+  if (LocateTables(p, &w)) {
+    *word = w.layer == Layer::kPm
+                ? BucketSlots(w.seg->off, w.b)[w.j].value.load(std::memory_order_relaxed)
+                : w.item->value;
+    return true;
   }
-  return false;
+  // The active block: other stripes' appends may move its items (I3').
+  LogState& log = logs_[LogOf(p.h)];
+  if (!MayBeInActiveBlock(p.h, log)) return false;
+  detail::LogSection ls(log.mu, SharedLogs());
+  if (!LocateLog(p, &w)) return false;
+  *word = Block(w.block)->slots[w.j].value.load(std::memory_order_relaxed);
+  return true;
 }
 
 template <pm::PersistPolicy P, bool R>
@@ -1392,7 +1498,8 @@ int ElimDA<P, R>::LayerOf(Key k) const {
   const index::U64Bytes bytes(k);
   const Probe p = U64Probe(k, bytes);
   SharedLockGuard<detail::TableLock> g(table_mu_);
-  LockGuard<detail::LogLock> lg(logs_[LogOf(p.h)].mu);
+  LockGuard<detail::LogLock> sg(StripeLock(p.h));
+  detail::LogSection ls(logs_[LogOf(p.h)].mu, SharedLogs());
   return static_cast<int>(Locate(p).layer);
 }
 
@@ -1401,9 +1508,9 @@ uint64_t ElimDA<P, R>::PmSlotOffsetForTest(Key k) const {
   const index::U64Bytes bytes(k);
   const Probe p = U64Probe(k, bytes);
   SharedLockGuard<detail::TableLock> g(table_mu_);
-  LockGuard<detail::LogLock> lg(logs_[LogOf(p.h)].mu);
-  const Where w = Locate(p);
-  if (w.layer != Layer::kPm) return 0;
+  LockGuard<detail::LogLock> sg(StripeLock(p.h));
+  Where w;
+  if (!LocateTables(p, &w) || w.layer != Layer::kPm) return 0;
   return pool_->OffsetOf(&BucketSlots(w.seg->off, w.b)[w.j]);
 }
 
@@ -1516,47 +1623,53 @@ Status ElimDA<P, R>::Write(const Probe& p, std::string_view value_bytes, Value v
     }
     return Status::OK();
   };
+  // An update in place: one failure-atomic 8-byte store where the item is persistent, one
+  // persist (the DRAM copy of a D-bucket item follows).
+  auto publish = [&](std::atomic<uint64_t>* cell, DItem* item) {
+    const uint64_t old = cell->load(std::memory_order_relaxed);
+    cell->store(v, std::memory_order_release);
+    persist_.Persist(cell, sizeof(Value));
+    if (item) item->value = v;
+    if constexpr (R) records_->Retire(old);
+    return Status::OK();
+  };
   for (;;) {
     {
       SharedLockGuard<detail::TableLock> g(table_mu_);
-      LockGuard<detail::LogLock> lg(log.mu);
+      LockGuard<detail::LogLock> sg(StripeLock(h));
       // An insert appends to the active block's first line: start that miss before the search's.
       if (log.head_off) __builtin_prefetch(pool_->template At<LogBlock>(log.head_off), 1);
-      const Where w = Locate(p);
-      if (w.layer != Layer::kNone) {
+      Where w;
+      if (LocateTables(p, &w)) {
         if (mode == WriteMode::kInsert) return Status::Exists();
         PMHASH_RETURN_IF_ERROR(value_word());
-        // In place: one failure-atomic 8-byte store where the item is persistent, one persist.
-        std::atomic<uint64_t>* cell = nullptr;
-        if (w.layer == Layer::kPm) {
-          cell = &BucketSlots(w.seg->off, w.b)[w.j].value;
-          // I13, elimda-kv: the shadow names the old record, which recovery would no longer
-          // find in the PM table: its bit is cleared, durably, before the new record is
-          // published. (elimda: the shadow holds the key, which stays live in the PM table; it
-          // is left, and an erase clears it first.)
-          if constexpr (R) {
-            if (ClearShadow(w.seg, w.b, w.j)) persist_.Fence();
-          }
-        } else if (w.layer == Layer::kDram) {
-          cell = &Block(w.item->block)->slots[w.item->slot].value;
-        } else {
-          cell = &Block(w.block)->slots[w.j].value;
+        if (w.layer == Layer::kDram) {  // a sealed block's slot: no append moves it
+          return publish(&Block(w.item->block)->slots[w.item->slot].value, w.item);
         }
-        const uint64_t old = cell->load(std::memory_order_relaxed);
-        cell->store(v, std::memory_order_release);
-        persist_.Persist(cell, sizeof(Value));
-        if (w.layer == Layer::kDram) w.item->value = v;
-        if constexpr (R) records_->Retire(old);
-        return Status::OK();
+        // I13, elimda-kv: the shadow names the old record, which recovery would no longer find
+        // in the PM table: its bit is cleared, durably, before the new record is published.
+        // (elimda: the shadow holds the key, which stays live in the PM table; it is left, and
+        // an erase clears it first.)
+        if constexpr (R) {
+          if (ClearShadow(w.seg, w.b, w.j, h)) persist_.Fence();
+        }
+        return publish(&BucketSlots(w.seg->off, w.b)[w.j].value, nullptr);
+      }
+      // The active block, which other stripes' appends share (I3' moves items in it).
+      detail::LogSection ls(log.mu, SharedLogs());
+      if (LocateLog(p, &w)) {
+        if (mode == WriteMode::kInsert) return Status::Exists();
+        PMHASH_RETURN_IF_ERROR(value_word());
+        return publish(&Block(w.block)->slots[w.j].value, nullptr);
       }
       if (mode == WriteMode::kUpdate) return Status::NotFound();
       if (log.head_off) {
         LogBlock* blk = pool_->template At<LogBlock>(log.head_off);
         const uint64_t hdr = blk->header.load(std::memory_order_relaxed);
-        const uint32_t bits = static_cast<uint32_t>(hdr & kFullBits);
-        if (bits != kFullBits) {
+        if ((hdr & kFullBits) != kFullBits) {
           PMHASH_RETURN_IF_ERROR(append_word());
           Append(&log, blk, hdr, h, Keys::KeyWord(p), v);
+          if (stripes_) stripes_[h >> (64 - stripe_bits_)].last_block = log.head_off;
           size_.Add(1);
           return Status::OK();
         }
@@ -1571,65 +1684,62 @@ Status ElimDA<P, R>::EraseProbe(const Probe& p) {
   const uint64_t h = p.h;
   LogState& log = logs_[LogOf(h)];
   SharedLockGuard<detail::TableLock> g(table_mu_);
-  LockGuard<detail::LogLock> lg(log.mu);
-  const Where w = Locate(p);
-  switch (w.layer) {
-    case Layer::kNone:
-      return Status::NotFound();
-    case Layer::kPm: {
-      // Every copy, newest first, so that a crash in between leaves the oldest (the value Find
-      // returns) in place (I6).
-      SegMeta* s = w.seg;
-      PmSlot* slots = BucketSlots(s->off, w.b);
-      const uint64_t t = Tombstone(h >> 63);
-      const uint16_t f = FpOf(h);
-      // elimda-kv: the records of the copies (one; two only in a pool written by another
-      // implementation: Insert refuses a present key, so a key has one record).
-      uint64_t records[2] = {0, 0};
-      for (uint32_t j = s->count[w.b]; j-- > w.j;) {
-        if (s->fp[size_t{w.b} * params_.bucket_items + j] != f) continue;
-        if (!Keys::Matches(records_.get(), slots[j], p)) continue;
-        // I13: the copy's shadow bit is cleared before its tombstone. elimda-kv: flushed with
-        // it, one fence (a crash that keeps only the tombstone brings the key back from its
-        // shadow with the record it has in the PM table, since updates clear shadows: the erase
-        // did not happen). elimda: fenced first (an update leaves the shadow with an older
-        // value).
-        if (ClearShadow(s, w.b, j) && !R) persist_.Fence();
-        if constexpr (R) {
-          const uint64_t r = slots[j].value.load(std::memory_order_relaxed);
-          if (r != records[0] && r != records[1]) records[records[0] ? 1 : 0] = r;
-        }
-        slots[j].key.store(t, std::memory_order_release);
-        persist_.Persist(&slots[j].key, sizeof(Key));
-      }
+  LockGuard<detail::LogLock> sg(StripeLock(h));
+  Where w;
+  if (LocateTables(p, &w) && w.layer == Layer::kPm) {
+    // Every copy, newest first, so that a crash in between leaves the oldest (the value Find
+    // returns) in place (I6).
+    SegMeta* s = w.seg;
+    PmSlot* slots = BucketSlots(s->off, w.b);
+    const uint64_t t = Tombstone(h >> 63);
+    const uint16_t f = FpOf(h);
+    // elimda-kv: the records of the copies (one; two only in a pool written by another
+    // implementation: Insert refuses a present key, so a key has one record).
+    uint64_t records[2] = {0, 0};
+    for (uint32_t j = s->count[w.b]; j-- > w.j;) {
+      if (s->fp[size_t{w.b} * params_.bucket_items + j] != f) continue;
+      if (!Keys::Matches(records_.get(), slots[j], p)) continue;
+      // I13: the copy's shadow bit is cleared before its tombstone. elimda-kv: flushed with it,
+      // one fence (a crash that keeps only the tombstone brings the key back from its shadow
+      // with the record it has in the PM table, since updates clear shadows: the erase did not
+      // happen). elimda: fenced first (an update leaves the shadow with an older value).
+      if (ClearShadow(s, w.b, j, h) && !R) persist_.Fence();
       if constexpr (R) {
-        for (const uint64_t r : records) {
-          if (r) records_->Retire(r);
-        }
+        const uint64_t r = slots[j].value.load(std::memory_order_relaxed);
+        if (r != records[0] && r != records[1]) records[records[0] ? 1 : 0] = r;
       }
-      break;
+      slots[j].key.store(t, std::memory_order_release);
+      persist_.Persist(&slots[j].key, sizeof(Key));
     }
-    case Layer::kDram:
-    case Layer::kLog: {
-      BlockInfo* bi = w.layer == Layer::kDram ? w.item->block : w.block;
-      const uint32_t j = w.layer == Layer::kDram ? w.item->slot : w.j;
-      LogBlock* blk = Block(bi);
-      const uint64_t hdr = blk->header.load(std::memory_order_relaxed) & ~(uint64_t{1} << j);
-      blk->header.store(hdr, std::memory_order_release);
-      persist_.Persist(&blk->header, sizeof(uint64_t));
-      if (log.mirror_of == bi) log.mirror_bits &= ~(1u << j);
-      if (w.layer == Layer::kDram) {
-        w.item->live = 0;
-        bi->live = static_cast<uint16_t>(bi->live & ~(1u << j));
-        if (bi->live == 0 && bi != log.head) {
-          LockGuard<SpinLock> eg(empty_mu_);
-          empty_blocks_.push_back(bi);
-        }
+    if constexpr (R) {
+      for (const uint64_t r : records) {
+        if (r) records_->Retire(r);
       }
-      if constexpr (R) records_->Retire(blk->slots[j].value.load(std::memory_order_relaxed));
-      break;
+    }
+    size_.Add(-1);
+    return Status::OK();
+  }
+  // A logged item: its block's header word and DRAM bits are the log's (other stripes' erases
+  // and appends write them).
+  if (w.layer == Layer::kNone && !MayBeInActiveBlock(h, log)) return Status::NotFound();
+  detail::LogSection ls(log.mu, SharedLogs());
+  if (w.layer == Layer::kNone && !LocateLog(p, &w)) return Status::NotFound();
+  BlockInfo* bi = w.layer == Layer::kDram ? w.item->block : w.block;
+  const uint32_t j = w.layer == Layer::kDram ? w.item->slot : w.j;
+  LogBlock* blk = Block(bi);
+  const uint64_t hdr = blk->header.load(std::memory_order_relaxed) & ~(uint64_t{1} << j);
+  blk->header.store(hdr, std::memory_order_release);
+  persist_.Persist(&blk->header, sizeof(uint64_t));
+  if (log.mirror_of == bi) log.mirror_bits &= ~(1u << j);
+  if (w.layer == Layer::kDram) {
+    w.item->live = 0;
+    bi->live = static_cast<uint16_t>(bi->live & ~(1u << j));
+    if (bi->live == 0 && bi != log.head) {
+      LockGuard<SpinLock> eg(empty_mu_);
+      empty_blocks_.push_back(bi);
     }
   }
+  if constexpr (R) records_->Retire(blk->slots[j].value.load(std::memory_order_relaxed));
   size_.Add(-1);
   return Status::OK();
 }
@@ -2119,11 +2229,13 @@ void ElimDA<P, R>::ClearStale(BlockInfo* bi, uint32_t mask) PMHASH_NO_THREAD_SAF
 }
 
 template <pm::PersistPolicy P, bool R>
-bool ElimDA<P, R>::ClearShadow(SegMeta* s, uint32_t b, uint32_t pos)
+bool ElimDA<P, R>::ClearShadow(SegMeta* s, uint32_t b, uint32_t pos, uint64_t h)
     PMHASH_NO_THREAD_SAFETY_ANALYSIS {
   const size_t i = size_t{b} * params_.bucket_items + pos;
   if (!s->Shadowed(i)) return false;
   s->SetShadowed(i, false);
+  // The block's header word and stale bits are the log's: other stripes' erases write them.
+  detail::LogSection ls(logs_[LogOf(h)].mu, SharedLogs());
   const std::vector<Shadow>& list = s->shadow[b];
   auto it = std::lower_bound(list.begin(), list.end(), pos,
                              [](const Shadow& e, uint32_t p) { return e.pos < p; });
