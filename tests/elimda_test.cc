@@ -465,7 +465,7 @@ TEST(ElimdaStripes, ConcurrentLogsSharedOrNot) {
     o.elimda.logs = shape.logs;
     o.elimda.lock_stripes = shape.stripes;
     const int nt = 3;
-    const uint64_t per = Scaled(3000, 4);
+    const uint64_t per = Scaled(20000, 8);
     std::vector<std::map<Key, Value>> models(nt);
     {
       auto r = Engine::Open(o);

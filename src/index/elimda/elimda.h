@@ -786,10 +786,10 @@ class ElimDA : public index::EngineBase<ElimDA<P, kRecords>, P, Config> {
   Where Locate(const Probe& p) const;
   // Locate's first two layers, the PM table and the D-bucket: true (and *w set) if they hold
   // p's key. REQUIRES: table lock and p's stripe lock, or exclusive.
-  bool LocateTables(const Probe& p, Where* w) const;
+  PMHASH_ALWAYS_INLINE bool LocateTables(const Probe& p, Where* w) const;
   // Locate's last layer, the log's active block. REQUIRES: table lock, p's stripe lock and p's
   // log section, or exclusive.
-  bool LocateLog(const Probe& p, Where* w) const;
+  PMHASH_ALWAYS_INLINE bool LocateLog(const Probe& p, Where* w) const;
   // Locate's first layer: true (and *w set) if the PM table holds p's key; s, b and f are
   // SegOf, BucketOf and FpOf of p.h. REQUIRES: as Locate.
   PMHASH_ALWAYS_INLINE bool LocatePm(const Probe& p, SegMeta* s, uint32_t b, uint16_t f,
@@ -843,6 +843,8 @@ class ElimDA : public index::EngineBase<ElimDA<P, kRecords>, P, Config> {
   SpinLock empty_mu_;
   std::vector<BlockInfo*> empty_blocks_;  // sealed blocks an erase left without items
   BlockInfo* unlinked_ = nullptr;  // unlinked blocks that shadow entries still name (I13)
+  // Under the exclusive lock: a relocation's items (scratch_[0]), a split's two segment images.
+  std::vector<uint64_t> scratch_[2];
 
   std::atomic<uint64_t> log_swaps_{0}, relocations_{0}, relocated_items_{0}, dups_dropped_{0},
       blocks_freed_{0}, segments_{0}, blocks_{0}, compactions_{0}, line_moves_{0},
@@ -1788,7 +1790,8 @@ Status ElimDA<P, R>::Seal(uint32_t li) PMHASH_NO_THREAD_SAFETY_ANALYSIS {
   const uint32_t bits =
       static_cast<uint32_t>(sealed->header.load(std::memory_order_relaxed) & kFullBits);
   old->live = static_cast<uint16_t>(bits);
-  std::vector<uint64_t> hashes;
+  uint64_t hashes[kBlockSlots];
+  uint32_t nh = 0;
   for (uint32_t c = bits; c; c &= c - 1) {
     const uint32_t j = static_cast<uint32_t>(std::countr_zero(c));
     const Key k = sealed->slots[j].key.load(std::memory_order_relaxed);
@@ -1796,7 +1799,7 @@ Status ElimDA<P, R>::Seal(uint32_t li) PMHASH_NO_THREAD_SAFETY_ANALYSIS {
     SegOf(h)->Push(BucketOf(h),
                    DItem{k, sealed->slots[j].value.load(std::memory_order_relaxed), old, j, 1},
                    FpOf(h));
-    hashes.push_back(h);
+    hashes[nh++] = h;
   }
   // eADR: the full block's item lines go to the media now, together, rather than as lines the
   // cache evicts apart (a hint: nothing under ADR, where each append was flushed). After the
@@ -1810,9 +1813,9 @@ Status ElimDA<P, R>::Seal(uint32_t li) PMHASH_NO_THREAD_SAFETY_ANALYSIS {
     LockGuard<SpinLock> eg(empty_mu_);
     empty_blocks_.push_back(old);
   }
-  for (uint64_t h : hashes) {
+  for (uint32_t i = 0; i < nh; i++) {
     // Out of space for a split leaves the items where they are: logged and in the DRAM table.
-    if (Status s = MakeRoom(h); !s.ok() && !s.IsOutOfSpace()) return s;
+    if (Status s = MakeRoom(hashes[i]); !s.ok() && !s.IsOutOfSpace()) return s;
   }
   SweepEmptyBlocks();
   return Status::OK();
@@ -1942,7 +1945,8 @@ void ElimDA<P, R>::Relocate(SegMeta* s, uint32_t b, std::vector<DItem>& items)
   const uint32_t n = static_cast<uint32_t>(items.size());
   const uint32_t at = s->count[b];
   PmSlot* dst = BucketSlots(s->off, b) + at;
-  std::vector<uint64_t> img(size_t{n} * 2);
+  std::vector<uint64_t>& img = scratch_[0];
+  img.resize(size_t{n} * 2);
   for (uint32_t i = 0; i < n; i++) {
     img[2 * i] = items[i].key;
     img[2 * i + 1] = items[i].value;
@@ -2044,9 +2048,10 @@ Status ElimDA<P, R>::Split(SegMeta* s, uint64_t h) PMHASH_NO_THREAD_SAFETY_ANALY
     return Status::OutOfMemory("elimda: segment metadata");
   }
   const uint64_t prefix = h >> (64 - ld);
-  const uint64_t seg_bytes = seg_chunks_ * kBlockBytes;
-  std::vector<uint64_t> img[2] = {std::vector<uint64_t>(seg_bytes / 8, 0),
-                                  std::vector<uint64_t>(seg_bytes / 8, 0)};
+  // The halves' images, built in the scratch buffers: only what is copied below is written (the
+  // header whole; each bucket's items, and the rest of the line of its last one, zeroed).
+  std::vector<uint64_t>* img = scratch_;
+  for (int side = 0; side < 2; side++) img[side].resize(seg_chunks_ * kBlockBytes / 8);
   const SegHeader* old_hdr = Header(s);
   uint64_t dropped = 0;
   // Older to newer: the first live copy of a key is kept, later ones dropped (paper 3.5).
@@ -2084,8 +2089,16 @@ Status ElimDA<P, R>::Split(SegMeta* s, uint64_t h) PMHASH_NO_THREAD_SAFETY_ANALY
           img[side].data() + (sizeof(SegHeader) + size_t{b} * params_.bucket_items * 16) / 8;
       const uint16_t* tfp = &t->fp[size_t{b} * params_.bucket_items];
       bool dup = false;
-      for (uint32_t x = 0; x < t->count[b] && !dup; x++) {
-        dup = tfp[x] == f && Identity(tslots[2 * x], tslots[2 * x + 1]) == Identity(k, v);
+      // Sixteen fingerprints per step (the array holds bucket_items, a multiple of 16, entries:
+      // no load leaves it; lanes past the count are masked), the identity on a match only.
+      const uint32_t tn = t->count[b];
+      for (uint32_t base = 0; base < tn && !dup; base += 16) {
+        uint32_t m = Match16Wide(tfp + base, f);
+        if (tn - base < 16) m &= (1u << (tn - base)) - 1;
+        for (; m && !dup; m &= m - 1) {
+          const uint32_t x = base + static_cast<uint32_t>(std::countr_zero(m));
+          dup = Identity(tslots[2 * x], tslots[2 * x + 1]) == Identity(k, v);
+        }
       }
       if (dup) {
         shadows_of(j, nullptr, 0);
@@ -2102,6 +2115,7 @@ Status ElimDA<P, R>::Split(SegMeta* s, uint64_t h) PMHASH_NO_THREAD_SAFETY_ANALY
   }
   for (int side = 0; side < 2; side++) {
     uint64_t* w = img[side].data();
+    std::fill(w, w + sizeof(SegHeader) / 8, uint64_t{0});
     w[0] = SegWord(ld + 1);
     w[1] = side == 0 ? c.value() : old_hdr->next.load(std::memory_order_relaxed);
     for (uint32_t b = 0; b < params_.segment_buckets; b++) w[2 + b] = half[side]->count[b];
@@ -2113,7 +2127,9 @@ Status ElimDA<P, R>::Split(SegMeta* s, uint64_t h) PMHASH_NO_THREAD_SAFETY_ANALY
     persist_.NtCopy(dst, src, sizeof(SegHeader));
     for (uint32_t b = 0; b < params_.segment_buckets; b++) {
       const size_t at = sizeof(SegHeader) + size_t{b} * params_.bucket_items * sizeof(PmSlot);
-      const size_t len = (size_t{half[side]->count[b]} * sizeof(PmSlot) + 63) & ~size_t{63};
+      const size_t used = size_t{half[side]->count[b]} * sizeof(PmSlot);
+      const size_t len = (used + 63) & ~size_t{63};
+      if (len > used) std::fill(w + (at + used) / 8, w + (at + len) / 8, uint64_t{0});
       if (len > 0) persist_.NtCopy(dst + at, src + at, len);
     }
   }
@@ -2155,9 +2171,9 @@ void ElimDA<P, R>::SweepEmptyBlocks() PMHASH_NO_THREAD_SAFETY_ANALYSIS {
     todo.swap(empty_blocks_);
   }
   if (todo.empty()) return;
-  std::unordered_set<BlockInfo*> done;
+  std::sort(todo.begin(), todo.end());  // a block may be listed twice
+  todo.erase(std::unique(todo.begin(), todo.end()), todo.end());
   for (BlockInfo* bi : todo) {
-    if (!done.insert(bi).second) continue;
     if (bi == logs_[bi->log].head) continue;  // the active block is never unlinked
     if (bi->live != 0) continue;
     Unlink(bi);
