@@ -1503,6 +1503,28 @@ TEST(ChunkAllocator, AlignedAllocationDoesNotRescanTheHeap) {
   EXPECT_LT(a.scan_steps() - before, 8u * 8000);
 }
 
+// Regression: a single chunk freed low in a full heap (a split's old bucket) moved the aligned
+// scan's start below it, and the scan then walked the full words above a word at a time up to a
+// free block: every record-heap slab allocation after such a free walked most of the bitmap
+// (smartht-kv's inserts 1.65x faster at 5M keys without it). The summary skips 64 full words
+// per step, as Allocate does.
+TEST(ChunkAllocator, AlignedAllocationSkipsFullWords) {
+  constexpr uint64_t kChunks = uint64_t{1} << 20, kRounds = 100;
+  pm::ChunkAllocator a(4096, 64, kChunks);
+  ASSERT_TRUE(a.Allocate(static_cast<uint32_t>(kChunks)).ok());
+  const uint64_t before = a.scan_steps();
+  for (uint64_t k = 0; k < kRounds; k++) {
+    a.Free(4096 + (k * 10007 + 1) * 64);  // a lone free chunk low in the heap
+    const uint64_t block = kChunks - 16 * (k + 1);  // the only free aligned block, high
+    a.Free(4096 + block * 64, 16);
+    auto r = a.AllocateAligned(16);
+    ASSERT_TRUE(r.ok());
+    EXPECT_EQ(r.value(), 4096 + block * 64);
+  }
+  // A walk word by word takes ~16k steps per allocation here; with the summary a few hundred.
+  EXPECT_LT(a.scan_steps() - before, kRounds * (kChunks / 4096 + 64));
+}
+
 // Freeing an already free chunk changes nothing (and does not corrupt the used count).
 TEST(ChunkAllocator, DoubleFreeIsHarmless) {
   pm::ChunkAllocator a(4096, 256, 8);

@@ -103,8 +103,8 @@ Result<uint64_t> ChunkAllocator::AllocateAligned(uint32_t n) {
     bool free = true;
     if (n <= 64) {
       const uint64_t w = bits_[i >> 6];
-      if (w == ~uint64_t{0}) {  // a full word: no block of this word is free
-        i = ((i >> 6) + 1) << 6;
+      if (w == ~uint64_t{0}) {  // a full word: no block of it is free; the summary jumps over
+        i = NextNonFullWord(i >> 6) << 6;  // 64 full words at a time (n divides 64: aligned)
         continue;
       }
       const uint64_t mask = n == 64 ? ~uint64_t{0} : (uint64_t{1} << n) - 1;
