@@ -2171,9 +2171,17 @@ void ElimDA<P, R>::SweepEmptyBlocks() PMHASH_NO_THREAD_SAFETY_ANALYSIS {
     todo.swap(empty_blocks_);
   }
   if (todo.empty()) return;
-  std::sort(todo.begin(), todo.end());  // a block may be listed twice
-  todo.erase(std::unique(todo.begin(), todo.end()), todo.end());
+  // A block may be listed twice: its first listing counts, in the order listed (the order of the
+  // unlinks' persists, which a crash test's replay repeats), told by address (a block unlinked
+  // and deleted may be listed again: never read before this check).
+  std::vector<BlockInfo*> listed(todo);
+  std::sort(listed.begin(), listed.end());
+  std::vector<bool> done(listed.size(), false);
   for (BlockInfo* bi : todo) {
+    const auto at = static_cast<size_t>(std::lower_bound(listed.begin(), listed.end(), bi) -
+                                        listed.begin());
+    if (done[at]) continue;
+    done[at] = true;
     if (bi == logs_[bi->log].head) continue;  // the active block is never unlinked
     if (bi->live != 0) continue;
     Unlink(bi);
