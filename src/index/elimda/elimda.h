@@ -566,7 +566,9 @@ class ElimDA : public index::EngineBase<ElimDA<P, kRecords>, P, Config> {
   // For tests and tools.
   uint32_t global_depth() const;
   uint32_t logs() const { return params_.logs; }
-  bool shared_logs() const { return SharedLogs(); }  // more lock stripes than logs
+  // More lock stripes than logs: several stripes share a log, and a stripe's holder takes the
+  // log's lock (LogSection) to touch it.
+  bool shared_logs() const { return stripes_ != nullptr; }
   uint64_t log_swaps() const { return log_swaps_.load(std::memory_order_relaxed); }
   uint64_t relocations() const { return relocations_.load(std::memory_order_relaxed); }
   uint64_t duplicates_dropped() const { return dups_dropped_.load(std::memory_order_relaxed); }
@@ -667,6 +669,13 @@ class ElimDA : public index::EngineBase<ElimDA<P, kRecords>, P, Config> {
     uint64_t head_off = 0;  // head->off (0: no head), so that an append misses on no BlockInfo
   };
   static_assert(sizeof(LogState) == 64, "one cache line per log");
+  // A lock stripe of keys (when lock_stripes > logs) and the active block its last append went
+  // to (written under its lock; kUnknown until its first append after open).
+  struct Stripe {
+    static constexpr uint64_t kUnknown = ~uint64_t{0};
+    detail::LogLock mu;
+    uint64_t last_block = kUnknown;
+  };
   enum class Layer { kNone, kPm, kDram, kLog };
   struct Where {
     Layer layer = Layer::kNone;
@@ -741,21 +750,22 @@ class ElimDA : public index::EngineBase<ElimDA<P, kRecords>, P, Config> {
   uint32_t LogOf(uint64_t h) const {
     return log_bits_ ? static_cast<uint32_t>(h >> (64 - log_bits_)) : 0;
   }
-  // The lock a key's reads and writes take: its stripe's, which is its log's lock where each
-  // log has its own stripe (no more stripes than logs).
-  detail::LogLock& StripeLock(uint64_t h) const {
-    return stripes_ ? stripes_[h >> (64 - stripe_bits_)].mu : logs_[LogOf(h)].mu;
+  // h's lock stripe, or nullptr where each log has its own stripe (no more stripes than logs).
+  Stripe* StripeOf(uint64_t h) const {
+    return stripes_ ? &stripes_[h >> (64 - stripe_bits_)] : nullptr;
   }
-  // True if several stripes share a log: a stripe's holder takes the log's lock (LogSection)
-  // to touch it.
-  bool SharedLogs() const { return stripes_ != nullptr; }
+  // The lock a key's reads and writes take: its stripe's, which is its log's lock where each
+  // log has its own stripe.
+  detail::LogLock& StripeLock(uint64_t h) const {
+    Stripe* s = StripeOf(h);
+    return s ? s->mu : logs_[LogOf(h)].mu;
+  }
   // False if no key of h's stripe can be in log's active block, so that a search need not
   // take the log's lock: the stripe's last append went to another block (items enter an active
   // block only by appends, and leave it only when it is sealed). REQUIRES: h's stripe lock.
   bool MayBeInActiveBlock(uint64_t h, const LogState& log) const {
-    if (!stripes_) return true;
-    const uint64_t last = stripes_[h >> (64 - stripe_bits_)].last_block;
-    return last == log.head_off || last == Stripe::kUnknown;
+    const Stripe* s = StripeOf(h);
+    return !s || s->last_block == log.head_off || s->last_block == Stripe::kUnknown;
   }
   uint32_t BucketOf(uint64_t h) const {
     return static_cast<uint32_t>(h >> 8) & (params_.segment_buckets - 1);
@@ -832,13 +842,6 @@ class ElimDA : public index::EngineBase<ElimDA<P, kRecords>, P, Config> {
   uint32_t gd_ = 0;
   std::vector<SegMeta*> dir_;
   std::unique_ptr<LogState[]> logs_;
-  // A lock stripe of keys (when lock_stripes > logs) and the active block its last append went
-  // to (written under its lock; kUnknown until its first append after open).
-  struct Stripe {
-    static constexpr uint64_t kUnknown = ~uint64_t{0};
-    detail::LogLock mu;
-    uint64_t last_block = kUnknown;
-  };
   std::unique_ptr<Stripe[]> stripes_;  // null unless lock_stripes > logs
   SpinLock empty_mu_;
   std::vector<BlockInfo*> empty_blocks_;  // sealed blocks an erase left without items
@@ -1489,7 +1492,7 @@ bool ElimDA<P, R>::Search(const Probe& p, uint64_t* word) const {
   // The active block: other stripes' appends may move its items (I3').
   LogState& log = logs_[LogOf(p.h)];
   if (!MayBeInActiveBlock(p.h, log)) return false;
-  detail::LogSection ls(log.mu, SharedLogs());
+  detail::LogSection ls(log.mu, shared_logs());
   if (!LocateLog(p, &w)) return false;
   *word = Block(w.block)->slots[w.j].value.load(std::memory_order_relaxed);
   return true;
@@ -1501,7 +1504,7 @@ int ElimDA<P, R>::LayerOf(Key k) const {
   const Probe p = U64Probe(k, bytes);
   SharedLockGuard<detail::TableLock> g(table_mu_);
   LockGuard<detail::LogLock> sg(StripeLock(p.h));
-  detail::LogSection ls(logs_[LogOf(p.h)].mu, SharedLogs());
+  detail::LogSection ls(logs_[LogOf(p.h)].mu, shared_logs());
   return static_cast<int>(Locate(p).layer);
 }
 
@@ -1658,7 +1661,7 @@ Status ElimDA<P, R>::Write(const Probe& p, std::string_view value_bytes, Value v
         return publish(&BucketSlots(w.seg->off, w.b)[w.j].value, nullptr);
       }
       // The active block, which other stripes' appends share (I3' moves items in it).
-      detail::LogSection ls(log.mu, SharedLogs());
+      detail::LogSection ls(log.mu, shared_logs());
       if (LocateLog(p, &w)) {
         if (mode == WriteMode::kInsert) return Status::Exists();
         PMHASH_RETURN_IF_ERROR(value_word());
@@ -1671,7 +1674,7 @@ Status ElimDA<P, R>::Write(const Probe& p, std::string_view value_bytes, Value v
         if ((hdr & kFullBits) != kFullBits) {
           PMHASH_RETURN_IF_ERROR(append_word());
           Append(&log, blk, hdr, h, Keys::KeyWord(p), v);
-          if (stripes_) stripes_[h >> (64 - stripe_bits_)].last_block = log.head_off;
+          if (Stripe* st = StripeOf(h)) st->last_block = log.head_off;
           size_.Add(1);
           return Status::OK();
         }
@@ -1724,7 +1727,7 @@ Status ElimDA<P, R>::EraseProbe(const Probe& p) {
   // A logged item: its block's header word and DRAM bits are the log's (other stripes' erases
   // and appends write them).
   if (w.layer == Layer::kNone && !MayBeInActiveBlock(h, log)) return Status::NotFound();
-  detail::LogSection ls(log.mu, SharedLogs());
+  detail::LogSection ls(log.mu, shared_logs());
   if (w.layer == Layer::kNone && !LocateLog(p, &w)) return Status::NotFound();
   BlockInfo* bi = w.layer == Layer::kDram ? w.item->block : w.block;
   const uint32_t j = w.layer == Layer::kDram ? w.item->slot : w.j;
@@ -2259,7 +2262,7 @@ bool ElimDA<P, R>::ClearShadow(SegMeta* s, uint32_t b, uint32_t pos, uint64_t h)
   if (!s->Shadowed(i)) return false;
   s->SetShadowed(i, false);
   // The block's header word and stale bits are the log's: other stripes' erases write them.
-  detail::LogSection ls(logs_[LogOf(h)].mu, SharedLogs());
+  detail::LogSection ls(logs_[LogOf(h)].mu, shared_logs());
   const std::vector<Shadow>& list = s->shadow[b];
   auto it = std::lower_bound(list.begin(), list.end(), pos,
                              [](const Shadow& e, uint32_t p) { return e.pos < p; });
