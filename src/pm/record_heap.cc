@@ -19,7 +19,11 @@ RecordHeap::RecordHeap(char* base, ChunkAllocator* chunks, EpochManager* epoch)
     slab_chunks_ = std::bit_ceil((kSlabTargetBytes + chunk_size_ - 1) / chunk_size_);
   }
   slab_bytes_ = uint64_t{slab_chunks_} * chunk_size_;
+  slab_shift_ = static_cast<uint32_t>(std::countr_zero(slab_bytes_));
   nslabs_ = chunks->chunk_count() / slab_chunks_;
+  for (size_t c = 0; c < slots_.size() && slab_bytes_ > kSlabHeaderBytes; c++) {
+    slots_[c] = static_cast<uint32_t>((slab_bytes_ - kSlabHeaderBytes) / kClassBytes[c]);
+  }
   if (nslabs_ > 0 && slab_bytes_ > kSlabHeaderBytes) {
     while (nclasses_ < kClassBytes.size() && kClassBytes[nclasses_] < chunk_size_ &&
            SlotsOf(nclasses_) >= kMinSlotsPerSlab) {
@@ -65,7 +69,10 @@ RecordHeap::Slab* RecordHeap::MakeSlab(uint64_t slab, uint32_t c, uint32_t strip
   s->cls = c;
   s->stripe.store(stripe, std::memory_order_relaxed);
   const uint32_t words = Words(c);
-  s->bits = std::make_unique<uint64_t[]>(words);
+  if (words > kInlineWords) {
+    s->big_bits = std::make_unique<uint64_t[]>(words);
+    s->bits = s->big_bits.get();
+  }
   if (const uint32_t tail = SlotsOf(c) % 64) s->bits[words - 1] = ~uint64_t{0} << tail;
   return s;
 }
@@ -285,10 +292,12 @@ Status RecordHeap::MarkReachable(uint64_t offset, uint64_t bytes) {
   const uint64_t slab = heap_offset_ + idx * slab_bytes_;
   const uint64_t in = offset - slab;
   const uint32_t cb = kClassBytes[c];
-  if (in < kSlabHeaderBytes || (in - kSlabHeaderBytes) % cb != 0) {
+  // (32-bit: `in` is below the slab's size; a 64-bit division costs several times more)
+  const auto rel = static_cast<uint32_t>(in - kSlabHeaderBytes);
+  const uint32_t k = rel / cb;
+  if (in < kSlabHeaderBytes || rel != k * cb) {
     return bad("not on a slot boundary of its size class (" + std::to_string(cb) + " B)");
   }
-  const uint64_t k = (in - kSlabHeaderBytes) / cb;
   if (k >= SlotsOf(c)) return bad("past the last slot of its slab");
   Slab* s = table_[idx].load(std::memory_order_relaxed);
   if (s == nullptr) {
@@ -318,16 +327,17 @@ Status RecordHeap::MarkReachable(uint64_t offset, uint64_t bytes) {
   } else if (s->cls != c) {
     return bad("in a slab of " + std::to_string(kClassBytes[s->cls]) + " B slots");
   }
-  Bin& b = BinOf(c, s->stripe.load(std::memory_order_relaxed));
-  LockGuard<SpinLock> g(b.mu);
+  // No bin lock and no atomic add (quiescence, REQUIRES): a locked instruction per record
+  // would also hold back the loads the recovery walk has prefetched behind it.
   uint64_t& w = s->bits[k / 64];
   const uint64_t bit = uint64_t{1} << (k % 64);
   if (w & bit) return bad("reachable twice");
   w |= bit;
   s->used++;
-  s->high = std::max<uint32_t>(s->high, static_cast<uint32_t>(k + 1));
-  slab_records_.fetch_add(1, std::memory_order_relaxed);
-  if (s->used == SlotsOf(c)) Unlink(b, s);
+  s->high = std::max<uint32_t>(s->high, k + 1);
+  slab_records_.store(slab_records_.load(std::memory_order_relaxed) + 1,
+                      std::memory_order_relaxed);
+  if (s->used == SlotsOf(c)) Unlink(BinOf(c, s->stripe.load(std::memory_order_relaxed)), s);
   return Status::OK();
 }
 
@@ -359,7 +369,7 @@ void RecordHeap::SaveState(StateWriter& w) const {
     w.Put<uint64_t>(s->cls);
     Bin& b = BinOf(s->cls, s->stripe.load(std::memory_order_relaxed));
     LockGuard<SpinLock> g(b.mu);
-    w.Put(s->bits.get(), uint64_t{Words(s->cls)} * sizeof(uint64_t));
+    w.Put(s->bits, uint64_t{Words(s->cls)} * sizeof(uint64_t));
   }
 }
 
@@ -386,7 +396,7 @@ bool RecordHeap::LoadState(StateReader& r, const std::function<bool(uint64_t, ui
     slabs_.fetch_add(1, std::memory_order_relaxed);
     const uint32_t words = Words(c), slots = SlotsOf(c);
     const uint64_t padding = slots % 64 ? ~uint64_t{0} << (slots % 64) : 0;  // (as MakeSlab)
-    if (!r.Get(s->bits.get(), uint64_t{words} * sizeof(uint64_t)) ||
+    if (!r.Get(s->bits, uint64_t{words} * sizeof(uint64_t)) ||
         (s->bits[words - 1] & padding) != padding) {
       return false;
     }

@@ -103,6 +103,7 @@
 #include <functional>
 #include <memory>
 
+#include "common/attributes.h"
 #include "common/epoch.h"
 #include "common/locks.h"
 #include "common/thread_stripe.h"
@@ -182,7 +183,17 @@ class RecordHeap {
   // Recovery (see above). REQUIRES: quiescence, no Retire()d free pending, and the chunk
   // allocator Reset() first.
   void Reset();
-  Status MarkReachable(uint64_t offset, uint64_t bytes);
+  Status MarkReachable(uint64_t offset, uint64_t bytes) PMHASH_NO_THREAD_SAFETY_ANALYSIS;
+  // Asks for the DRAM state MarkReachable will touch for a record at `offset` (its slab's first
+  // line; nothing for an offset outside the slabs, or the first record of a slab, which has none
+  // yet). Recovery walks call it ahead of MarkReachable: the slabs' states are random lines of
+  // DRAM, one miss per record otherwise. Never faults. REQUIRES: quiescence.
+  void PrefetchSlab(uint64_t offset) const {
+    if (offset - heap_offset_ >= heap_end_ - heap_offset_) return;
+    const uint64_t idx = SlabIndex(offset);
+    if (idx >= nslabs_) return;
+    if (const Slab* s = table_[idx].load(std::memory_order_relaxed)) PrefetchLine(s);
+  }
 
   // Clean shutdown (src/pm/saved_state.h; the index calls these from its SaveState/LoadState).
   // ReleaseEmptySlabs returns every empty slab to the chunk allocator (Close, before the image:
@@ -231,8 +242,11 @@ class RecordHeap {
   uint64_t dram_bytes() const;
 
  private:
-  struct Slab {
-    uint64_t offset = 0;  // pool offset of the header
+  // A slab's DRAM state. The first line holds what recovery's MarkReachable, Allocate and Free
+  // touch (class, bin, counts and, for slabs of at most kInlineWords x 64 slots — every 4 KiB
+  // slab — the bitmap itself), so that one prefetch (PrefetchSlab) covers a record's marking.
+  static constexpr uint32_t kInlineWords = 5;
+  struct alignas(64) Slab {
     uint32_t cls = 0;
     // The bin the slab is in: [0, kStripes) or kOrphan. Changes only under the locks of both
     // bins (adoption); Free reads it, locks that bin and reads it again.
@@ -240,24 +254,27 @@ class RecordHeap {
     // Guarded by the lock of bin (cls, stripe).
     uint32_t used = 0;
     uint32_t high = 0;  // 1 + highest slot handed out since the slab was created or recovered
+    uint64_t* bits = inline_bits;  // 1 = in use; bits past `slots` are set
+    uint64_t inline_bits[kInlineWords] = {};
+    // Second line.
+    uint64_t offset = 0;  // pool offset of the header
     bool listed = false;  // on its bin's list of slabs with a free slot
     Slab* prev = nullptr;
     Slab* next = nullptr;
-    std::unique_ptr<uint64_t[]> bits;  // 1 = in use; bits past `slots` are set
+    std::unique_ptr<uint64_t[]> big_bits;  // the bitmap of a slab of more slots
   };
+  static_assert(sizeof(Slab) == 128 && alignof(Slab) == 64, "two lines, the hot one first");
   struct alignas(64) Bin {
     mutable SpinLock mu;
     Slab* free_list PMHASH_GUARDED_BY(mu) = nullptr;  // slabs with a free slot
   };
 
-  uint32_t SlotsOf(uint32_t c) const {
-    return static_cast<uint32_t>((slab_bytes_ - kSlabHeaderBytes) / kClassBytes[c]);
-  }
+  uint32_t SlotsOf(uint32_t c) const { return slots_[c]; }
   uint32_t Words(uint32_t c) const { return (SlotsOf(c) + 63) / 64; }
   static constexpr uint32_t kBinsPerClass = kStripes + 1;
   uint32_t BinCount() const { return std::max<uint32_t>(nclasses_, 1) * kBinsPerClass; }
   Bin& BinOf(uint32_t c, uint32_t stripe) const { return bins_[c * kBinsPerClass + stripe]; }
-  uint64_t SlabIndex(uint64_t offset) const { return (offset - heap_offset_) / slab_bytes_; }
+  uint64_t SlabIndex(uint64_t offset) const { return (offset - heap_offset_) >> slab_shift_; }
 
   Result<uint64_t> AllocateChunks(uint64_t bytes);
   // A slot of class c from bin (c, stripe), adopting an orphan slab if the bin has none; 0 if
@@ -281,9 +298,11 @@ class RecordHeap {
   const uint64_t heap_end_;
   const uint32_t chunk_size_;
   uint32_t slab_chunks_ = 1;
-  uint64_t slab_bytes_ = 0;
+  uint64_t slab_bytes_ = 0;  // a power of two (so is the chunk size: Pool checks it)
+  uint32_t slab_shift_ = 0;  // log2(slab_bytes_)
   uint64_t nslabs_ = 0;    // slab positions in the heap
   uint32_t nclasses_ = 0;  // active classes: kClassBytes[0, nclasses_)
+  std::array<uint32_t, kClassBytes.size()> slots_{};  // slots per slab of each class
   std::unique_ptr<uint8_t[]> class_of_;  // (bytes + 15) / 16 -> class, up to max_slot_bytes()
   std::unique_ptr<std::atomic<Slab*>[]> table_;  // slab position -> live slab or nullptr
   std::unique_ptr<Bin[]> bins_;

@@ -363,6 +363,15 @@ class BloomFilter {
       }
     }
   }
+  // Add without locked instructions. REQUIRES: no concurrent Add or AddExclusive.
+  void AddExclusive(uint64_t h) {
+    std::atomic<uint64_t>* w = &words_[Block(h) * 8];
+    const uint64_t bits = Bits(h);
+    for (int i = 0; i < 8; i++) {
+      const uint64_t m = uint64_t{1} << ((bits >> (i * 8)) & 63);
+      w[i].store(w[i].load(std::memory_order_relaxed) | m, std::memory_order_relaxed);
+    }
+  }
   bool MayContain(uint64_t h) const {
     const std::atomic<uint64_t>* w = &words_[Block(h) * 8];
     const uint64_t bits = Bits(h);
@@ -397,24 +406,28 @@ class BloomFilter {
 // A walk's adds to a filter, each made kDepth keys after its block was prefetched: a walk meets
 // the keys in head order, each in a random block, and the locked RMW of Add would wait out one
 // DRAM miss per key (a locked instruction overlaps no miss). Flush() before the filter is used.
+// exclusive: nothing else adds to the filter meanwhile (smartht-kv's recovery walk, I10: no
+// write runs beside it), so its adds need no locked instruction (eight per key otherwise).
 class FilterFill {
  public:
-  explicit FilterFill(BloomFilter* f) : f_(f) {}
+  explicit FilterFill(BloomFilter* f, bool exclusive = false) : f_(f), exclusive_(exclusive) {}
   void Add(uint64_t h) {
     f_->Prefetch(h);
     uint64_t& slot = ring_[n_ & (kDepth - 1)];
-    if (n_ >= kDepth) f_->Add(slot);
+    if (n_ >= kDepth) AddNow(slot);
     slot = h;
     n_++;
   }
   void Flush() {
-    for (uint64_t i = n_ > kDepth ? n_ - kDepth : 0; i < n_; i++) f_->Add(ring_[i & (kDepth - 1)]);
+    for (uint64_t i = n_ > kDepth ? n_ - kDepth : 0; i < n_; i++) AddNow(ring_[i & (kDepth - 1)]);
     n_ = 0;
   }
 
  private:
+  void AddNow(uint64_t h) { exclusive_ ? f_->AddExclusive(h) : f_->Add(h); }
   static constexpr uint64_t kDepth = 16;
   BloomFilter* f_;
+  bool exclusive_;
   uint64_t ring_[kDepth] = {};
   uint64_t n_ = 0;
 };
@@ -1217,7 +1230,7 @@ Status SmartHt<P, R>::RecoverTask() PMHASH_NO_THREAD_SAFETY_ANALYSIS {
   }
   WalkCounts c;
   std::unordered_set<uint64_t> seen;
-  FilterFill fill(nf.get());
+  FilterFill fill(nf.get(), /*exclusive=*/R);  // (smartht's writers add to nf meanwhile)
   auto link = [&](uint64_t next) {
     if constexpr (R) {
       c.chained++;
@@ -1233,16 +1246,23 @@ Status SmartHt<P, R>::RecoverTask() PMHASH_NO_THREAD_SAFETY_ANALYSIS {
     return alloc.IsUsed(next) ? Status::OK()
                               : Status::Corruption(std::to_string(next) + " is past root 3");
   };
-  for (uint64_t i = 0; i < n && st.ok(); i++) {
-    PrefetchChainAhead(i, n);
-    PrefetchRecordsAhead(i, n);
-    RwSpinLock& l = stripes_[StripeOf(i)].lock;
+  // Up to kWalkHeadsPerHold consecutive heads of one stripe (a stripe holds runs of 2^g heads)
+  // under one hold: a lock and an unlock per head would each be a locked instruction, which
+  // holds back the prefetched loads behind it (the walk is bound by its misses).
+  constexpr int kWalkHeadsPerHold = 16;
+  for (uint64_t i = 0; i < n && st.ok();) {
+    const size_t stripe = StripeOf(i);
+    RwSpinLock& l = stripes_[stripe].lock;
     l.lock_shared();
-    st = WalkHead(i, geo, Cut{}, &seen, &c, link, [&](uint64_t h, uint64_t kw, uint64_t vw) {
-      fill.Add(h);
-      return RecoverRecord(kw, vw);
-    });
-    walked_.store(i + 1, std::memory_order_relaxed);  // (under the lock: CountLive)
+    for (int k = 0; k < kWalkHeadsPerHold && i < n && StripeOf(i) == stripe && st.ok(); k++, i++) {
+      PrefetchChainAhead(i, n);
+      PrefetchRecordsAhead(i, n);
+      st = WalkHead(i, geo, Cut{}, &seen, &c, link, [&](uint64_t h, uint64_t kw, uint64_t vw) {
+        fill.Add(h);
+        return RecoverRecord(kw, vw);
+      });
+      walked_.store(i + 1, std::memory_order_relaxed);  // (under the lock: CountLive)
+    }
     l.unlock_shared();
   }
   fill.Flush();
