@@ -278,6 +278,19 @@ class Records {
   // not reached before) before the key is read, and the key's hash against the slot's.
   void Reset() { heap_.Reset(); }
   Status Recover(uint64_t off, uint64_t h, const Hasher& hash);
+  // During recovery (REQUIRES quiescence): the record at `off` takes whole chunks (a large
+  // record); it is a slab record whose slot a Recover() since Reset() marked. (A large record's
+  // chunks, once marked, do not tell a record from another owner of them: ElimDA keeps those
+  // it recovered itself.) Both false for an offset that is not Plausible; read nothing outside
+  // the pool.
+  bool Large(uint64_t off) const {
+    return Plausible(off) && heap_.ClassOf(Bytes(off)) == pm::RecordHeap::kLarge;
+  }
+  bool SlotMarked(uint64_t off) const {
+    if (!Plausible(off)) return false;
+    const uint64_t bytes = Bytes(off);
+    return heap_.ClassOf(bytes) != pm::RecordHeap::kLarge && heap_.IsAllocated(off, bytes);
+  }
   // A clean Close's image of the heap's DRAM state, instead of Recover for every record
   // (record_heap.h, "Clean shutdown"): SaveState (quiescent, after ReleaseEmptySlabs), and
   // LoadState, which resets the heap, loads it (each slab is named) and requires its records to

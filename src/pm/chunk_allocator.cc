@@ -9,6 +9,7 @@ namespace pmhash::pm {
 ChunkAllocator::ChunkAllocator(uint64_t heap_offset, uint32_t chunk_size, uint64_t chunk_count)
     : heap_offset_(heap_offset),
       chunk_size_(chunk_size),
+      chunk_shift_(static_cast<uint32_t>(std::countr_zero(chunk_size))),
       chunk_count_(chunk_count),
       bits_(std::max<uint64_t>(1, (chunk_count + 63) / 64), Pages::kSmall),
       full_(std::max<uint64_t>(1, ((chunk_count + 63) / 64 + 63) / 64), Pages::kSmall) {}
@@ -130,7 +131,7 @@ Result<uint64_t> ChunkAllocator::AllocateAligned(uint32_t n) {
 
 void ChunkAllocator::Free(uint64_t offset, uint32_t n) {
   if (!ValidChunk(offset, n)) return;
-  const uint64_t i = (offset - heap_offset_) / chunk_size_;
+  const uint64_t i = ChunkIndex(offset);
   LockGuard<SpinLock> g(mu_);
   SetLocked(i, n, false);
   // A run of k chunks that is free now and was not before holds one of the freed chunks, so it
@@ -257,7 +258,7 @@ bool ChunkAllocator::LoadBitmap(const uint64_t* src, uint64_t words) {
 
 bool ChunkAllocator::RangeUsed(uint64_t offset, uint32_t n) const {
   if (!ValidChunk(offset, n)) return false;
-  const uint64_t i = (offset - heap_offset_) / chunk_size_;
+  const uint64_t i = ChunkIndex(offset);
   LockGuard<SpinLock> g(mu_);
   for (uint64_t j = i; j < i + n;) {
     const uint64_t w = j >> 6;
@@ -270,8 +271,8 @@ bool ChunkAllocator::RangeUsed(uint64_t offset, uint32_t n) const {
 bool ChunkAllocator::ValidChunk(uint64_t offset, uint32_t n) const {
   if (offset < heap_offset_ || n == 0) return false;
   const uint64_t rel = offset - heap_offset_;
-  if (rel % chunk_size_ != 0) return false;
-  const uint64_t i = rel / chunk_size_;
+  if ((rel & (chunk_size_ - 1)) != 0) return false;
+  const uint64_t i = rel >> chunk_shift_;
   return i < chunk_count_ && n <= chunk_count_ - i;
 }
 
@@ -279,7 +280,7 @@ Status ChunkAllocator::MarkReachable(uint64_t offset, uint32_t n) {
   if (!ValidChunk(offset, n)) {
     return Status::Corruption("offset " + std::to_string(offset) + " is not a heap chunk");
   }
-  const uint64_t i = (offset - heap_offset_) / chunk_size_;
+  const uint64_t i = ChunkIndex(offset);
   LockGuard<SpinLock> g(mu_);
   for (uint64_t j = i; j < i + n; j++) {
     if (TestLocked(j)) {
@@ -296,7 +297,7 @@ Status ChunkAllocator::MarkReachable(uint64_t offset, uint32_t n) {
 bool ChunkAllocator::IsUsed(uint64_t offset) const {
   if (!ValidChunk(offset)) return false;
   LockGuard<SpinLock> g(mu_);
-  return TestLocked((offset - heap_offset_) / chunk_size_);
+  return TestLocked(ChunkIndex(offset));
 }
 
 uint64_t ChunkAllocator::scan_steps() const {

@@ -41,9 +41,12 @@ inline uint64_t BitmapWordMask(uint64_t* j, uint64_t end) {
 
 class ChunkAllocator {
  public:
+  // REQUIRES: chunk_size a power of two (Pool checks it; ok() is false otherwise).
   ChunkAllocator(uint64_t heap_offset, uint32_t chunk_size, uint64_t chunk_count);
   // False if the bitmap could not be allocated (the owner must not use the allocator).
-  bool ok() const PMHASH_NO_THREAD_SAFETY_ANALYSIS { return bits_ && full_; }
+  bool ok() const PMHASH_NO_THREAD_SAFETY_ANALYSIS {
+    return bits_ && full_ && std::has_single_bit(chunk_size_);
+  }
 
   // Offset (from the pool base) of n free contiguous chunks, now marked used.
   Result<uint64_t> Allocate(uint32_t n = 1) PMHASH_EXCLUDES(mu_);
@@ -105,6 +108,8 @@ class ChunkAllocator {
   void SetLocked(uint64_t i, uint64_t n, bool used) PMHASH_REQUIRES(mu_);
   // The first word of bits_ at or after w with a free chunk (bits_.size() if none).
   uint64_t NextNonFullWord(uint64_t w) const PMHASH_REQUIRES(mu_);
+  // The index of the chunk at `offset`. REQUIRES: offset >= heap_offset_.
+  uint64_t ChunkIndex(uint64_t offset) const { return (offset - heap_offset_) >> chunk_shift_; }
   // The words that may have a bit set: those below high_water_.
   uint64_t HighWaterWords() const PMHASH_REQUIRES(mu_) {
     return std::min<uint64_t>(bitmap_words(), (high_water_ + 63) / 64);
@@ -112,6 +117,7 @@ class ChunkAllocator {
 
   const uint64_t heap_offset_;
   const uint32_t chunk_size_;
+  const uint32_t chunk_shift_;  // log2(chunk_size_): offsets to indexes without a division
   const uint64_t chunk_count_;
   mutable SpinLock mu_;
   // Fresh zero mappings of 4 KiB pages (HugeArray, Pages::kSmall): an open faults in only the

@@ -1041,7 +1041,8 @@ Status ElimDA<P, R>::Recover() {
   dir_.assign(size_t{1} << gd, nullptr);
   uint64_t live = 0;
   uint64_t i = 0;
-  detail::IdentitySet pm_records(R ? 1024 : 0);  // elimda-kv: the records live in the PM table
+  // elimda-kv: the large records live in the PM table (a slab record's is its marked slot).
+  detail::IdentitySet pm_large(R ? 64 : 0);
   detail::IdentitySet seen(params_.bucket_items);
   for (const auto& [off, ld] : segs) {
     const uint64_t stride = uint64_t{1} << (gd - ld);
@@ -1071,7 +1072,7 @@ Status ElimDA<P, R>::Recover() {
             seen.Insert(Identity(k, v))) {
           if constexpr (R) {
             PMHASH_RETURN_IF_ERROR(records_->Recover(v, k, hash_));
-            pm_records.Insert(v);
+            if (records_->Large(v)) pm_large.Insert(v);
           }
           live++;
         }
@@ -1083,13 +1084,16 @@ Status ElimDA<P, R>::Recover() {
   // Walk 2: the logs. Items of sealed blocks go to their D-buckets; a logged key that is live
   // in the PM table was relocated before the crash cleared its bit (I5): clear it now.
   // The identities of one log's items: a key logged twice is in one log (an item of another
-  // log's key is refused below), so the set is cleared per log and stays in cache. (elimda-kv:
-  // one record named by items of two logs is refused by Records::Recover, "reachable twice".)
+  // log's key is refused below), so the set is cleared per log and stays in cache. elimda-kv:
+  // the identity is the record, and the set spans every log (one record named by items of two
+  // logs is refused: "logged twice"), so that a slab record whose slot is marked but by no
+  // logged item was marked by the PM table's walk above: relocated (I5). (The walk above keeps
+  // the large records it recovered: marked chunks do not tell a record from another owner.)
   detail::IdentitySet logged(4 * kBlockSlots);
   const auto* words = LogTable();
   uint64_t blocks = 0;
   for (uint32_t li = 0; li < params_.logs; li++) {
-    logged.Clear();
+    if (!R) logged.Clear();
     BlockInfo* newer = nullptr;
     for (uint64_t off = words[li].load(std::memory_order_relaxed); off != 0;) {
       if (!alloc.ValidChunk(off, 1)) return bad("log block offset " + std::to_string(off));
@@ -1119,7 +1123,8 @@ Status ElimDA<P, R>::Recover() {
         // record; its bytes are not read before Records::Recover checked them).
         bool relocated;
         if constexpr (R) {
-          relocated = pm_records.Contains(v);
+          relocated = records_->Large(v) ? pm_large.Contains(v)
+                                         : records_->SlotMarked(v) && !logged.Contains(v);
         } else {
           Where w;  // only the PM table can hold the relocated copy: no other layer is searched
           relocated = LocatePm(Probe{kh, k, {}}, s, b, f, &w);
