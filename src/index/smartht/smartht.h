@@ -1246,23 +1246,16 @@ Status SmartHt<P, R>::RecoverTask() PMHASH_NO_THREAD_SAFETY_ANALYSIS {
     return alloc.IsUsed(next) ? Status::OK()
                               : Status::Corruption(std::to_string(next) + " is past root 3");
   };
-  // Up to kWalkHeadsPerHold consecutive heads of one stripe (a stripe holds runs of 2^g heads)
-  // under one hold: a lock and an unlock per head would each be a locked instruction, which
-  // holds back the prefetched loads behind it (the walk is bound by its misses).
-  constexpr int kWalkHeadsPerHold = 16;
-  for (uint64_t i = 0; i < n && st.ok();) {
-    const size_t stripe = StripeOf(i);
-    RwSpinLock& l = stripes_[stripe].lock;
+  for (uint64_t i = 0; i < n && st.ok(); i++) {
+    PrefetchChainAhead(i, n);
+    PrefetchRecordsAhead(i, n);
+    RwSpinLock& l = stripes_[StripeOf(i)].lock;
     l.lock_shared();
-    for (int k = 0; k < kWalkHeadsPerHold && i < n && StripeOf(i) == stripe && st.ok(); k++, i++) {
-      PrefetchChainAhead(i, n);
-      PrefetchRecordsAhead(i, n);
-      st = WalkHead(i, geo, Cut{}, &seen, &c, link, [&](uint64_t h, uint64_t kw, uint64_t vw) {
-        fill.Add(h);
-        return RecoverRecord(kw, vw);
-      });
-      walked_.store(i + 1, std::memory_order_relaxed);  // (under the lock: CountLive)
-    }
+    st = WalkHead(i, geo, Cut{}, &seen, &c, link, [&](uint64_t h, uint64_t kw, uint64_t vw) {
+      fill.Add(h);
+      return RecoverRecord(kw, vw);
+    });
+    walked_.store(i + 1, std::memory_order_relaxed);  // (under the lock: CountLive)
     l.unlock_shared();
   }
   fill.Flush();
