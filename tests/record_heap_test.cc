@@ -461,6 +461,49 @@ TEST(RecordHeap, RecoveryFreesUnpublishedRecordsAndEmptySlabs) {
   ASSERT_TRUE(r.Check().ok()) << r.Check().ToString();
 }
 
+// A slab's bitmap lives in its DRAM state's first line up to 320 slots (4 KiB slabs), in its own
+// array beyond (16 KiB slabs of 16 B records: 1020 slots). Both forms through a recovery: the
+// marks are exactly the published records, a slot is refused twice, the free slots are handed
+// out again and no published one; PrefetchSlab (the walks' prefetch) takes any offset.
+TEST(RecordHeap, RecoveryOfBothBitmapForms) {
+  for (const uint32_t chunk : {256u, 16384u}) {
+    SCOPED_TRACE(chunk);
+    Heap h(chunk == 256 ? 512 : 16, chunk);
+    RecordHeap& r = *h.heap;
+    ASSERT_EQ(r.slots_per_slab(0) > 320, chunk == 16384);
+    const uint64_t n = r.slots_per_slab(0) * 2 + 7;  // two full slabs and part of a third
+    std::vector<uint64_t> offs;
+    for (uint64_t i = 0; i < n; i++) offs.push_back(h.AllocFilled(16));
+    h.Crash();
+    for (const uint64_t bogus : {uint64_t{0}, ~uint64_t{0}, h.bytes, kHeapOffset - 16}) {
+      r.PrefetchSlab(bogus);
+    }
+    uint64_t published = 0;
+    for (uint64_t i = 0; i < n; i++) {
+      r.PrefetchSlab(offs[i]);
+      if (i % 3 != 1) continue;
+      ASSERT_TRUE(r.MarkReachable(offs[i], 16).ok()) << i;
+      published++;
+    }
+    EXPECT_TRUE(r.MarkReachable(offs[1], 16).IsCorruption()) << "a slot reachable twice";
+    EXPECT_EQ(r.stats().slab_records, published);
+    ASSERT_TRUE(r.Check().ok()) << r.Check().ToString();
+    for (uint64_t i = 0; i < n; i++) EXPECT_EQ(r.IsAllocated(offs[i], 16), i % 3 == 1) << i;
+    const uint64_t slabs = r.stats().slabs;
+    EXPECT_EQ(slabs, 3u);
+    std::set<uint64_t> taken;
+    for (uint64_t i = 0; i < n - published; i++) taken.insert(h.AllocFilled(16));
+    EXPECT_EQ(r.stats().slabs, slabs) << "the recovered slabs' free slots are used first";
+    EXPECT_GT(r.stats().reused_slots, 0u);
+    for (uint64_t i = 0; i < n; i++) {
+      if (i % 3 != 1) continue;
+      EXPECT_EQ(taken.count(offs[i]), 0u) << "published slot " << i << " handed out again";
+      EXPECT_TRUE(h.Intact(offs[i], 16)) << i;
+    }
+    ASSERT_TRUE(r.Check().ok()) << r.Check().ToString();
+  }
+}
+
 TEST(RecordHeap, RecoveryOfAFullSlabAndAfterSlabReuse) {
   Heap h(64);
   RecordHeap& r = *h.heap;

@@ -233,8 +233,9 @@
 // at recovery (I11). An update or an erase retires the old record through the epoch (FindBytes
 // copies a value after leaving the locks, under an epoch guard). Relocation and compaction copy items, never records: every copy of a pair names the
 // same record, so copies are told apart by their record offset (Identity()), and recovery finds
-// a relocated item still logged (I5) by its record offset among the PM table's live ones, before
-// it reads any record byte. Open rebuilds the record heap from the live items (Records::Recover:
+// a relocated item still logged (I5) by its record offset: a slab record whose slot the PM
+// table's walk marked (and no logged item), a large one among the PM table's large records; of
+// the record it reads only the lengths, once the offset is inside the heap. Open rebuilds the record heap from the live items (Records::Recover:
 // offset, lengths, slab, sharing, key hash and check word validated before use).
 //
 // Thread safety: all public operations may run concurrently. Close() requires quiescence.
