@@ -528,8 +528,10 @@ RecordHeapStats RecordHeap::stats() const {
 }
 
 uint64_t RecordHeap::dram_bytes() const {
-  // Upper bound for the descriptors: every slab sized for the class with the most slots.
-  const uint64_t per_slab = sizeof(Slab) + (nclasses_ ? uint64_t{Words(0)} * 8 : 0);
+  // Upper bound for the descriptors: every slab sized for the class with the most slots (whose
+  // bitmap is inline up to kInlineWords words).
+  const uint64_t words = nclasses_ ? Words(0) : 0;
+  const uint64_t per_slab = sizeof(Slab) + (words > kInlineWords ? words * 8 : 0);
   return nslabs_ * sizeof(std::atomic<Slab*>) +
          uint64_t{BinCount()} * sizeof(Bin) +
          slabs_.load(std::memory_order_relaxed) * per_slab;
