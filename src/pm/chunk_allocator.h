@@ -99,6 +99,9 @@ class ChunkAllocator {
   uint64_t chunk_count() const { return chunk_count_; }
   uint32_t chunk_size() const { return chunk_size_; }
   uint64_t heap_offset() const { return heap_offset_; }
+  // The index of the chunk at `offset` (a shift: the chunk size is a power of two).
+  // REQUIRES: offset >= heap_offset().
+  uint64_t ChunkIndex(uint64_t offset) const { return (offset - heap_offset_) >> chunk_shift_; }
   uint64_t dram_bytes() const {
     return ((chunk_count_ + 63) / 64 + (chunk_count_ + 4095) / 4096) * sizeof(uint64_t);
   }
@@ -108,8 +111,6 @@ class ChunkAllocator {
   void SetLocked(uint64_t i, uint64_t n, bool used) PMHASH_REQUIRES(mu_);
   // The first word of bits_ at or after w with a free chunk (bits_.size() if none).
   uint64_t NextNonFullWord(uint64_t w) const PMHASH_REQUIRES(mu_);
-  // The index of the chunk at `offset`. REQUIRES: offset >= heap_offset_.
-  uint64_t ChunkIndex(uint64_t offset) const { return (offset - heap_offset_) >> chunk_shift_; }
   // The words that may have a bit set: those below high_water_.
   uint64_t HighWaterWords() const PMHASH_REQUIRES(mu_) {
     return std::min<uint64_t>(bitmap_words(), (high_water_ + 63) / 64);
@@ -171,7 +172,7 @@ class ChunkSet {
     // Bounds first: the index below stays inside.
     if (!words_ || !a_.ValidChunk(offset, n)) return false;
     // A word at a time: a range can be large (SmartHT's segment of 2^L heads, 2^L chunks).
-    const uint64_t first = (offset - a_.heap_offset()) / a_.chunk_size();
+    const uint64_t first = a_.ChunkIndex(offset);
     for (uint64_t j = first; j < first + n;) {
       uint64_t& w = words_[j >> 6];
       const uint64_t mask = BitmapWordMask(&j, first + n);

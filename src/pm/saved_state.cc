@@ -72,8 +72,7 @@ bool LoadStateImage(Pool& pool, const std::function<Status(StateReader&)>& load)
     SavedStateHeader h;
     std::memcpy(&h, pool.base() + off, sizeof(h));
     const uint64_t words = h.allocator_words;
-    const uint64_t chunks_left = alloc.chunk_count() - (off - alloc.heap_offset()) /
-                                                           alloc.chunk_size();
+    const uint64_t chunks_left = alloc.chunk_count() - alloc.ChunkIndex(off);
     // Every size bounded before it is used (S4): the image lies within the heap.
     const bool shape_ok =
         h.magic == kSavedStateMagic && words >= 1 && words <= alloc.bitmap_words() &&

@@ -353,23 +353,19 @@ class BloomFilter {
     return std::max<uint64_t>(1, (keys * bits_per_key + kBlockBits - 1) / kBlockBits);
   }
 
+  // kExclusive: without locked instructions. REQUIRES: then no concurrent Add of any kind.
+  template <bool kExclusive = false>
   void Add(uint64_t h) {
     std::atomic<uint64_t>* w = &words_[Block(h) * 8];
     const uint64_t bits = Bits(h);
     for (int i = 0; i < 8; i++) {
       const uint64_t m = uint64_t{1} << ((bits >> (i * 8)) & 63);
-      if ((w[i].load(std::memory_order_relaxed) & m) == 0) {
+      const uint64_t old = w[i].load(std::memory_order_relaxed);
+      if constexpr (kExclusive) {
+        w[i].store(old | m, std::memory_order_relaxed);  // (no branch: bits are random)
+      } else if ((old & m) == 0) {
         w[i].fetch_or(m, std::memory_order_relaxed);
       }
-    }
-  }
-  // Add without locked instructions. REQUIRES: no concurrent Add or AddExclusive.
-  void AddExclusive(uint64_t h) {
-    std::atomic<uint64_t>* w = &words_[Block(h) * 8];
-    const uint64_t bits = Bits(h);
-    for (int i = 0; i < 8; i++) {
-      const uint64_t m = uint64_t{1} << ((bits >> (i * 8)) & 63);
-      w[i].store(w[i].load(std::memory_order_relaxed) | m, std::memory_order_relaxed);
     }
   }
   bool MayContain(uint64_t h) const {
@@ -424,7 +420,7 @@ class FilterFill {
   }
 
  private:
-  void AddNow(uint64_t h) { exclusive_ ? f_->AddExclusive(h) : f_->Add(h); }
+  void AddNow(uint64_t h) { exclusive_ ? f_->Add<true>(h) : f_->Add(h); }
   static constexpr uint64_t kDepth = 16;
   BloomFilter* f_;
   bool exclusive_;
