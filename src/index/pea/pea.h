@@ -341,6 +341,8 @@ class Pea : public index::EngineBase<Pea<P, kRecords, kMulti>, P, Config> {
     Value value;
     uint64_t hash;
     bool ptr = false;  // pea-multi: a (key, pointer) slot
+    // pea-multi: the key may have other slots in the segment (Place keeps them together).
+    bool shared = false;
   };
   struct Leaf {
     uint64_t prefix;
@@ -390,7 +392,8 @@ class Pea : public index::EngineBase<Pea<P, kRecords, kMulti>, P, Config> {
   // Splits and the invariant check re-hash a slot's key word (pea-kv: the word is the hash).
   uint64_t SlotHash(uint64_t key_word) const { return Keys::SlotHash(hash_, key_word); }
   EpochManager& RecordEpoch() const { return epoch_; }  // ProbeCalls::FindBytes
-  // Slot of key p in bucket b (fingerprint-filtered), or -1.
+  // Slot of key p in bucket b (fingerprint-filtered), or -1. pea-multi: its first slot holding
+  // k, a (key, pointer) slot before any (key, value) one.
   PMHASH_ALWAYS_INLINE int SearchBucket(const PmBucket* b, const Probe& p) const;
   // REQUIRES: b's lock held, b not full. Persists as described in I2/I3.
   void InsertIntoBucket(PmBucket* b, Key k, Value v, uint8_t f);
@@ -454,8 +457,10 @@ class Pea : public index::EngineBase<Pea<P, kRecords, kMulti>, P, Config> {
   // Releases the bucket locks of `w`, bumping the version of those in `modified`.
   void Unlock(const Locked& w, uint32_t modified) PMHASH_NO_THREAD_SAFETY_ANALYSIS;
   // Optimistic read of p's slot: true and its value word (pea-kv: the record offset) if p is
-  // present. REQUIRES: an epoch guard (pea-kv: held while the caller uses the record).
-  PMHASH_ALWAYS_INLINE bool Search(const Probe& p, uint64_t* word) const;
+  // present. pea-multi: *list is set when the slot is a (key, pointer) one (the word is then
+  // the head of k's value list, to be read as SearchAll reads it). REQUIRES: an epoch guard
+  // (pea-kv: held while the caller uses the record).
+  PMHASH_ALWAYS_INLINE bool Search(const Probe& p, uint64_t* word, bool* list = nullptr) const;
   // Batched finds (src/index/batch.h; pea only: pea-kv copies records, pea-multi collects
   // values): the directory entry, then the first bucket whole and the second one's header, as
   // Search asks for them; one epoch guard per 256 keys (kBatchChunk).
@@ -709,7 +714,8 @@ template <pm::PersistPolicy P, bool R, bool M>
 int Pea<P, R, M>::SearchBucket(const PmBucket* b, const Probe& p) const {
   const uint64_t w0 = b->hdr[0].load(std::memory_order_relaxed);
   const uint64_t w1 = b->hdr[1].load(std::memory_order_relaxed);
-  const uint32_t occ = static_cast<uint32_t>(w0 >> 1) & kOccMask;
+  // pea-multi: the pointer slots too (a compacted key); pea, pea-kv: no pointer slots.
+  const uint32_t occ = KvOcc(w0) | ((1u << PtrSlots(w0)) - 1);
   const __m128i tags = _mm_set_epi64x(static_cast<long long>(w1), static_cast<long long>(w0));
   for (uint32_t m = (Match16(tags, Fp(p.h)) >> 2) & occ; m; m &= m - 1) {
     const int j = std::countr_zero(m);
@@ -816,7 +822,16 @@ void Pea<P, R, M>::InsertIntoBucket(PmBucket* b, Key k, Value v, uint8_t f) {
 template <pm::PersistPolicy P, bool R, bool M>
 Status Pea<P, R, M>::Find(Key k, Value* out) const {
   if constexpr (M) {
-    FirstValue first;  // one of k's values, without collecting them all
+    {
+      // The first slot holding k, as pea's Find reads it: a (key, value) slot is the answer
+      // SearchAll would give (it takes the first candidate bucket holding k, and there the
+      // first (key, value) slot before any list). A unique key costs what it costs in pea.
+      EpochManager::Guard guard(epoch_);
+      bool list = false;
+      if (!Search(MakeProbe(k), out, &list)) return Status::NotFound();
+      if (!list) return Status::OK();
+    }
+    FirstValue first;  // one of k's values, from its list, validated as FindAll reads it (I13)
     PMHASH_RETURN_IF_ERROR(SearchAll(k, &first));
     *out = first.value;
     return Status::OK();
@@ -829,7 +844,7 @@ Status Pea<P, R, M>::Find(Key k, Value* out) const {
 }
 
 template <pm::PersistPolicy P, bool R, bool M>
-bool Pea<P, R, M>::Search(const Probe& p, uint64_t* word) const {
+bool Pea<P, R, M>::Search(const Probe& p, uint64_t* word, bool* list) const {
   const uint64_t h = p.h;
   const uint32_t b1 = Bucket1(h);
   Backoff backoff;  // (a writer or a resize holds a lock we wait on)
@@ -885,13 +900,17 @@ bool Pea<P, R, M>::Search(const Probe& p, uint64_t* word) const {
       consistent = consistent && l2.Validate(v2);
     }
     const uint64_t val =
-        hit ? hit->slots[j].value.load(R ? std::memory_order_acquire : std::memory_order_relaxed)
+        hit ? hit->slots[j].value.load(R || M ? std::memory_order_acquire
+                                              : std::memory_order_relaxed)
             : 0;
+    // (The header is read again; the versions validated below cover both reads.)
+    const bool is_list = M && hit && j < PtrSlots(hit->hdr[0].load(std::memory_order_relaxed));
     if (!consistent || !l1.Validate(v1) || !L.seg.Validate(sv)) {
       continue;
     }
     if (!hit) return false;
     *word = val;
+    if constexpr (M) *list = is_list;
     return true;
   }
 }

@@ -169,7 +169,7 @@ bool Pea<P, R, M>::Place(const std::vector<Item>& items, uint32_t s, BucketImage
     BucketImage* tgt = nullptr;
     const int o1 = count(img[b1]);
     BucketImage* home = nullptr;  // pea-multi: a candidate that already holds a slot of the key
-    if constexpr (M) {
+    if (M && it.shared) {
       BucketImage* cands[4] = {&img[b1], nullptr, nullptr, nullptr};
       if (s != kSingleHash) cands[1] = &img[Bucket2(it.hash, b1)];
       if (s == kStash) cands[2] = &stash[0], cands[3] = &stash[1];
@@ -253,8 +253,17 @@ Status Pea<P, R, M>::Split(Directory* d, uint64_t i, uint64_t e, uint32_t* need_
   std::vector<Item> items;
   items.reserve(static_cast<size_t>(params_.segment_buckets) * kSlots);
   std::vector<uint64_t> emptied;  // pea-multi: pointer slots of emptied lists are dropped
+  bool any_ptr = false;
+  // pea-multi: a key's slots share one bucket while the segment is `together` (so a (key, value)
+  // slot whose key no other slot of its bucket holds is the key's only one, and Place need not
+  // look for the key's other slots); otherwise every item may have others.
+  const bool together = M && L.together.load(std::memory_order_relaxed) != 0;
   auto collect = [&](const PmBucket* b) {
-    for (int j = 0; j < PtrSlots(b->hdr[0].load(std::memory_order_relaxed)); j++) {
+    const uint64_t w[2] = {b->hdr[0].load(std::memory_order_relaxed),
+                           b->hdr[1].load(std::memory_order_relaxed)};
+    const uint64_t w0 = w[0];
+    const int nptr = PtrSlots(w0);
+    for (int j = 0; j < nptr; j++) {
       const Key k = b->slots[j].key.load(std::memory_order_relaxed);
       const uint64_t head = b->slots[j].value.load(std::memory_order_relaxed);
       const ValueNode* n = CheckedNode(head);  // (a damaged list moves as it is: I15)
@@ -262,12 +271,30 @@ Status Pea<P, R, M>::Split(Directory* d, uint64_t i, uint64_t e, uint32_t* need_
         emptied.push_back(head);
         continue;
       }
-      items.push_back({k, head, SlotHash(k), true});
+      items.push_back({k, head, SlotHash(k), true, true});
+      any_ptr = true;
     }
-    for (uint32_t m = Occupancy(b); m; m &= m - 1) {
+    const uint32_t live = KvOcc(w0) | ((1u << nptr) - 1);
+    for (uint32_t m = KvOcc(w0); m; m &= m - 1) {
       const int j = std::countr_zero(m);
       const Key k = b->slots[j].key.load(std::memory_order_relaxed);
-      items.push_back({k, b->slots[j].value.load(std::memory_order_relaxed), SlotHash(k)});
+      bool shared = !together;
+      if constexpr (M) {
+        // The bucket's other live slots whose fingerprint matches j's, and slot kFpSlots (no
+        // fingerprint); every other one for slot kFpSlots itself.
+        uint32_t others = live;
+        if (j < kFpSlots) {
+          const __m128i tags =
+              _mm_set_epi64x(static_cast<long long>(w[1]), static_cast<long long>(w[0]));
+          others &= (Match16(tags, GetFpByte(w, j)) >> 2) | (1u << kFpSlots);
+        }
+        others &= ~(1u << j);
+        for (uint32_t o = others; o && !shared; o &= o - 1) {
+          shared = b->slots[std::countr_zero(o)].key.load(std::memory_order_relaxed) == k;
+        }
+      }
+      items.push_back({k, b->slots[j].value.load(std::memory_order_relaxed), SlotHash(k), false,
+                       shared});
     }
   };
   for (uint32_t b = 0; b < params_.segment_buckets; b++) collect(BucketAt(sid, b));
@@ -275,7 +302,7 @@ Status Pea<P, R, M>::Split(Directory* d, uint64_t i, uint64_t e, uint32_t* need_
     collect(StashBucket(sid, 0));
     collect(StashBucket(sid, 1));
   }
-  if constexpr (M) {
+  if (any_ptr) {
     // Pointer slots first: each new bucket gets them as its prefix.
     std::stable_partition(items.begin(), items.end(), [](const Item& it) { return it.ptr; });
   }
