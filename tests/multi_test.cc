@@ -232,6 +232,33 @@ TYPED_TEST(MultiConformance, RandomOpsCollidingHashes) {
   }
 }
 
+// Keys of two values each into a new pool (whose buckets all have room: the second value goes
+// beside the first), then keys of one value (never spilled into a second bucket), so that every
+// segment still holds each key in one bucket when it splits (flag `together`); pure 2-choice,
+// so that the split chooses between two buckets for each slot and must put a key's second slot
+// beside its first.
+TYPED_TEST(MultiConformance, SplitsKeepTwoValueKeysTogether) {
+  ScopedPath path("multi_pairs");
+  Options o = MultiOptions(path.path(), TypeParam::Policy::kDurability, 1);
+  o.pea.strategies = PeaStrategies::kTwoChoice;
+  auto r = TypeParam::Open(o);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  auto ix = std::move(r).value();
+  Oracle m;
+  std::vector<Key> keys;
+  for (uint64_t i = 0; i < Scaled(8000, 4); i++) {
+    const Key k = SplitMix64(i);
+    keys.push_back(k);
+    for (Value v = 0; v < (i < 200 ? 2u : 1u); v++) {
+      ASSERT_TRUE(ix->Insert(k, i + v).ok()) << i;
+      m.emplace(k, i + v);
+    }
+  }
+  ASSERT_NO_FATAL_FAILURE(ExpectSame(*ix, m, keys));
+  ASSERT_TRUE(ix->CheckInvariants().ok()) << ix->CheckInvariants().ToString();
+  EXPECT_GT(ix->Stats().splits, 0u);
+}
+
 // ============================================================================================
 // The facade
 // ============================================================================================
