@@ -38,6 +38,7 @@
 #include <optional>
 #include <random>
 #include <set>
+#include <span>
 #include <string>
 #include <thread>
 #include <unordered_map>
@@ -101,6 +102,28 @@ void ExpectSame(const T& ix, const Oracle& m, const std::vector<Key>& keys) {
     ASSERT_EQ(got, want) << "key " << k;
     ASSERT_EQ(ix.Count(k), want.size());
     ASSERT_NO_FATAL_FAILURE(ExpectOneOf(ix, k, want));
+  }
+  // FindBatch answers as Find does, in batches of up to 300 keys (pipelined prefetches), and
+  // leaves an absent key's value as it was.
+  constexpr Value kUntouched = ~Value{0};
+  std::vector<Value> values(keys.size(), kUntouched);
+  std::vector<Status> statuses(keys.size());
+  for (size_t first = 0; first < keys.size(); first += 300) {
+    const size_t n = std::min<size_t>(300, keys.size() - first);
+    ASSERT_TRUE(ix.FindBatch(std::span<const Key>(keys).subspan(first, n),
+                             std::span<Value>(values).subspan(first, n),
+                             std::span<Status>(statuses).subspan(first, n))
+                    .ok());
+  }
+  for (size_t i = 0; i < keys.size(); i++) {
+    const std::vector<Value> want = OracleValues(m, keys[i]);
+    ASSERT_EQ(statuses[i].ok(), !want.empty()) << "FindBatch, key " << keys[i];
+    if (want.empty()) {
+      ASSERT_EQ(values[i], kUntouched) << "FindBatch, key " << keys[i];
+    } else {
+      ASSERT_TRUE(std::binary_search(want.begin(), want.end(), values[i]))
+          << "FindBatch, key " << keys[i] << ": " << values[i];
+    }
   }
   // ForEach visits every pair once.
   std::map<std::pair<Key, Value>, int64_t> pairs;

@@ -7,6 +7,8 @@
 #define PMHASH_ALWAYS_INLINE [[gnu::always_inline]] inline
 // The same for a lambda, written after its parameter list: [&](int i) PMHASH_LAMBDA_INLINE {...}
 #define PMHASH_LAMBDA_INLINE __attribute__((always_inline))
+// A rare case of a hot function, kept out of line so that it does not crowd the hot path.
+#define PMHASH_COLD [[gnu::noinline, gnu::cold]]
 
 namespace pmhash {
 
