@@ -414,6 +414,44 @@ TEST(Report, RepeatRunsInterleavedRounds) {
   EXPECT_NE(os.str().find("ratio spread over 3 rounds"), std::string::npos) << os.str();
 }
 
+// Rows run in order in even rounds and in reverse in odd ones (a row's place in a round biases
+// it); each row's samples still land in its own slot.
+TEST(Report, RepeatReversesTheRowsInOddRounds) {
+  struct Order : BenchListener {
+    std::vector<std::string> starts;  // "run R/2 KIND" at each row's first phase
+    void OnProgress(std::string_view what) override {
+      for (const char* kind : {"reh/dram: insert", "pea/dram: insert"}) {
+        const size_t at = what.find(kind);
+        const size_t run = what.find("run ");
+        if (at != std::string_view::npos && run != std::string_view::npos) {
+          const std::string s = std::string(what.substr(run, 8)) + std::string(kind, 3);
+          if (starts.empty() || starts.back() != s) starts.push_back(s);
+        }
+      }
+    }
+  } order;
+  BenchConfig c;
+  c.indexes = {"reh", "pea"};
+  c.durabilities = {Durability::kDram};
+  c.keys = 2000;
+  c.repeat = 2;
+  c.reference = false;
+  c.persist_probe = false;
+  c.count_keys = 0;
+  BenchReport report;
+  const Status s = RunBench(c, &order, &report);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  EXPECT_EQ(order.starts,
+            (std::vector<std::string>{"run 1/2 reh", "run 1/2 pea", "run 2/2 pea", "run 2/2 reh"}));
+  const TableResult& t = report.tables.at(0);
+  ASSERT_EQ(t.rows.size(), 2u);
+  EXPECT_EQ(t.rows[0].index, "reh");
+  EXPECT_EQ(t.rows[1].index, "pea");
+  for (const RowResult& r : t.rows) {
+    for (const PhaseResult& p : r.phases) EXPECT_EQ(p.samples.size(), 2u) << r.index << p.name;
+  }
+}
+
 // Variable-size items: the expansion keeps the generator's key as its prefix (distinct keys stay
 // distinct) and is deterministic.
 TEST(BytesItems, ExpansionIsDeterministicAndKeepsTheKey) {

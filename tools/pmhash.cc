@@ -103,9 +103,10 @@ constexpr FlagSpec kBenchFlags[] = {
     {"check", "", "run CheckInvariants after the insert phase (untimed)"},
     {"no-probe", "", "skip the persist-limit probe (store + flush + fence on random lines)"},
     {"repeat", "R",
-     "R interleaved rounds (reference, rows, reference, rows...) on fresh\n"
-     "tables; report medians, ratios as medians of per-round ratios, and\n"
-     "their spread (default 1; use 3+ on shared, noisy machines)"},
+     "R interleaved rounds (reference, rows, reference, rows in reverse...)\n"
+     "on fresh tables; report medians, ratios as medians of per-round\n"
+     "ratios, and their spread (default 1; use 4+ on shared, noisy machines:\n"
+     "an even R gives every row each place in a round equally often)"},
     {"key-bytes", "N",
      "variable-size items: N-byte keys (8..65536) expanded from the generated\n"
      "keys, through the bytes API of the kinds that offer it (others are\n"
