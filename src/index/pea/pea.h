@@ -472,7 +472,9 @@ class Pea : public index::EngineBase<Pea<P, kRecords, kMulti>, P, Config> {
   // costs what it costs in pea; a pointer slot: the list's first value, through SearchAll (I13).
   // *v is written only when the key is found. REQUIRES: an epoch guard.
   PMHASH_ALWAYS_INLINE Status FindOne(const Probe& p, Value* v) const requires kMulti;
-  PMHASH_COLD Status FindInList(Key k, Value* v) const requires kMulti;  // FindOne's list case
+  // FindOne's list case. (Not constrained: clang instantiates FindOne's body in pea's explicit
+  // instantiation, where a call to a constrained FindInList would not compile.)
+  PMHASH_COLD Status FindInList(Key k, Value* v) const;
   // Batched finds (src/index/batch.h; pea and pea-multi: pea-kv copies records): the directory
   // entry, then the first bucket whole and the second one's header, as Search asks for them; one
   // epoch guard per 256 keys (kBatchChunk).
@@ -861,7 +863,7 @@ Status Pea<P, R, M>::FindOne(const Probe& p, Value* v) const requires M {
 }
 
 template <pm::PersistPolicy P, bool R, bool M>
-Status Pea<P, R, M>::FindInList(Key k, Value* v) const requires M {
+Status Pea<P, R, M>::FindInList(Key k, Value* v) const {
   FirstValue first;  // (SearchAll's own epoch guard nests in the caller's)
   PMHASH_RETURN_IF_ERROR(SearchAll(k, &first));
   *v = first.value;
