@@ -99,17 +99,24 @@ bool IsMultiKind(const std::string& index) {
   return caps.ok() && caps.value().multi;
 }
 
-// Repetitions are interleaved rounds (reference, row, row, ..., reference, row, ...; the rows in
-// reverse order in odd rounds): the first round starts the per-phase samples, later rounds add theirs, and after the last round
-// every phase reports its median round (UseMedianRound). Stats and the counting pass come from the
-// first round. Ratios are then the median of the per-round ratios (TableResult::RatioTo), so that
-// a slow round of the reference and a fast round of a row are never paired.
+// Repetitions are interleaved rounds (reference, row, row, ..., reference, row, ...; the rows
+// in reverse order in odd rounds): the first round starts the per-phase samples, later rounds
+// add theirs, and after the last round every phase reports its median round (UseMedianRound).
+// Stats and the counting pass come from the first round. Ratios are then the median of the
+// per-round ratios (TableResult::RatioTo), so that a slow round of the reference and a fast
+// round of a row are never paired.
 void StartSamples(RowResult* row) {
   if (row == nullptr) return;
   for (auto& p : row->phases) p.samples = {p.ok() ? p.mops() : 0.0};
 }
 
-void AddRound(RowResult* first, const RowResult& run) {
+// Adds `run`'s samples to `first`, the same row's first round; kCorruption (of the results: a
+// defect of the driver) if they are not the same row (index and durability).
+Status AddRound(RowResult* first, const RowResult& run) {
+  if (first->index != run.index || first->durability != run.durability) {
+    return Status::Corruption("bench: a round of " + run.index + " would land in the row of " +
+                              first->index);
+  }
   if (first->error.ok() && !run.error.ok()) first->error = run.error;
   for (size_t i = 0; i < first->phases.size() && i < run.phases.size(); i++) {
     PhaseResult& b = first->phases[i];
@@ -117,6 +124,7 @@ void AddRound(RowResult* first, const RowResult& run) {
     b.samples.push_back(r.ok() ? r.mops() : 0.0);
     if (!r.ok() && b.ok()) b.failure = r.failure;
   }
+  return Status::OK();
 }
 
 // Each phase's timing becomes that of its median round (the latency histogram stays the first
@@ -432,7 +440,7 @@ Status RunBench(const BenchConfig& config, BenchListener* listener, BenchReport*
           table.reference = std::move(ref);
           StartSamples(&*table.reference);
         } else {
-          AddRound(&*table.reference, ref);
+          PMHASH_RETURN_IF_ERROR(AddRound(&*table.reference, ref));
         }
       }
       const bool any_multi =
@@ -445,7 +453,7 @@ Status RunBench(const BenchConfig& config, BenchListener* listener, BenchReport*
           table.concurrent_reference = std::move(ref);
           StartSamples(&*table.concurrent_reference);
         } else {
-          AddRound(&*table.concurrent_reference, ref);
+          PMHASH_RETURN_IF_ERROR(AddRound(&*table.concurrent_reference, ref));
         }
       }
       // Rows in order in even rounds, in reverse in odd ones (the samples still go to each row's
@@ -518,7 +526,7 @@ Status RunBench(const BenchConfig& config, BenchListener* listener, BenchReport*
           table.rows.push_back(std::move(row));
           StartSamples(&table.rows.back());
         } else {
-          AddRound(&table.rows[slot], row);
+          PMHASH_RETURN_IF_ERROR(AddRound(&table.rows[slot], row));
           table.rows[slot].kept_pool = row.kept_pool;
         }
       }

@@ -28,8 +28,9 @@
 //   Status BatchFind(const Probe&, Value*) const;      // the uint64 Find of a hashed key
 // and optionally `static constexpr size_t kBatchDistance` (D, below),
 // and `auto BatchGuard() const` if its finds need one: an object held across kBatchChunk keys
-// (Pea: one epoch guard per 256 keys instead of one per key). Records kinds, multimaps and
-// engines without the hooks find one key at a time.
+// (Pea: one epoch guard per 256 keys instead of one per key). Records kinds and engines without
+// the hooks find one key at a time (a multimap with the hooks, pea-multi, answers one of a key's
+// values, as its Find does).
 //
 // Batched writes (WriteBatch, include/pmhash/index.h). An engine whose writes can share one fence
 // opts in with

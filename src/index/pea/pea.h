@@ -208,9 +208,9 @@
 //     candidate is read) until a split rewrites the segment. CheckInvariants checks it.
 //   * Splits copy pointer slots as (key, offset) words, pointer slots first so that each new
 //     bucket gets them as its prefix, then each key's (key, value) slots together into one
-//     bucket where it has room; lists never move. Only a slot whose key may have others is
-//     looked up among the placed ones: every slot of a segment not flagged `together`, else a
-//     pointer slot or one whose bucket holds its key twice (fingerprint, then key).
+//     bucket where it has room; lists never move. Only a slot whose key may have placed slots
+//     looks for them: every slot of a segment not flagged `together`, else a pointer slot or
+//     one whose key an earlier slot of its bucket holds (fingerprint, then key).
 //   * adaptive_buckets = 0 (pool property): the paper's baseline ("Dash with value buffers",
 //     section 4): every key is a (key, pointer) slot from its first value, to a buffer of 4 values
 //     that doubles; no compaction.
@@ -346,7 +346,7 @@ class Pea : public index::EngineBase<Pea<P, kRecords, kMulti>, P, Config> {
     Value value;
     uint64_t hash;
     bool ptr = false;  // pea-multi: a (key, pointer) slot
-    // pea-multi: the key may have other slots in the segment (Place keeps them together).
+    // pea-multi: the key may have slots placed before this one (Place keeps them together).
     bool shared = false;
   };
   struct Leaf {

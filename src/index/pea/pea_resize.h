@@ -254,9 +254,9 @@ Status Pea<P, R, M>::Split(Directory* d, uint64_t i, uint64_t e, uint32_t* need_
   items.reserve(static_cast<size_t>(params_.segment_buckets) * kSlots);
   std::vector<uint64_t> emptied;  // pea-multi: pointer slots of emptied lists are dropped
   bool any_ptr = false;
-  // pea-multi: a key's slots share one bucket while the segment is `together` (so a (key, value)
-  // slot whose key no other slot of its bucket holds is the key's only one, and Place need not
-  // look for the key's other slots); otherwise every item may have others.
+  // pea-multi: a key's slots share one bucket while the segment is `together`, so Place need
+  // look for a key's placed slots only from a (key, value) slot whose key an earlier slot of its
+  // bucket holds (items are placed in the order collected); otherwise every item may have some.
   const bool together = M && L.together.load(std::memory_order_relaxed) != 0;
   auto collect = [&](const PmBucket* b) {
     const uint64_t w[2] = {b->hdr[0].load(std::memory_order_relaxed),
@@ -280,16 +280,16 @@ Status Pea<P, R, M>::Split(Directory* d, uint64_t i, uint64_t e, uint32_t* need_
       const Key k = b->slots[j].key.load(std::memory_order_relaxed);
       bool shared = !together;
       if constexpr (M) {
-        // The bucket's other live slots whose fingerprint matches j's, and slot kFpSlots (no
-        // fingerprint); every other one for slot kFpSlots itself.
-        uint32_t others = live;
+        // The slots collected before this one from its bucket (the pointer slots, then the
+        // (key, value) slots below j) whose fingerprint matches j's (slot kFpSlots has none:
+        // all of them). A key's first slot needs no search: nothing of the key is placed yet.
+        uint32_t earlier = live & ((1u << j) - 1);
         if (j < kFpSlots) {
           const __m128i tags =
               _mm_set_epi64x(static_cast<long long>(w[1]), static_cast<long long>(w[0]));
-          others &= (Match16(tags, GetFpByte(w, j)) >> 2) | (1u << kFpSlots);
+          earlier &= Match16(tags, GetFpByte(w, j)) >> 2;
         }
-        others &= ~(1u << j);
-        for (uint32_t o = others; o && !shared; o &= o - 1) {
+        for (uint32_t o = earlier; o && !shared; o &= o - 1) {
           shared = b->slots[std::countr_zero(o)].key.load(std::memory_order_relaxed) == k;
         }
       }
