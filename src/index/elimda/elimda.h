@@ -235,8 +235,9 @@
 // same record, so copies are told apart by their record offset (Identity()), and recovery finds
 // a relocated item still logged (I5) by its record offset: a slab record whose slot the PM
 // table's walk marked (and no logged item), a large one among the PM table's large records; of
-// the record it reads only the lengths, once the offset is inside the heap. Open rebuilds the record heap from the live items (Records::Recover:
-// offset, lengths, slab, sharing, key hash and check word validated before use).
+// the record it reads only the lengths, once the offset is inside the heap. Open rebuilds the
+// record heap from the live items (Records::Recover: offset, lengths, slab, sharing, key hash
+// and check word validated before use).
 //
 // Thread safety: all public operations may run concurrently. Close() requires quiescence.
 #pragma once

@@ -194,7 +194,7 @@
 //     match and the heads of the pointer slots; the bucket versions are validated before a head
 //     is followed and again after the values are copied (I13). Find (one value) is pea's
 //     Search: the first slot holding k in the first candidate that has k; a (key, value) slot is
-//     the answer (so a unique key costs what it costs in pea: measured 0.95-0.98x pea's find+
+//     the answer (so a unique key costs what it costs in pea: measured 0.95-1.00x pea's find+
 //     and find-, against 0.69x through FindAll's path), a pointer slot sends it to FindAll's
 //     path, stopping at the list's first value.
 //   * A key's slots are kept in one bucket where there is room (insert and split above), so that

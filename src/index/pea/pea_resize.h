@@ -261,8 +261,7 @@ Status Pea<P, R, M>::Split(Directory* d, uint64_t i, uint64_t e, uint32_t* need_
   auto collect = [&](const PmBucket* b) {
     const uint64_t w[2] = {b->hdr[0].load(std::memory_order_relaxed),
                            b->hdr[1].load(std::memory_order_relaxed)};
-    const uint64_t w0 = w[0];
-    const int nptr = PtrSlots(w0);
+    const int nptr = PtrSlots(w[0]);
     for (int j = 0; j < nptr; j++) {
       const Key k = b->slots[j].key.load(std::memory_order_relaxed);
       const uint64_t head = b->slots[j].value.load(std::memory_order_relaxed);
@@ -274,8 +273,8 @@ Status Pea<P, R, M>::Split(Directory* d, uint64_t i, uint64_t e, uint32_t* need_
       items.push_back({k, head, SlotHash(k), true, true});
       any_ptr = true;
     }
-    const uint32_t live = KvOcc(w0) | ((1u << nptr) - 1);
-    for (uint32_t m = KvOcc(w0); m; m &= m - 1) {
+    const uint32_t live = KvOcc(w[0]) | ((1u << nptr) - 1);
+    for (uint32_t m = KvOcc(w[0]); m; m &= m - 1) {
       const int j = std::countr_zero(m);
       const Key k = b->slots[j].key.load(std::memory_order_relaxed);
       bool shared = !together;
@@ -285,9 +284,7 @@ Status Pea<P, R, M>::Split(Directory* d, uint64_t i, uint64_t e, uint32_t* need_
         // all of them). A key's first slot needs no search: nothing of the key is placed yet.
         uint32_t earlier = live & ((1u << j) - 1);
         if (j < kFpSlots) {
-          const __m128i tags =
-              _mm_set_epi64x(static_cast<long long>(w[1]), static_cast<long long>(w[0]));
-          earlier &= Match16(tags, GetFpByte(w, j)) >> 2;
+          earlier &= Match16(reinterpret_cast<const uint8_t*>(w), GetFpByte(w, j)) >> 2;
         }
         for (uint32_t o = earlier; o && !shared; o &= o - 1) {
           shared = b->slots[std::countr_zero(o)].key.load(std::memory_order_relaxed) == k;
