@@ -58,6 +58,8 @@ struct BenchConfig {
   // ElimDA's collecting logs in the pools this run creates (Options::elimda.logs); empty: the
   // index's default. The driver takes one value; `pmhash bench` runs once per value of a list.
   std::vector<uint32_t> elimda_logs;
+  // ElimDA's Options::elimda.empty_block_batch in the pools this run creates; unset: the default.
+  std::optional<uint32_t> elimda_batch;
   // Variable-size items (bench/bytes_table.h): keys of key_bytes and values of value_bytes
   // bytes, expanded from the generator's 64-bit keys, through the bytes API of the kinds whose
   // Capabilities have `bytes` (the others are skipped with a note); the reference row is then

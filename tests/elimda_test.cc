@@ -7,6 +7,10 @@
 //                          freed; every key is found and the invariants hold.
 //   InsertExistsInEveryLayer  Insert of a present key returns kExists and keeps the first value,
 //                          whichever layer holds it; Update/Erase work in every layer.
+//   EmptyBlocksInRuns      emptied log blocks wait for their batch, linked, and go a run per
+//                          store (well under one per block freed); with a batch of 0 none
+//                          waits (a seal's sweep still merges the blocks it emptied); a crash
+//                          with blocks waiting: recovery unlinks them, no leak, same contents.
 //   RecoveryRebuildsDram   a crash (Abandon) after inserts, updates and erases: recovery rebuilds
 //                          fingerprints, D-buckets and logs: same contents, same layers, no leak.
 //   PersistCost            ADR: an append is one persist (item and bit in the block's first line),
@@ -139,6 +143,56 @@ TEST(ElimdaLayers, InsertExistsInEveryLayer) {
   }
   EXPECT_TRUE(tested[1] && tested[2] && tested[3]);
   ASSERT_NO_FATAL_FAILURE(ExpectContents(ix, model));
+}
+
+TEST(ElimdaRecovery, EmptyBlocksInRuns) {
+  double unlinks_per_block[2] = {0, 0};  // batch 0, batch 4
+  for (const uint32_t batch : {0u, 4u}) {
+    SCOPED_TRACE("empty_block_batch " + std::to_string(batch));
+    ScopedPath path("elimda_empty_runs");
+    Options o = SmallOptions(path.path());
+    o.elimda.empty_block_batch = batch;
+    std::map<Key, Value> model;
+    double linked = 0, blocks = 0;
+    {
+      auto r = Engine::Open(o);
+      ASSERT_TRUE(r.ok()) << r.status().ToString();
+      auto& ix = **r;
+      // Stop where blocks wait for their batch (batch 4), after enough inserts for sweeps.
+      for (uint64_t i = 0; i < 30000; i++) {
+        ASSERT_TRUE(ix.Insert(SplitMix64(i), i).ok());
+        model[SplitMix64(i)] = i;
+        if (i < 6000) continue;
+        const IndexStats s = ix.Stats();
+        linked = Detail(s, "elimda.empty_blocks_linked");
+        if (batch == 0 ? i == 6000 : linked >= 5) break;
+      }
+      ASSERT_NO_FATAL_FAILURE(ExpectContents(ix, model));
+      const IndexStats s = ix.Stats();
+      const double freed = Detail(s, "elimda.blocks_freed");
+      const double unlinks = Detail(s, "elimda.block_unlinks");
+      blocks = Detail(s, "elimda.log_blocks");
+      unlinks_per_block[batch != 0] = freed > 0 ? unlinks / freed : 1;
+      EXPECT_GT(freed, 20);
+      if (batch == 0) {
+        EXPECT_EQ(linked, 0);
+        EXPECT_LE(unlinks, freed);  // runs only of blocks emptied by one seal's relocations
+      } else {
+        EXPECT_GE(linked, 5);
+        EXPECT_LE(linked * batch, blocks + batch);  // swept once they reach 1/batch
+        EXPECT_LT(unlinks * 2, freed) << "runs too short";
+      }
+      ix.Abandon();  // a crash: the waiting blocks are still linked
+    }
+    auto r = Engine::Open(o);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    auto& ix = **r;
+    ASSERT_NO_FATAL_FAILURE(ExpectContents(ix, model));  // CheckInvariants: no leak
+    const IndexStats s = ix.Stats();
+    EXPECT_EQ(Detail(s, "elimda.empty_blocks_linked"), 0);
+    EXPECT_EQ(Detail(s, "elimda.log_blocks"), blocks - linked) << "recovery unlinks them";
+  }
+  EXPECT_LT(unlinks_per_block[1], unlinks_per_block[0] * 0.75);
 }
 
 TEST(ElimdaRecovery, RecoveryRebuildsDram) {

@@ -231,6 +231,12 @@ int BenchMain(const ParsedArgs& args) {
         c.elimda_logs.push_back(static_cast<uint32_t>(n));
       }
     }
+    if (auto v = args.Value("elimda-batch")) {
+      uint64_t n = 0;
+      PMHASH_RETURN_IF_ERROR(ParseCount(*v, "--elimda-batch", &n));
+      if (n > (uint64_t{1} << 20)) return Status::InvalidArgument("--elimda-batch: at most 2^20");
+      c.elimda_batch = static_cast<uint32_t>(n);
+    }
     if (args.Has("no-reference")) c.reference = false;
     if (auto v = args.Value("count-keys")) {
       uint64_t n = 0;

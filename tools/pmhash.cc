@@ -100,6 +100,9 @@ constexpr FlagSpec kBenchFlags[] = {
      "ElimDA's collecting logs in the pools it creates (powers of 2; default\n"
      "8192 = 2 MiB of 256 B logs under eADR and DRAM, 4 under ADR); a list runs\n"
      "once per value"},
+    {"elimda-batch", "N",
+     "ElimDA unlinks emptied log blocks once they are 1/N of its log blocks,\n"
+     "a run of consecutive ones per store (default 4; 0: each one at once)"},
     {"check", "", "run CheckInvariants after the insert phase (untimed)"},
     {"no-probe", "", "skip the persist-limit probe (store + flush + fence on random lines)"},
     {"repeat", "R",

@@ -175,6 +175,12 @@ struct ElimdaParams {
   // combines under ADR) while reads still spread over the stripes. Below `logs`: as many as
   // the logs (each log's lock is its stripe's).
   uint32_t lock_stripes = 8192;
+  // Open-time. Sealed log blocks left without items are unlinked in batches, once they are at
+  // least 1/empty_block_batch of the log blocks (0: each at once). A batch unlinks each run of
+  // consecutive empty blocks with one 8-byte store, which costs a media write under ADR: at 2M
+  // keys 8 takes ... of the ... media writes per insert (docs/results.md), for up to an
+  // eighth more log blocks. Out of space, they all go at once.
+  uint32_t empty_block_batch = 4;
 };
 
 struct Options {
