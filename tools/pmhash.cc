@@ -102,7 +102,8 @@ constexpr FlagSpec kBenchFlags[] = {
      "once per value"},
     {"elimda-batch", "N",
      "ElimDA unlinks emptied log blocks once they are 1/N of its log blocks,\n"
-     "a run of consecutive ones per store (default 4; 0: each one at once)"},
+     "a run of consecutive ones per store (default 4 under ADR, 0 under eADR\n"
+     "and DRAM; 0: at every log swap)"},
     {"check", "", "run CheckInvariants after the insert phase (untimed)"},
     {"no-probe", "", "skip the persist-limit probe (store + flush + fence on random lines)"},
     {"repeat", "R",
