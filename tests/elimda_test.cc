@@ -11,7 +11,8 @@
 //                          store (well under one per block freed); with a batch of 0 none
 //                          waits (a seal's sweep still merges the blocks it emptied); a crash
 //                          with blocks waiting: recovery unlinks them, no leak, same contents.
-//                          Unset, the batch is 4 under ADR, 0 under eADR and DRAM.
+//                          Unset, the batch is 4 under ADR, 0 under eADR and DRAM. Close
+//                          unlinks the waiting ones before it saves the image.
 //   RecoveryRebuildsDram   a crash (Abandon) after inserts, updates and erases: recovery rebuilds
 //                          fingerprints, D-buckets and logs: same contents, same layers, no leak.
 //   PersistCost            ADR: an append is one persist (item and bit in the block's first line),
@@ -156,18 +157,24 @@ TEST(ElimdaRecovery, EmptyBlocksInRuns) {
     o.elimda.empty_block_batch = batch;
     std::map<Key, Value> model;
     double linked = 0, blocks = 0;
+    double most = 0;  // the largest share of the sealed blocks waiting, times the batch
     {
       auto r = Engine::Open(o);
       ASSERT_TRUE(r.ok()) << r.status().ToString();
       auto& ix = **r;
-      // Stop where blocks wait for their batch (batch 4), after enough inserts for sweeps.
+      // Then on until blocks wait for their batch (batch 4), to crash there.
       for (uint64_t i = 0; i < 30000; i++) {
         ASSERT_TRUE(ix.Insert(SplitMix64(i), i).ok());
         model[SplitMix64(i)] = i;
-        if (i < 6000) continue;
         const IndexStats s = ix.Stats();
         linked = Detail(s, "elimda.empty_blocks_linked");
-        if (batch == 0 ? i == 6000 : linked >= 5) break;
+        const double sealed = Detail(s, "elimda.log_blocks") - *o.elimda.logs;
+        if (sealed > 0) most = std::max(most, linked * batch / sealed);
+        if (i >= 8000 && (batch == 0 || linked >= 5)) break;
+      }
+      if (batch != 0) {
+        EXPECT_LT(most, 1.0) << "waited past the batch";
+        EXPECT_GT(most, 0.8) << "swept well before the batch";
       }
       ASSERT_NO_FATAL_FAILURE(ExpectContents(ix, model));
       const IndexStats s = ix.Stats();
@@ -216,6 +223,33 @@ TEST(ElimdaRecovery, EmptyBlockBatchFollowsDurability) {
   EXPECT_GE(MostEmptyBlocksLinked<Engine>(), 5);
   EXPECT_EQ(MostEmptyBlocksLinked<elimda::ElimDA<pm::Eadr>>(), 0);
   EXPECT_EQ(MostEmptyBlocksLinked<elimda::ElimDA<pm::Dram>>(), 0);
+}
+
+TEST(ElimdaRecovery, CloseUnlinksWaitingBlocks) {
+  ScopedPath path("elimda_empty_close");
+  const Options o = SmallOptions(path.path());
+  std::map<Key, Value> model;
+  double linked = 0, blocks = 0;
+  {
+    auto r = Engine::Open(o);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    auto& ix = **r;
+    for (uint64_t i = 0; i < 30000 && (i < 6000 || linked < 5); i++) {
+      ASSERT_TRUE(ix.Insert(SplitMix64(i), i).ok());
+      model[SplitMix64(i)] = i;
+      linked = Detail(ix.Stats(), "elimda.empty_blocks_linked");
+    }
+    ASSERT_GE(linked, 5);
+    blocks = Detail(ix.Stats(), "elimda.log_blocks");
+    ASSERT_TRUE(ix.Close().ok());
+  }
+  auto r = Engine::Open(o);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  auto& ix = **r;
+  EXPECT_TRUE(ix.Stats().state_loaded);
+  ASSERT_NO_FATAL_FAILURE(ExpectContents(ix, model));
+  EXPECT_EQ(Detail(ix.Stats(), "elimda.empty_blocks_linked"), 0);
+  EXPECT_EQ(Detail(ix.Stats(), "elimda.log_blocks"), blocks - linked);
 }
 
 TEST(ElimdaRecovery, RecoveryRebuildsDram) {

@@ -176,11 +176,13 @@ struct ElimdaParams {
   // the logs (each log's lock is its stripe's).
   uint32_t lock_stripes = 8192;
   // Open-time. Sealed log blocks left without items are unlinked in batches, once they are at
-  // least 1/empty_block_batch of the log blocks (0: at every log swap). A batch unlinks each run
-  // of consecutive empty blocks with one 8-byte store, a media write under ADR: 4 takes ADR
-  // media writes per insert from 5.3 to 4.7 x 16 B at 2M keys (4.7 -> 4.0 with one log), for
-  // about 3% more pool (docs/results.md). Out of space, they all go at once. Unset: 4 under ADR
-  // (and the crash simulator), 0 under eADR and in DRAM, where the store stays in the cache.
+  // least 1/empty_block_batch of the sealed log blocks (0: at every log swap). A batch unlinks
+  // each run of consecutive empty blocks with one 8-byte store, a media write under ADR: 4 takes
+  // ADR media writes per insert from 5.3 to 4.7 x 16 B at 2M keys (4.7 -> 4.0 with one log),
+  // for about 3% more pool (docs/results.md). A log swap or a split that finds the pool full,
+  // and Close, unlink them all first (elimda-kv's record allocation does not: it may report
+  // kOutOfSpace while up to 1/N of the log blocks wait). Unset: 4 under ADR (and the crash
+  // simulator), 0 under eADR and in DRAM, where the store stays in the cache.
   std::optional<uint32_t> empty_block_batch;
 };
 

@@ -744,7 +744,8 @@ class ElimDA : public index::EngineBase<ElimDA<P, kRecords>, P, Config> {
   template <class Take, class Done>
   void WalkLiveSlots(Take&& take, Done&& done) const;
   EpochManager& RecordEpoch() const { return *epoch_; }  // elimda-kv's FindBytes
-  void Quiesce() {  // Close(): stale log bits cleared, retired records freed
+  void Quiesce() {  // Close(): empty blocks unlinked, stale log bits cleared, records freed
+    SweepEmptyBlocks(/*all=*/true);
     ClearAllStale();
     if constexpr (kRecords) {
       epoch_->Drain();
@@ -823,12 +824,21 @@ class ElimDA : public index::EngineBase<ElimDA<P, kRecords>, P, Config> {
   Status Split(SegMeta* s, uint64_t h);
   Status Double();
   // REQUIRES: exclusive (or recovery). `all`: now, whatever their number (else once they are
-  // 1/empty_batch_ of the blocks).
+  // 1/empty_batch_ of the sealed blocks).
   void SweepEmptyBlocks(bool all = false);
   void FreeBlock(BlockInfo* bi);
   // The run of empty blocks from `oldest` to `newest` (towards the active block): one store.
   void UnlinkRun(BlockInfo* oldest, BlockInfo* newest);
   void Release(BlockInfo* bi);  // an unlinked block: its chunk freed, its BlockInfo too or kept
+  // REQUIRES: exclusive. Sweeps the empty blocks awaiting their batch; false if there were none.
+  bool SweepWaiting() {
+    {
+      LockGuard<SpinLock> eg(empty_mu_);
+      if (empty_blocks_.empty()) return false;
+    }
+    SweepEmptyBlocks(/*all=*/true);
+    return true;
+  }
   // I13. REQUIRES: exclusive.
   void PruneShadows(std::vector<Shadow>* list);
   void Unref(BlockInfo* bi);
@@ -846,8 +856,8 @@ class ElimDA : public index::EngineBase<ElimDA<P, kRecords>, P, Config> {
 
   const uint64_t max_directory_bytes_;
   const uint64_t seg_chunks_;
-  // Emptied log blocks are unlinked once they are 1/empty_batch_ of the log blocks (0: at each
-  // seal). Under ADR an unlink's store is a media write, and batches make runs: at 2M keys, 4
+  // Emptied log blocks are unlinked once they are 1/empty_batch_ of the sealed log blocks (0: at
+  // each seal). Under ADR an unlink's store is a media write, and batches make runs: at 2M keys, 4
   // logs, media writes per insert 0.331 (at once) -> 0.296 (4) -> 0.289 (2), for 3% (4) and
   // 11% (2) more pool; 1 log: 0.295 -> 0.253 -> 0.247 (docs/results.md). Under eADR and in DRAM
   // the store stays in the cache and the batch only holds blocks and their shadows longer (10M
@@ -871,8 +881,8 @@ class ElimDA : public index::EngineBase<ElimDA<P, kRecords>, P, Config> {
   std::vector<uint64_t> scratch_[2];
 
   std::atomic<uint64_t> log_swaps_{0}, relocations_{0}, relocated_items_{0}, dups_dropped_{0},
-      blocks_freed_{0}, block_unlinks_{0}, segments_{0}, blocks_{0}, compactions_{0}, line_moves_{0},
-      stale_cleared_{0},  // shadows cleared by an update or erase (I13)
+      blocks_freed_{0}, block_unlinks_{0}, segments_{0}, blocks_{0}, compactions_{0},
+      line_moves_{0}, stale_cleared_{0},  // shadows cleared by an update or erase (I13)
       torn_dropped_{0};  // elimda-kv: unacknowledged appends whose record a crash tore (I11)
   // I13: shadow list entries (valid or not) and stale bits.
   std::atomic<uint64_t> shadow_entries_{0}, stale_slots_{0}, shadow_prunes_{0};
@@ -1869,6 +1879,7 @@ Status ElimDA<P, R>::MakeRoom(uint64_t h) PMHASH_NO_THREAD_SAFETY_ANALYSIS {
       return Status::OK();
     }
     Status st = Split(s, h);
+    if (st.IsOutOfSpace() && SweepWaiting()) continue;  // their chunks may make room
     if (st.IsOutOfSpace()) {
       // No room to grow: reuse the P-bucket's erased slots instead, if that makes room.
       Compact(s, b);
@@ -2193,7 +2204,8 @@ Status ElimDA<P, R>::Split(SegMeta* s, uint64_t h) PMHASH_NO_THREAD_SAFETY_ANALY
 }
 
 // REQUIRES: exclusive (or recovery). Unlinks and frees the sealed blocks left without items.
-// Each unlink is a store into the next newer block's `next`, a line no append touches any more:
+// Each unlink is a store into the next newer block's `next`, a line no append touches any more
+// (unless that block is the active one):
 // under ADR one media write per freed block (0.75 of the 5.3 media writes per 16 B insert at 2M
 // keys, 4 logs, before batching). Batched, a run of consecutive empty blocks goes with one store;
 // the blocks empty roughly in their order (a D-bucket relocates its items together), so the runs
@@ -2205,11 +2217,9 @@ void ElimDA<P, R>::SweepEmptyBlocks(bool all) PMHASH_NO_THREAD_SAFETY_ANALYSIS {
   {
     LockGuard<SpinLock> eg(empty_mu_);
     if (empty_blocks_.empty()) return;
-    if (!all && empty_batch_ != 0 &&
-        empty_blocks_.size() * empty_batch_ <
-            blocks_.load(std::memory_order_relaxed)) {
-      return;
-    }
+    const uint64_t blocks = blocks_.load(std::memory_order_relaxed);
+    const uint64_t sealed = blocks > params_.logs ? blocks - params_.logs : 0;  // not the heads
+    if (!all && empty_batch_ != 0 && empty_blocks_.size() * empty_batch_ < sealed) return;
     todo.swap(empty_blocks_);
   }
   // A block may be listed twice: its first listing counts, in the order listed (the order of the
@@ -2462,6 +2472,11 @@ Status ElimDA<P, R>::CheckInvariants() const PMHASH_NO_THREAD_SAFETY_ANALYSIS {
   detail::IdentitySet pm_live(1024);  // the PM table's live items (a stale log slot's is one)
   std::unordered_map<const BlockInfo*, uint32_t> refs;  // shadow entries per block (I13)
   std::unordered_set<uint64_t> shadowed;                // (block offset | slot) of valid ones
+  std::unordered_set<const BlockInfo*> waiting;         // empty blocks awaiting their batch (I8)
+  {
+    LockGuard<SpinLock> eg(empty_mu_);
+    waiting.insert(empty_blocks_.begin(), empty_blocks_.end());
+  }
   for (uint64_t off = pool_->root(0); off != 0; segs++) {
     if (segs > pool_->allocator().chunk_count()) return fail("segment chain has a cycle");
     if (i >= dir_.size()) return fail("segment chain longer than the directory");
@@ -2570,6 +2585,9 @@ Status ElimDA<P, R>::CheckInvariants() const PMHASH_NO_THREAD_SAFETY_ANALYSIS {
       if (bi->refs != refs[bi]) return fail("shadow references of a log block");
       if (bi != head && (bits != (bi->live | bi->stale) || (bi->live & bi->stale) != 0)) {
         return fail("log block bits differ from its live and stale bits");
+      }
+      if (bi != head && bi->live == 0 && !waiting.contains(bi)) {
+        return fail("an empty sealed block is not listed for its unlink");
       }
       for (uint32_t c = bits; c; c &= c - 1) {
         const uint32_t j = static_cast<uint32_t>(std::countr_zero(c));
