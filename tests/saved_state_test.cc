@@ -651,6 +651,8 @@ struct ElimdaSection {
   size_t first_segment = 0;  // [ off:8 | depth:4 | per bucket: count:4 fps:2n nd:4 items:24nd ]
   size_t first_items = 0;    // the first D-bucket item of the first segment
   uint32_t log0_blocks = 0;
+  size_t log1 = 0;  // log 1's record
+  uint32_t log1_blocks = 0;
   std::vector<std::pair<size_t, uint32_t>> fingerprints;  // the first segment's: (offset, count)
   size_t end = 0;  // after the last segment (elimda-kv: the record heap's part starts there)
 
@@ -664,6 +666,7 @@ struct ElimdaSection {
     for (uint32_t li = 0; li < logs; li++) {
       const uint32_t n = u32(at);
       if (li == 0) log0_blocks = n;
+      if (li == 1) log1 = at, log1_blocks = n;
       at += 4 + 8 * size_t{n} + (n ? 4 + 30 : 0);
     }
     uint64_t empties;
@@ -714,6 +717,21 @@ TEST(SavedStateElimda, ForgedEntriesAreRefused) {
          std::memcpy(tmp, s + e.kLog0 + 4, 8);
          std::memcpy(s + e.kLog0 + 4, s + e.kLog0 + 12, 8);
          std::memcpy(s + e.kLog0 + 12, tmp, 8);
+       }},
+      {"two logs' active blocks swapped",
+       [&](char* s, const ElimdaSection& e) {
+         ASSERT_GE(e.log0_blocks, 1u);
+         ASSERT_GE(e.log1_blocks, 1u);
+         // Each head, and its mirror, listed under the other log: every chunk still named once,
+         // no D-bucket item names either; only the table words tell.
+         auto swap = [&](size_t a, size_t b, size_t n) {
+           std::vector<char> tmp(s + a, s + a + n);
+           std::memcpy(s + a, s + b, n);
+           std::memcpy(s + b, tmp.data(), n);
+         };
+         swap(e.kLog0 + 4, e.log1 + 4, 8);
+         swap(e.kLog0 + 4 + 8 * size_t{e.log0_blocks}, e.log1 + 4 + 8 * size_t{e.log1_blocks},
+              4 + 30);
        }},
       {"more blocks than listed",
        [&](char* s, const ElimdaSection& e) { add64(s + e.kBlocks, 1); }},
