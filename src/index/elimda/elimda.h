@@ -223,7 +223,9 @@
 // 256 B writes (paper 3.7): with 8192 logs each flushed append lands in a block of its own, one
 // media write per insert. So a pool created under ADR (or the crash simulator) without a
 // `logs` gets 4 (DurabilityDefaults): measured in the harness's media model at 2M keys, ADR
-// media writes per insert 1.16 at 64 logs, 0.84 at 16, 0.33 at 4, 0.30 at one (docs/results.md).
+// media writes per insert 1.16 at 64 logs, 0.84 at 16, 0.33 at 4, 0.30 at one (docs/results.md;
+// since the unlink batches, I8: 0.30 at 4, 0.25 at one; one log costs two writers 28% of their
+// inserts).
 // The stripes keep reads and writes of different keys apart whatever the logs: a log lock is
 // held for an append's few stores and persist, not for the search before it.
 //
