@@ -2205,14 +2205,13 @@ Status ElimDA<P, R>::Split(SegMeta* s, uint64_t h) PMHASH_NO_THREAD_SAFETY_ANALY
   return Status::OK();
 }
 
-// REQUIRES: exclusive (or recovery). Unlinks and frees the sealed blocks left without items.
-// Each unlink is a store into the next newer block's `next`, a line no append touches any more
-// (unless that block is the active one):
-// under ADR one media write per freed block (0.75 of the 5.3 media writes per 16 B insert at 2M
-// keys, 4 logs, before batching). Batched, a run of consecutive empty blocks goes with one store;
-// the blocks empty roughly in their order (a D-bucket relocates its items together), so the runs
-// grow with the batch. Until then an empty block stays linked, the state a crash before its
-// unlink leaves (I8): recovery frees it.
+// REQUIRES: exclusive (or recovery). Unlinks and frees the sealed blocks left without items. Each
+// unlink is a store into the next newer block's `next`, a line no append touches any more (unless
+// that block is the active one): under ADR one media write per freed block (0.75 of the 5.3 media
+// writes per 16 B insert at 2M keys, 4 logs, before batching). Batched, a run of consecutive empty
+// blocks goes with one store; the blocks empty roughly in their order (a D-bucket relocates its
+// items together), so the runs grow with the batch. Until then an empty block stays linked, the
+// state a crash before its unlink leaves (I8): recovery frees it.
 template <pm::PersistPolicy P, bool R>
 void ElimDA<P, R>::SweepEmptyBlocks(bool all) PMHASH_NO_THREAD_SAFETY_ANALYSIS {
   std::vector<BlockInfo*> todo;
@@ -2234,7 +2233,9 @@ void ElimDA<P, R>::SweepEmptyBlocks(bool all) PMHASH_NO_THREAD_SAFETY_ANALYSIS {
   std::vector<bool> done(listed.size(), false);
   auto mark = [&](const BlockInfo* bi) {
     const auto it = std::lower_bound(listed.begin(), listed.end(), bi);
-    if (it == listed.end() || *it != bi) return false;  // not listed: never the case
+    // Not listed (only a forged saved state could leave such a block): its run takes it all the
+    // same, and it is never reached again.
+    if (it == listed.end() || *it != bi) return false;
     const auto at = static_cast<size_t>(it - listed.begin());
     const bool first = !done[at];
     done[at] = true;
