@@ -101,7 +101,7 @@ constexpr FlagSpec kBenchFlags[] = {
      "8192 = 2 MiB of 256 B logs under eADR and DRAM, 4 under ADR); a list runs\n"
      "once per value"},
     {"elimda-batch", "N",
-     "ElimDA unlinks emptied log blocks once they are 1/N of its log blocks,\n"
+     "ElimDA unlinks emptied log blocks once they are 1/N of its sealed ones,\n"
      "a run of consecutive ones per store (default 4 under ADR, 0 under eADR\n"
      "and DRAM; 0: at every log swap)"},
     {"check", "", "run CheckInvariants after the insert phase (untimed)"},
