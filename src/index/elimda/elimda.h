@@ -826,21 +826,12 @@ class ElimDA : public index::EngineBase<ElimDA<P, kRecords>, P, Config> {
   Status Split(SegMeta* s, uint64_t h);
   Status Double();
   // REQUIRES: exclusive (or recovery). `all`: now, whatever their number (else once they are
-  // 1/empty_batch_ of the sealed blocks).
-  void SweepEmptyBlocks(bool all = false);
+  // 1/empty_batch_ of the sealed blocks). False if none was waiting or none was due.
+  bool SweepEmptyBlocks(bool all = false);
   void FreeBlock(BlockInfo* bi);
   // The run of empty blocks from `oldest` to `newest` (towards the active block): one store.
   void UnlinkRun(BlockInfo* oldest, BlockInfo* newest);
   void Release(BlockInfo* bi);  // an unlinked block: its chunk freed, its BlockInfo too or kept
-  // REQUIRES: exclusive. Sweeps the empty blocks awaiting their batch; false if there were none.
-  bool SweepWaiting() {
-    {
-      LockGuard<SpinLock> eg(empty_mu_);
-      if (empty_blocks_.empty()) return false;
-    }
-    SweepEmptyBlocks(/*all=*/true);
-    return true;
-  }
   // I13. REQUIRES: exclusive.
   void PruneShadows(std::vector<Shadow>* list);
   void Unref(BlockInfo* bi);
@@ -1796,7 +1787,7 @@ Status ElimDA<P, R>::Seal(uint32_t li) PMHASH_NO_THREAD_SAFETY_ANALYSIS {
   if (old && (Block(old)->header.load(std::memory_order_relaxed) & kFullBits) != kFullBits) {
     return Status::OK();  // another thread swapped first
   }
-  SweepEmptyBlocks();
+  // (The batch of empty blocks is swept at the end: a full pool sweeps them all in Reclaim.)
   auto off = pool_->allocator().Allocate(1);
   if (!off.ok()) {
     Reclaim();
@@ -1881,7 +1872,8 @@ Status ElimDA<P, R>::MakeRoom(uint64_t h) PMHASH_NO_THREAD_SAFETY_ANALYSIS {
       return Status::OK();
     }
     Status st = Split(s, h);
-    if (st.IsOutOfSpace() && SweepWaiting()) continue;  // their chunks may make room
+    // Blocks waiting for their batch first: their chunks may make room.
+    if (st.IsOutOfSpace() && SweepEmptyBlocks(/*all=*/true)) continue;
     if (st.IsOutOfSpace()) {
       // No room to grow: reuse the P-bucket's erased slots instead, if that makes room.
       Compact(s, b);
@@ -2213,14 +2205,14 @@ Status ElimDA<P, R>::Split(SegMeta* s, uint64_t h) PMHASH_NO_THREAD_SAFETY_ANALY
 // items together), so the runs grow with the batch. Until then an empty block stays linked, the
 // state a crash before its unlink leaves (I8): recovery frees it.
 template <pm::PersistPolicy P, bool R>
-void ElimDA<P, R>::SweepEmptyBlocks(bool all) PMHASH_NO_THREAD_SAFETY_ANALYSIS {
+bool ElimDA<P, R>::SweepEmptyBlocks(bool all) PMHASH_NO_THREAD_SAFETY_ANALYSIS {
   std::vector<BlockInfo*> todo;
   {
     LockGuard<SpinLock> eg(empty_mu_);
-    if (empty_blocks_.empty()) return;
+    if (empty_blocks_.empty()) return false;
     const uint64_t blocks = blocks_.load(std::memory_order_relaxed);
     const uint64_t sealed = blocks > params_.logs ? blocks - params_.logs : 0;  // not the heads
-    if (!all && empty_batch_ != 0 && empty_blocks_.size() * empty_batch_ < sealed) return;
+    if (!all && empty_batch_ != 0 && empty_blocks_.size() * empty_batch_ < sealed) return false;
     todo.swap(empty_blocks_);
   }
   // A block may be listed twice: its first listing counts, in the order listed (the order of the
@@ -2253,6 +2245,7 @@ void ElimDA<P, R>::SweepEmptyBlocks(bool all) PMHASH_NO_THREAD_SAFETY_ANALYSIS {
     for (const BlockInfo* b = oldest; b != newest->newer; b = b->newer) mark(b);
     UnlinkRun(oldest, newest);
   }
+  return true;
 }
 
 template <pm::PersistPolicy P, bool R>
