@@ -2548,8 +2548,8 @@ TEST(TurboHostile, BadRecords) {
 // a clean Close a kind that loads the image of its Close (reh-kv; record_heap.h, "Clean
 // shutdown") validates no record at open: then the open succeeds and CheckInvariants reports it.
 // A kind that opens `lazy` after a crash (smartht-kv, smartht.h I10) serves before its walk: the
-// open succeeds, and the walk refuses the pool, so that a write (which waits for the walk) and
-// CheckInvariants report it.
+// open succeeds, and the walk (run here by Size(), which waits for it) refuses the pool, so that
+// a later write and CheckInvariants report it.
 template <class T, class Make>
 void ExpectRecordCasesRefused(const char* name, Make&& make, std::vector<RecordCase> cases,
                               bool lazy = false) {
@@ -2567,6 +2567,7 @@ void ExpectRecordCasesRefused(const char* name, Make&& make, std::vector<RecordC
       o.mode = OpenMode::kOpenExisting;
       auto r = T::Open(o);
       if (r.ok() && lazy && !clean) {
+        (void)(*r)->Size();  // the walk
         const Status w = (*r)->Insert(SplitMix64(1000), 1);
         EXPECT_TRUE(w.IsCorruption()) << "the walk refuses it: " << w.ToString();
       }

@@ -44,6 +44,24 @@ Status Records::Recover(uint64_t off, uint64_t h, const Hasher& hash) {
   return Status::OK();
 }
 
+Status Records::CheckWritten(uint64_t off, uint64_t h, const Hasher& hash) const {
+  const pm::ChunkAllocator& a = pool_.allocator();
+  if (!Plausible(off) || !Fits(off) ||
+      !a.IsUsed(off - (off - a.heap_offset()) % a.chunk_size()) || hash(Key(off)) != h) {
+    return Status::Corruption(std::string(kind_) + ": record at " + std::to_string(off) +
+                              " past the recovery bound that no write since the open made");
+  }
+  return Status::OK();
+}
+
+uint64_t Records::ChunksEnd(uint64_t off) const {
+  if (!Plausible(off) || !Fits(off)) return 0;
+  const uint64_t bytes = Bytes(off);
+  if (const uint64_t slab = heap_.SlabOf(off, bytes)) return slab + heap_.slab_bytes();
+  const uint64_t chunk = pool_.allocator().chunk_size();
+  return off + (bytes + chunk - 1) / chunk * chunk;
+}
+
 std::string Records::Check(uint64_t off, uint64_t h, const Hasher& hash, Tally* t) const {
   if (!Plausible(off) || !Fits(off)) return "record outside the heap or misaligned";
   const uint64_t bytes = Bytes(off);

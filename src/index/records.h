@@ -278,6 +278,15 @@ class Records {
   // not reached before) before the key is read, and the key's hash against the slot's.
   void Reset() { heap_.Reset(); }
   Status Recover(uint64_t off, uint64_t h, const Hasher& hash);
+  // A lazy recovery's walk (record_heap.h, "Lazy recovery"; SmartHT's I10) meets a slot whose
+  // record lies past the bound below which it marks records: only a write since the open can
+  // have published one (its record fenced first). OK if the record fits in the pool, its
+  // chunks are in use and its key has hash h; kCorruption otherwise. Safe beside writers.
+  Status CheckWritten(uint64_t off, uint64_t h, const Hasher& hash) const;
+  // [offset, end) of the chunks that hold the record at `off` (its slab's, or its own), 0 if
+  // it does not fit in the pool.
+  uint64_t ChunksEnd(uint64_t off) const;
+  pm::RecordHeap& heap() { return heap_; }  // (lazy recovery, the chunk hook)
   // During recovery (REQUIRES quiescence): the record at `off` takes whole chunks (a large
   // record); it is a slab record whose slot a Recover() since Reset() marked. (A large record's
   // chunks, once marked, do not tell a record from another owner of them: ElimDA keeps those

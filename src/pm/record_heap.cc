@@ -105,6 +105,7 @@ Result<uint64_t> RecordHeap::AllocateChunks(uint64_t bytes) {
   }
   auto off = chunks_->Allocate(static_cast<uint32_t>(n));
   if (!off.ok()) return off.status();
+  if (chunk_hook_) chunk_hook_(off.value(), n);
   large_records_.fetch_add(1, std::memory_order_relaxed);
   large_chunks_.fetch_add(n, std::memory_order_relaxed);
   return off.value();
@@ -162,6 +163,7 @@ Result<uint64_t> RecordHeap::NewSlab(uint32_t c, uint64_t* slot) {
                               " B slot and no room for a slab (" +
                               std::string(off.status().message()) + ")");
   }
+  if (chunk_hook_) chunk_hook_(off.value(), slab_chunks_);
   SlabHeader h;
   std::memset(&h, 0, sizeof(h));
   h.magic = kSlabMagic;
@@ -266,6 +268,23 @@ void RecordHeap::Reset() {
   large_records_.store(0, std::memory_order_relaxed);
   large_chunks_.store(0, std::memory_order_relaxed);
   reused_slots_.store(0, std::memory_order_relaxed);
+  lazy_mark_ = nullptr;
+  lazy_records_ = 0;
+}
+
+void RecordHeap::EndLazyRecovery(uint64_t bound) {
+  const uint64_t end = bound <= heap_offset_ ? 0 : std::min(nslabs_, SlabIndex(bound - 1) + 1);
+  for (uint64_t i = 0; i < end; i++) {
+    Slab* s = table_[i].load(std::memory_order_relaxed);
+    if (s == nullptr || s->stripe.load(std::memory_order_relaxed) != kOrphan) continue;
+    if (s->used == SlotsOf(s->cls)) continue;
+    Bin& b = BinOf(s->cls, kOrphan);
+    LockGuard<SpinLock> g(b.mu);
+    Link(b, s);
+  }
+  slab_records_.fetch_add(lazy_records_, std::memory_order_relaxed);
+  lazy_records_ = 0;
+  lazy_mark_ = nullptr;
 }
 
 Status RecordHeap::MarkReachable(uint64_t offset, uint64_t bytes) {
@@ -279,7 +298,7 @@ Status RecordHeap::MarkReachable(uint64_t offset, uint64_t bytes) {
     const uint64_t n = (bytes + chunk_size_ - 1) / chunk_size_;
     if (n > chunks_->chunk_count()) return bad("longer than the heap");
     // Refuses an offset outside the heap, not chunk-aligned, or whose chunks are taken.
-    if (Status st = chunks_->MarkReachable(offset, static_cast<uint32_t>(n)); !st.ok()) {
+    if (Status st = MarkChunks(offset, static_cast<uint32_t>(n)); !st.ok()) {
       return bad(std::string(st.message()));
     }
     large_records_.fetch_add(1, std::memory_order_relaxed);
@@ -315,15 +334,17 @@ Status RecordHeap::MarkReachable(uint64_t offset, uint64_t bytes) {
     if (h.slots != SlotsOf(c) || h.slab_bytes != slab_bytes_ || h.self != slab || !reserved_zero) {
       return bad(where + " has an inconsistent header");
     }
-    if (Status st = chunks_->MarkReachable(slab, slab_chunks_); !st.ok()) {
+    if (Status st = MarkChunks(slab, slab_chunks_); !st.ok()) {
       return bad(where + ": " + std::string(st.message()));  // shared with another owner
     }
     s = MakeSlab(slab, c, kOrphan);  // adopted by the first stripe that needs a slab
     table_[idx].store(s, std::memory_order_relaxed);
     slabs_.fetch_add(1, std::memory_order_relaxed);
-    Bin& b = BinOf(c, kOrphan);
-    LockGuard<SpinLock> g(b.mu);
-    Link(b, s);
+    if (!lazy_mark_) {  // (lazy: binned by EndLazyRecovery)
+      Bin& b = BinOf(c, kOrphan);
+      LockGuard<SpinLock> g(b.mu);
+      Link(b, s);
+    }
   } else if (s->cls != c) {
     return bad("in a slab of " + std::to_string(kClassBytes[s->cls]) + " B slots");
   }
@@ -335,6 +356,10 @@ Status RecordHeap::MarkReachable(uint64_t offset, uint64_t bytes) {
   w |= bit;
   s->used++;
   s->high = std::max<uint32_t>(s->high, k + 1);
+  if (lazy_mark_) {  // (writers add to slab_records_ meanwhile; the slab is in no bin)
+    lazy_records_++;
+    return Status::OK();
+  }
   slab_records_.store(slab_records_.load(std::memory_order_relaxed) + 1,
                       std::memory_order_relaxed);
   if (s->used == SlotsOf(c)) Unlink(BinOf(c, s->stripe.load(std::memory_order_relaxed)), s);

@@ -86,6 +86,19 @@
 //   3. Nothing else: every slab not reached is free, every slot not reported is free, and the
 //      rebuilt slabs with a free slot are on their class's orphan list, ready to be adopted.
 //
+// Lazy recovery (an index that serves writes while its walk runs, SmartHT's I10): the index
+// holds every chunk below a bound in the chunk allocator (ClaimBelow), so that new slabs and
+// large records come from above it, and calls BeginLazyRecovery(mark) after Reset(). Then
+// MarkReachable names a slab's or large record's chunks through `mark` (the index's set of
+// reached chunks, which refuses any past the bound) instead of the allocator, and leaves the
+// slabs it rebuilds out of every bin, so that no writer takes a slot of one before the walk has
+// marked all of its records; their counts are the walk's alone. The index frees no record of
+// those slabs meanwhile (it defers those frees). EndLazyRecovery(bound) puts the rebuilt slabs
+// with a free slot on their orphan bins; only then may the index settle the allocator below the
+// bound and free what it deferred. ChunkHook: the index learns of every chunk the heap takes
+// from the allocator (a new slab's, a large record's) before any record in it is handed out,
+// so that it can raise its bound over them before it publishes one.
+//
 // Thread safety: Allocate, Free and Retire may run concurrently from any threads. Allocation
 // takes the lock of one (class, stripe) bin, the stripe chosen by the calling thread
 // (thread_stripe.h), so writers of different threads rarely share one (adopting an orphan also
@@ -184,6 +197,17 @@ class RecordHeap {
   // allocator Reset() first.
   void Reset();
   Status MarkReachable(uint64_t offset, uint64_t bytes) PMHASH_NO_THREAD_SAFETY_ANALYSIS;
+  // Lazy recovery (above). `mark(offset, n)` names n chunks at offset: kCorruption if they are
+  // shared or past the index's bound. REQUIRES: Reset() just before, the chunks below the bound
+  // claimed; MarkReachable from one thread, concurrent with Allocate/Free of records above the
+  // bound only, until EndLazyRecovery, which runs on that thread after the last MarkReachable.
+  void BeginLazyRecovery(std::function<Status(uint64_t, uint32_t)> mark) {
+    lazy_mark_ = std::move(mark);
+  }
+  void EndLazyRecovery(uint64_t bound);
+  // Called with (offset, n) for every range of chunks the heap takes from the allocator, before
+  // any record in it is handed out (see above). Set before the first Allocate.
+  void SetChunkHook(std::function<void(uint64_t, uint64_t)> hook) { chunk_hook_ = std::move(hook); }
   // Asks for the DRAM state MarkReachable will touch for a record at `offset` (its slab's first
   // line; nothing for an offset outside the slabs, or the first record of a slab, which has none
   // yet). Recovery walks call it ahead of MarkReachable: the slabs' states are random lines of
@@ -277,6 +301,10 @@ class RecordHeap {
   uint64_t SlabIndex(uint64_t offset) const { return (offset - heap_offset_) >> slab_shift_; }
 
   Result<uint64_t> AllocateChunks(uint64_t bytes);
+  // Recovery names a slab's or a large record's chunks: in the allocator, or (lazy) to the index.
+  Status MarkChunks(uint64_t offset, uint32_t n) {
+    return lazy_mark_ ? lazy_mark_(offset, n) : chunks_->MarkReachable(offset, n);
+  }
   // A slot of class c from bin (c, stripe), adopting an orphan slab if the bin has none; 0 if
   // there is no free slot there.
   uint64_t TakeSlot(uint32_t c, uint32_t stripe);
@@ -313,6 +341,11 @@ class RecordHeap {
   std::atomic<uint64_t> large_records_{0};
   std::atomic<uint64_t> large_chunks_{0};
   std::atomic<uint64_t> reused_slots_{0};
+  std::function<void(uint64_t, uint64_t)> chunk_hook_;
+  // Lazy recovery: the index's marking of chunks (set: the lazy walk runs), and the records it
+  // has marked in slabs (its thread only; added to slab_records_ at its end).
+  std::function<Status(uint64_t, uint32_t)> lazy_mark_;
+  uint64_t lazy_records_ = 0;
 };
 
 template <PersistPolicy P>

@@ -103,8 +103,8 @@
 // it reaches, counts the keys and fills the filter, while readers and writers run (writes take
 // chunks above root 3). Size(), Stats() and CheckInvariants wait for it; a damaged chain found
 // by it fails every later write, CheckInvariants and Close with kCorruption (the pool stays
-// unclean). smartht-kv opens so too, but its writes wait for the walk, which rebuilds the
-// allocator and the record heap as the eager walk does (I10); its reads run beside it.
+// unclean). smartht-kv opens so too, its reads and writes beside the walk, which also rebuilds
+// the record heap below root 3 (writers' records come from above it; I10).
 // Options::smartht.lazy_recovery = false walks at open as before.
 //
 // ============================================================================================
@@ -193,28 +193,38 @@
 //       bounded to the pool (Records::Fits), the loaded heap's slabs are named with the
 //       directory (disjoint, in use; the used chunks include them and the large records'), and
 //       the heap's records must be the live keys.
-//   I10 Lazy crash open. smartht: root 3 bounds the table. A chunk is linked (a bucket into a
-//       chain, a segment into the directory, the directory at creation) only after root 3 covers it
-//       (CoverChunks: raised by 1/32 of the heap at a time, persisted before the link's store),
-//       and root 3 never shrinks. So after a crash every chunk above root 3 is free, and the
-//       lazy open hands out only those (ClaimBelow holds the rest) until its walk has named the
-//       reachable chunks below it (SettleBelow: the rest below it is free, I6). No chunk below
-//       root 3 is freed meanwhile (no split runs until the walk ends; a split is the only
-//       freeing path of smartht). The walk follows each chain under its stripe's lock shared,
-//       so a writer sees it before or after a head, never during: a write to a head the walk
-//       has passed counts in the size counter, one to a head still ahead is counted by the walk
-//       (CountLive). A link the walk meets past root 3 must be a chunk allocated since the
-//       open (a writer's head insertion); the walk's set of reached chunks catches one reached
-//       twice. The cut batch (I8) is cleaned before the open returns, so every head a reader
-//       or writer visits holds what I1 says.
-//       smartht-kv: its records' slabs are not covered by root 3 (they are not linked into a
-//       chain), so its lazy open holds nothing in the allocator and every write (insert, update,
-//       erase: each allocates or retires a record) waits for the walk's end (AwaitWalkForWrite).
-//       The walk then marks the allocator itself (the directory at the open, each link and each
-//       live slot's record, Records::Recover, as the eager walk does); nothing else allocates or
-//       frees meanwhile (no write, no split). Readers only read: every record read is bounded to
-//       the pool (Records::Fits), so a damaged slot found by the walk later was never read out
-//       of bounds before it.
+//   I10 Lazy crash open. Root 3 bounds the table. A chunk is linked (a bucket into a chain, a
+//       segment into the directory, the directory at creation) or holds a published record
+//       (smartht-kv: a slab or a large record of the record heap, whose chunk hook covers it
+//       before the heap hands out a record in it) only after root 3 covers it (CoverChunks:
+//       raised by 1/32 of the heap at a time, persisted before the link's or the record's
+//       store), and root 3 never shrinks. So after a crash every chunk above root 3 is free,
+//       and the lazy open hands out only those (ClaimBelow holds the rest) until its walk has
+//       named the reachable chunks below it (SettleBelow: the rest below it is free, I6). No
+//       chunk below root 3 is freed meanwhile (no split runs until the walk ends; smartht-kv's
+//       frees of records below it wait, below). The walk follows each chain under its stripe's
+//       lock shared, so a writer sees it before or after a head, never during: a write to a
+//       head the walk has passed counts in the size counter, one to a head still ahead is
+//       counted by the walk (CountLive). A link the walk meets past root 3 must be a chunk
+//       allocated since the open (a writer's head insertion); the walk's set of reached chunks
+//       catches one reached twice. The cut batch (I8) is cleaned before the open returns, so
+//       every head a reader or writer visits holds what I1 says.
+//       smartht-kv: writes run beside the walk too. The record heap starts empty, so writers'
+//       records come from new slabs above root 3. The walk marks each record below root 3 in
+//       the heap (record_heap.h, "Lazy recovery": its slab's or its chunks into the walk's set,
+//       past root 3 refused), which leaves the slabs it rebuilds in no bin until its end, so no
+//       writer takes a slot there that a record the walk has not reached yet holds; a record
+//       past root 3 must be one a write since the open published (Records::CheckWritten: in
+//       use, its key of the slot's hash). A write that replaces or erases a record below root
+//       3 does not free it (DeferFree, under the head's stripe lock): if the walk has passed
+//       the head, the record was marked and is freed after the walk's end; if not, the walk
+//       will never reach it and its slot is free after the walk as it is. The walk's end:
+//       the rebuilt slabs go to the orphan bins (EndLazyRecovery), the allocator is settled,
+//       then the deferred frees run (RetireDeferred). A write that finds no room above root 3
+//       waits for the walk's end and runs again. Readers only read: every record read is
+//       bounded to the pool (Records::Fits), so a damaged slot found by the walk later was
+//       never read out of bounds before it. A pool whose root 3 covers nothing (smartht-kv
+//       before its records were covered) is walked at open.
 //
 // Thread safety: every public operation may run concurrently; Close() requires quiescence.
 #pragma once
@@ -739,13 +749,25 @@ class SmartHt : public index::EngineBase<SmartHt<P, kRecords>, P, Config> {
   Status RecoverTask();
   // Waits for (manual mode: runs) the recovery walk of a lazy open. REQUIRES: not from a task.
   void WaitRecovered() const { WaitWhile(recovering_); }
-  // smartht-kv's writes wait for that walk (I10): it rebuilds the record heap they allocate
-  // from and retire to, and the allocator. smartht's writes run beside it.
-  PMHASH_ALWAYS_INLINE void AwaitWalkForWrite() const {
+  // smartht-kv (I10): while the recovery walk runs, a record below the bound it marks under
+  // (one the crash left) is freed only after the walk's end, and only if the walk has marked
+  // it (its head a is behind the walk): one the walk has not marked it never will (its slot is
+  // no longer live), so its slot is free after the walk anyway. True if the record is taken
+  // care of so (deferred, or dropped); false: the caller retires it now. REQUIRES: a's stripe
+  // lock held (the walk passes a head under it).
+  PMHASH_ALWAYS_INLINE bool DeferFree([[maybe_unused]] uint64_t a,
+                                      [[maybe_unused]] uint64_t off) {
     if constexpr (kRecords) {
-      if (recovering_.load(std::memory_order_acquire)) [[unlikely]] WaitRecovered();
+      if (recovering_.load(std::memory_order_acquire) &&
+          off < heap_lo_ + claimed_ * sizeof(PmBucket)) [[unlikely]] {
+        return DeferFreeSlow(a, off);
+      }
     }
+    return false;
   }
+  bool DeferFreeSlow(uint64_t a, uint64_t off) PMHASH_EXCLUDES(defer_mu_);
+  // The walk's end: the deferred frees run (Retire); later ones run at once.
+  void RetireDeferred() PMHASH_EXCLUDES(defer_mu_);
   // Waits until `busy` is false, running queued tasks meanwhile (manual mode runs them only so).
   void WaitWhile(const std::atomic<bool>& busy) const;
   // The size counter's share of a write to head a: during the recovery walk, only a head it
@@ -863,6 +885,12 @@ class SmartHt : public index::EngineBase<SmartHt<P, kRecords>, P, Config> {
   std::unique_ptr<pm::ChunkSet> reach_;
   std::unique_ptr<pm::ChunkRanges> dir_chunks_;  // the open's directory and segments, for reach_
   uint64_t claimed_ = 0;
+  // smartht-kv: the frees DeferFree took, until the walk's end (RetireDeferred).
+  SpinLock defer_mu_;
+  bool defer_frees_ PMHASH_GUARDED_BY(defer_mu_) = false;
+  std::vector<uint64_t> deferred_ PMHASH_GUARDED_BY(defer_mu_);
+  std::atomic<uint64_t> deferred_frees_{0};  // deferred, then freed (stats)
+  std::atomic<uint64_t> dropped_frees_{0};   // of records the walk never marked (stats)
   bool lazy_ = false;  // this open recovered lazily
   std::chrono::steady_clock::time_point served_at_{};
   double walk_seconds_ = 0;  // open to the walk's end (read after recovering_ is false)
@@ -894,6 +922,8 @@ SmartHt<P, R>::SmartHt(std::unique_ptr<pm::Pool> pool, const Config& config)
   if constexpr (R) {
     index::MakeRecords(*pool_, config.reclaim_batch, config.max_record_bytes, kKindName, &epoch_,
                        &records_);
+    // I10: root 3 covers every slab and large record before a record in it is published.
+    records_->heap().SetChunkHook([this](uint64_t off, uint64_t n) { CoverChunks(off, n); });
   }
 }
 
@@ -1139,8 +1169,9 @@ Status SmartHt<P, R>::Recover() {
   saved_filter_chunks_ = 0;  // (a failed LoadState's: the allocator starts empty)
   const uint64_t geo = pool_->root(0);
   PMHASH_RETURN_IF_ERROR(CheckGeometry(geo));
-  // (smartht-kv: no root 3 to bound the chains; its lazy open marks what the walk reaches.)
-  if (params_.lazy_recovery && !pool_->created() && (R || ValidBound(pool_->root(3)))) {
+  // (A pool whose root 3 covers nothing, e.g. a smartht-kv pool of a version before its
+  // records were covered, is walked at once; EstablishBound then sets root 3.)
+  if (params_.lazy_recovery && !pool_->created() && ValidBound(pool_->root(3))) {
     return RecoverLazily(geo);
   }
   PMHASH_RETURN_IF_ERROR(RecoverDirectory(geo, [this](uint64_t off, uint32_t n) {
@@ -1159,25 +1190,18 @@ Status SmartHt<P, R>::Recover() {
 template <pm::PersistPolicy P, bool R>
 Status SmartHt<P, R>::RecoverLazily(uint64_t geo) {
   pm::ChunkAllocator& alloc = pool_->allocator();
-  if constexpr (R) {
-    // I10 (smartht-kv): no write runs before the walk's end, so the walk marks the allocator
-    // itself, as the eager walk does; the directory is marked now, the record heap starts empty.
-    PMHASH_RETURN_IF_ERROR(RecoverDirectory(
-        geo, [&](uint64_t off, uint32_t n) { return alloc.MarkReachable(off, n); }));
-    records_->Reset();
-  } else {
-    const uint64_t bound = pool_->root(3);
-    auto dir = std::make_unique<pm::ChunkRanges>(alloc);
-    PMHASH_RETURN_IF_ERROR(RecoverDirectory(geo, [&](uint64_t off, uint32_t n) {
-      return dir->Add(off, n) && off + uint64_t{n} * sizeof(PmBucket) <= bound
-                 ? Status::OK()
-                 : Status::Corruption("not heap chunks below root 3: " + std::to_string(off));
-    }));
-    if (!dir->Disjoint()) {
-      return Status::Corruption("smartht: the directory names a chunk twice");
-    }
-    dir_chunks_ = std::move(dir);
+  const uint64_t bound = pool_->root(3);
+  auto dir = std::make_unique<pm::ChunkRanges>(alloc);
+  PMHASH_RETURN_IF_ERROR(RecoverDirectory(geo, [&](uint64_t off, uint32_t n) {
+    return dir->Add(off, n) && off + uint64_t{n} * sizeof(PmBucket) <= bound
+               ? Status::OK()
+               : Status::Corruption("not heap chunks below root 3: " + std::to_string(off));
+  }));
+  if (!dir->Disjoint()) {
+    return Status::Corruption("smartht: the directory names a chunk twice");
   }
+  dir_chunks_ = std::move(dir);
+  if constexpr (R) records_->Reset();  // (the walk marks what it reaches: RecoverTask)
   const Cut cut = LastBatch(geo);
   std::unordered_set<uint64_t> seen;
   WalkCounts c;
@@ -1190,9 +1214,11 @@ Status SmartHt<P, R>::RecoverLazily(uint64_t geo) {
       return Status::OK();  // (the walk checks and counts these heads again)
     }));
   }
-  if constexpr (!R) {
-    claimed_ = (pool_->root(3) - heap_lo_) / sizeof(PmBucket);
-    alloc.ClaimBelow(claimed_);
+  claimed_ = (bound - heap_lo_) / sizeof(PmBucket);
+  alloc.ClaimBelow(claimed_);
+  if constexpr (R) {
+    LockGuard<SpinLock> d(defer_mu_);
+    defer_frees_ = true;
   }
   return Serve(geo, WalkCounts{0, 0, c.cleaned}, /*lazy=*/true);
 }
@@ -1216,22 +1242,24 @@ Status SmartHt<P, R>::RecoverTask() PMHASH_NO_THREAD_SAFETY_ANALYSIS {
   if (st.ok()) building_.store(nf.get(), std::memory_order_release);
   // The chunk set starts with the directory and the segments (checked at the open: disjoint,
   // below root 3); made here, not at the open, which it would cost a heap-sized allocation.
-  // (smartht-kv: the allocator itself, as in the eager walk; no write runs meanwhile.)
-  if constexpr (!R) {
-    reach_ = std::make_unique<pm::ChunkSet>(alloc);
-    if (st.ok() && !(reach_->ok() && dir_chunks_ && dir_chunks_->AddTo(*reach_))) {
-      st = Status::OutOfMemory("smartht: the recovery walk's chunk set");
-    }
-    dir_chunks_.reset();
+  reach_ = std::make_unique<pm::ChunkSet>(alloc);
+  if (st.ok() && !(reach_->ok() && dir_chunks_ && dir_chunks_->AddTo(*reach_))) {
+    st = Status::OutOfMemory("smartht: the recovery walk's chunk set");
+  }
+  dir_chunks_.reset();
+  if constexpr (R) {
+    // smartht-kv: the heap names its slabs' and large records' chunks into reach_, below the
+    // bound (a record past it is a writer's since the open: CheckWritten).
+    records_->heap().BeginLazyRecovery([this, bound](uint64_t off, uint32_t n) {
+      return off + uint64_t{n} * sizeof(PmBucket) <= bound && reach_->Add(off, n)
+                 ? Status::OK()
+                 : Status::Corruption("chunks shared, or past root 3, at " + std::to_string(off));
+    });
   }
   WalkCounts c;
   std::unordered_set<uint64_t> seen;
-  FilterFill fill(nf.get(), /*exclusive=*/R);  // (smartht's writers add to nf meanwhile)
+  FilterFill fill(nf.get(), /*exclusive=*/false);  // (writers add to nf meanwhile)
   auto link = [&](uint64_t next) {
-    if constexpr (R) {
-      c.chained++;
-      return alloc.MarkReachable(next);
-    }
     if (!reach_->Add(next)) {
       return Status::Corruption(std::to_string(next) + " is not a bucket, or is reached twice");
     }
@@ -1249,6 +1277,9 @@ Status SmartHt<P, R>::RecoverTask() PMHASH_NO_THREAD_SAFETY_ANALYSIS {
     l.lock_shared();
     st = WalkHead(i, geo, Cut{}, &seen, &c, link, [&](uint64_t h, uint64_t kw, uint64_t vw) {
       fill.Add(h);
+      if constexpr (R) {
+        if (vw >= bound) return records_->CheckWritten(vw, kw, hash_);
+      }
       return RecoverRecord(kw, vw);
     });
     walked_.store(i + 1, std::memory_order_relaxed);  // (under the lock: CountLive)
@@ -1256,7 +1287,12 @@ Status SmartHt<P, R>::RecoverTask() PMHASH_NO_THREAD_SAFETY_ANALYSIS {
   }
   fill.Flush();
   if (st.ok()) {
-    if constexpr (!R) alloc.SettleBelow(claimed_, reach_->words());
+    // smartht-kv: the slabs the walk rebuilt take writers' records from now on (every record
+    // in them is marked), then the allocator is settled, then the frees of their records that
+    // were deferred run (I10).
+    if constexpr (R) records_->heap().EndLazyRecovery(bound);
+    alloc.SettleBelow(claimed_, reach_->words());
+    if constexpr (R) RetireDeferred();
     size_.Add(static_cast<int64_t>(c.live));
     chained_.fetch_add(c.chained, std::memory_order_relaxed);
   }
@@ -1283,6 +1319,30 @@ Status SmartHt<P, R>::RecoverTask() PMHASH_NO_THREAD_SAFETY_ANALYSIS {
 }
 
 template <pm::PersistPolicy P, bool R>
+bool SmartHt<P, R>::DeferFreeSlow(uint64_t a, uint64_t off) {
+  LockGuard<SpinLock> g(defer_mu_);
+  if (!defer_frees_) return false;
+  if (a < walked_.load(std::memory_order_relaxed)) {
+    deferred_.push_back(off);
+  } else {
+    dropped_frees_.fetch_add(1, std::memory_order_relaxed);
+  }
+  return true;
+}
+
+template <pm::PersistPolicy P, bool R>
+void SmartHt<P, R>::RetireDeferred() {
+  std::vector<uint64_t> offs;
+  {
+    LockGuard<SpinLock> g(defer_mu_);
+    defer_frees_ = false;
+    offs.swap(deferred_);
+  }
+  for (const uint64_t off : offs) records_->Retire(off);
+  deferred_frees_.fetch_add(offs.size(), std::memory_order_relaxed);
+}
+
+template <pm::PersistPolicy P, bool R>
 void SmartHt<P, R>::WaitWhile(const std::atomic<bool>& busy) const {
   while (busy.load(std::memory_order_acquire) && !background_.InTask()) {
     if (!background_.RunOne()) busy.wait(true, std::memory_order_acquire);
@@ -1291,7 +1351,6 @@ void SmartHt<P, R>::WaitWhile(const std::atomic<bool>& busy) const {
 
 template <pm::PersistPolicy P, bool R>
 void SmartHt<P, R>::CoverChunks(uint64_t off, uint64_t n) {
-  if constexpr (R) return;  // (smartht-kv always walks: its records are not covered)
   const uint64_t end = off + n * sizeof(PmBucket);
   if (end <= bound_.load(std::memory_order_acquire)) [[likely]] return;
   LockGuard<SpinLock> g(bound_mu_);
@@ -1306,7 +1365,6 @@ void SmartHt<P, R>::CoverChunks(uint64_t off, uint64_t n) {
 
 template <pm::PersistPolicy P, bool R>
 void SmartHt<P, R>::EstablishBound() {
-  if constexpr (R) return;
   const uint64_t hw = pool_->allocator().high_water();
   const uint64_t root = pool_->root(3);
   if (ValidBound(root)) bound_.store(root, std::memory_order_relaxed);
@@ -1613,7 +1671,6 @@ Status SmartHt<P, R>::Write(const Probe& p, std::string_view value_bytes, Value 
                             WriteMode mode) {
   const uint64_t h = p.h;
   const uint8_t t = Token(h);
-  AwaitWalkForWrite();
   if (failed_.load(std::memory_order_acquire)) [[unlikely]] return failure_;
   RwSpinLock& l = StripeLockFor(h);
   l.lock();
@@ -1630,18 +1687,26 @@ Status SmartHt<P, R>::Write(const Probe& p, std::string_view value_bytes, Value 
   auto value_word = [&] {
     return index::ValueWord<R>(records_.get(), p.s, value_bytes, value, persist_, &w);
   };
+  // smartht-kv: the heap is full above root 3 while the chunks below it are held until the
+  // recovery walk ends (I10): the write waits for the walk, then runs again.
+  auto after_walk = [&](const Status& st) {
+    if (!st.IsOutOfSpace() || !recovering_.load(std::memory_order_acquire)) return st;
+    WaitRecovered();
+    return Write(p, value_bytes, value, mode);
+  };
   const bool maybe = !complete_.load(std::memory_order_acquire) || filter_->MayContain(h);
   if (maybe && Locate(head, p, &b, &j)) {
     Status st = mode == WriteMode::kInsert ? Status::Exists() : value_word();
     if (!st.ok()) {
       l.unlock();
-      return st;
+      return after_walk(st);
     }
     const uint64_t old = b->slots[j].value.load(std::memory_order_relaxed);
     b->slots[j].value.store(w, std::memory_order_release);  // I4
     persist_.Persist(&b->slots[j].value, sizeof(Value));
+    const bool deferred = DeferFree(a, old);
     l.unlock();
-    if constexpr (R) records_->Retire(old);
+    if (R && !deferred) records_->Retire(old);
     return Status::OK();
   }
   if (mode == WriteMode::kUpdate) {
@@ -1650,7 +1715,7 @@ Status SmartHt<P, R>::Write(const Probe& p, std::string_view value_bytes, Value 
   }
   if (Status st = value_word(); !st.ok()) {
     l.unlock();
-    return st;
+    return after_walk(st);
   }
   // A free slot of the head or of its first chained bucket (Algorithm 1, line 7).
   b = head;
@@ -1668,7 +1733,7 @@ Status SmartHt<P, R>::Write(const Probe& p, std::string_view value_bytes, Value 
     if (!fresh->ok() && recovering_.load(std::memory_order_acquire)) {
       // The chunks below root 3 are held until the recovery walk ends (I10): wait for it.
       l.unlock();
-      if constexpr (R) records_->Retire(w);  // never published (smartht-kv: never here, I10)
+      if constexpr (R) records_->Retire(w);  // never published (above root 3: not deferred)
       WaitRecovered();
       return Write(p, value_bytes, value, mode);
     }
@@ -1724,7 +1789,6 @@ Status SmartHt<P, R>::Write(const Probe& p, std::string_view value_bytes, Value 
 
 template <pm::PersistPolicy P, bool R>
 Status SmartHt<P, R>::EraseProbe(const Probe& p) {
-  AwaitWalkForWrite();
   if (failed_.load(std::memory_order_acquire)) [[unlikely]] return failure_;
   RwSpinLock& l = StripeLockFor(p.h);
   l.lock();
@@ -1744,8 +1808,9 @@ Status SmartHt<P, R>::EraseProbe(const Probe& p) {
   stale_.fetch_add(1, std::memory_order_relaxed);  // before the persist, as in Write
   CountLive(a, -1);
   persist_.Persist(&b->tokens[j], 1);
+  const bool deferred = DeferFree(a, record);
   l.unlock();
-  if constexpr (R) records_->Retire(record);
+  if (R && !deferred) records_->Retire(record);
   MaybeScheduleRebuild();
   return Status::OK();
 }
@@ -2110,6 +2175,10 @@ IndexStats SmartHt<P, R>::Stats() const PMHASH_NO_THREAD_SAFETY_ANALYSIS {
   add("smartht.grow_failures", static_cast<double>(grow_failures_.load()));
   add("smartht.recovery.lazy", lazy_ ? 1 : 0);
   add("smartht.recovery.walk_ms", lazy_ ? walk_seconds_ * 1e3 : 0);  // (Size() waited for it)
+  if constexpr (R) {  // I10: frees of the crash's records by writes during the walk
+    add("smartht.recovery.deferred_frees", static_cast<double>(deferred_frees_.load()));
+    add("smartht.recovery.dropped_frees", static_cast<double>(dropped_frees_.load()));
+  }
   add("smartht.bound_raises", static_cast<double>(bound_raises_.load()));
   add("alloc.reused", static_cast<double>(pool_->allocator().reused_allocations()));
   background_.stats().AppendTo(&s.details, "smartht.bg");
@@ -2142,14 +2211,14 @@ Status SmartHt<P, R>::CheckInvariants() const PMHASH_NO_THREAD_SAFETY_ANALYSIS {
       return fail("directory segment " + std::to_string(k));
     }
     if (seg_off_[k] != 0) seg_chunks += SegmentHeads(base_bits_, k);
-    if (!R && seg_off_[k] != 0 &&
+    if (seg_off_[k] != 0 &&
         seg_off_[k] + SegmentHeads(base_bits_, k) * sizeof(PmBucket) > bound_.load()) {
       return fail("segment " + std::to_string(k) + " past root 3");
     }
   }
-  // I10 (smartht): root 3 is its mirror and covers the directory (the segments above, the
-  // buckets below).
-  if (!R && (pool_->root(3) != bound_.load() || dir_off_ + sizeof(DirBlock) > bound_.load())) {
+  // I10: root 3 is its mirror and covers the directory (the segments above, the buckets and
+  // the records below).
+  if ((pool_->root(3) != bound_.load() || dir_off_ + sizeof(DirBlock) > bound_.load())) {
     return fail("root 3 does not cover the directory");
   }
   const uint64_t n = HeadsInUse(geo);
@@ -2165,7 +2234,7 @@ Status SmartHt<P, R>::CheckInvariants() const PMHASH_NO_THREAD_SAFETY_ANALYSIS {
     for (uint64_t off = pool_->OffsetOf(HeadAt(i)); off != 0; steps++) {
       if (steps > alloc.chunk_count()) return fail("chain of head " + std::to_string(i) + " cycles");
       if (!alloc.IsUsed(off)) return fail("bucket not marked allocated: " + std::to_string(off));
-      if (!R && off + sizeof(PmBucket) > bound_.load()) {
+      if (off + sizeof(PmBucket) > bound_.load()) {
         return fail("bucket past root 3: " + std::to_string(off));
       }
       if (steps > 0) chained++;
@@ -2179,6 +2248,9 @@ Status SmartHt<P, R>::CheckInvariants() const PMHASH_NO_THREAD_SAFETY_ANALYSIS {
         if (AddressOf(h, geo) != i) return fail("key " + std::to_string(k) + " in the wrong chain");
         const uint64_t v = b->slots[j].value.load(std::memory_order_relaxed);
         if (std::string e = keys.Add(k, v, h); !e.empty()) return fail(e);
+        if (R && records_->ChunksEnd(v) > bound_.load()) {
+          return fail("record past root 3: " + std::to_string(v));
+        }
         if (complete && !filter_->MayContain(h)) {
           return fail("filter false negative for key " + std::to_string(k));
         }
