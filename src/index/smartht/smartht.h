@@ -205,7 +205,11 @@
 //       frees of records below it wait, below). The walk follows each chain under its stripe's
 //       lock shared, so a writer sees it before or after a head, never during: a write to a
 //       head the walk has passed counts in the size counter, one to a head still ahead is
-//       counted by the walk (CountLive). A link the walk meets past root 3 must be a chunk
+//       counted by the walk (CountLive); likewise its key's filter bits: the walk fills its
+//       filter alone (no locked instruction), and a write to a head it has passed keeps the
+//       key's hash in its stripe's `late` list, added once the filter is published at the end
+//       (every stripe locked: writers add to it themselves from then on). A link the walk meets
+//       past root 3 must be a chunk
 //       allocated since the open (a writer's head insertion); the walk's set of reached chunks
 //       catches one reached twice. The cut batch (I8) is cleaned before the open returns, so
 //       every head a reader or writer visits holds what I1 says.
@@ -243,6 +247,7 @@
 #include <optional>
 #include <string>
 #include <unordered_set>
+#include <utility>
 #include <vector>
 
 #include "common/attributes.h"
@@ -412,8 +417,9 @@ class BloomFilter {
 // A walk's adds to a filter, each made kDepth keys after its block was prefetched: a walk meets
 // the keys in head order, each in a random block, and the locked RMW of Add would wait out one
 // DRAM miss per key (a locked instruction overlaps no miss). Flush() before the filter is used.
-// exclusive: nothing else adds to the filter meanwhile (smartht-kv's recovery walk, I10: no
-// write runs beside it), so its adds need no locked instruction (eight per key otherwise).
+// exclusive: nothing else adds to the filter meanwhile (the recovery walk, I10: writers keep
+// their keys aside until its end), so its adds need no locked instruction (eight per key
+// otherwise: a third of the walk's time at 10M keys).
 class FilterFill {
  public:
   explicit FilterFill(BloomFilter* f, bool exclusive = false) : f_(f), exclusive_(exclusive) {}
@@ -554,6 +560,9 @@ class SmartHt : public index::EngineBase<SmartHt<P, kRecords>, P, Config> {
     // A write added a key while the saved filter was being loaded and no filter was being built
     // (LoadFilterTask walks such stripes' chains). Guarded by `lock`.
     bool dirty = false;
+    // The hashes of the keys written during the recovery walk to heads it had passed (I10: it
+    // fills its filter alone, and adds these at its end). Guarded by `lock`.
+    std::vector<uint64_t> late;
   };
 
   SmartHt(std::unique_ptr<pm::Pool> pool, const Config& config);
@@ -619,11 +628,12 @@ class SmartHt : public index::EngineBase<SmartHt<P, kRecords>, P, Config> {
     const uint64_t ahead = HeadAt(i + 16)->next.load(std::memory_order_relaxed);
     if (ahead != 0 && ahead - heap_lo_ <= link_span_) PrefetchLine(At(ahead));
   }
-  // The walks that recover smartht-kv's records (no writer runs beside them: I10) also ask for
-  // each live slot's record (Records::Recover reads its first line, another random line) 8
-  // heads early, from the head and its first chained bucket, whose lines have arrived by then.
-  // A link is followed only if it is a bucket of the heap (Next's bound); a record offset is
-  // only prefetched, which never faults.
+  // The walks that recover smartht-kv's records also ask for each live slot's record
+  // (Records::Recover reads its first line, another random line) 8 heads early, from the head
+  // and its first chained bucket, whose lines have arrived by then. A link is followed only if
+  // it is a bucket of the heap (Next's bound); a record offset is only prefetched, which never
+  // faults. Unlocked, beside the writers of a lazy walk (I10): the link is read with acquire, so
+  // a bucket a writer has just linked is read after its copy, and slots are read as atomics.
   void PrefetchRecordsAhead(uint64_t i, uint64_t n) const {
     if constexpr (kRecords) {
       if (i + 8 >= n) return;
@@ -636,7 +646,7 @@ class SmartHt : public index::EngineBase<SmartHt<P, kRecords>, P, Config> {
       };
       const PmBucket* h = HeadAt(i + 8);
       records_of(h);
-      const uint64_t next = h->next.load(std::memory_order_relaxed);
+      const uint64_t next = h->next.load(std::memory_order_acquire);
       const uint64_t rel = next - heap_lo_;  // wraps above link_span_ below the heap
       if (next != 0 && rel <= link_span_ && (rel & (sizeof(PmBucket) - 1)) == 0) {
         records_of(At(next));
@@ -707,7 +717,8 @@ class SmartHt : public index::EngineBase<SmartHt<P, kRecords>, P, Config> {
   }
   // Filter capacity (keys) for a table holding `keys` keys.
   uint64_t FilterKeysFor(uint64_t keys) const;
-  void AddToFilters(uint64_t h);
+  // REQUIRES: h's stripe locked; a its head.
+  void AddToFilters(uint64_t h, uint64_t a);
 
   // The value stored is `value` (smartht) or a new record of p.s and value_bytes (smartht-kv).
   Status Write(const Probe& p, std::string_view value_bytes, Value value, WriteMode mode);
@@ -854,6 +865,9 @@ class SmartHt : public index::EngineBase<SmartHt<P, kRecords>, P, Config> {
   // filter_pending_: the chunks are still held (CheckInvariants waits).
   uint64_t saved_filter_ = 0, saved_filter_chunks_ = 0;
   std::atomic<bool> loading_{false};
+  // The recovery walk fills its filter without locked instructions: writers keep the keys it
+  // will not see in their stripe's `late` list meanwhile (AddToFilters). Changed under LockAll.
+  std::atomic<bool> collect_late_{false};
   mutable std::atomic<bool> filter_pending_{false};
 
   Mutex resize_mu_;   // split batches, one at a time
@@ -891,6 +905,7 @@ class SmartHt : public index::EngineBase<SmartHt<P, kRecords>, P, Config> {
   std::vector<uint64_t> deferred_ PMHASH_GUARDED_BY(defer_mu_);
   std::atomic<uint64_t> deferred_frees_{0};  // deferred, then freed (stats)
   std::atomic<uint64_t> dropped_frees_{0};   // of records the walk never marked (stats)
+  std::atomic<uint64_t> late_keys_{0};  // keys written to heads the walk had passed (stats)
   bool lazy_ = false;  // this open recovered lazily
   std::chrono::steady_clock::time_point served_at_{};
   double walk_seconds_ = 0;  // open to the walk's end (read after recovering_ is false)
@@ -954,10 +969,13 @@ void SmartHt<P, R>::WaitStopTheWorld() const {
 }
 
 template <pm::PersistPolicy P, bool R>
-void SmartHt<P, R>::AddToFilters(uint64_t h) {
+void SmartHt<P, R>::AddToFilters(uint64_t h, uint64_t a) {
   filter_->Add(h);
   if (BloomFilter* b = building_.load(std::memory_order_acquire)) {
     b->Add(h);
+  } else if (collect_late_.load(std::memory_order_relaxed)) [[unlikely]] {
+    // I10: the walk fills its filter alone; a head it has passed it will not see again.
+    if (a < walked_.load(std::memory_order_relaxed)) stripes_[StripeOf(h)].late.push_back(h);
   } else if (loading_.load(std::memory_order_relaxed)) [[unlikely]] {
     stripes_[StripeOf(h)].dirty = true;  // (h's stripe is locked: Write)
   }
@@ -1225,10 +1243,13 @@ Status SmartHt<P, R>::RecoverLazily(uint64_t geo) {
 
 // The recovery walk of a lazy open (I10), on the background executor while the index serves:
 // each head's chain under its stripe's lock shared (WalkHead: the checks of the eager walk), its
-// keys into a new filter (writers add theirs to it too), its links into reach_ (a link below
-// the claimed chunks is counted as chained; one past them must be a chunk a writer allocated
-// since the open); then the allocator settled, the counts added, the filter swapped in. No
-// split runs meanwhile (MaybeGrow waits for the walk's end). Persists nothing.
+// keys into a new filter that only it fills (a writer keeps the key it writes to a head the walk
+// has passed in its stripe's `late` list), its links into reach_ (a link below the claimed
+// chunks is counted as chained; one past them must be a chunk a writer allocated since the
+// open); smartht-kv: each record below root 3 marked in the record heap. Then the heap's slabs
+// binned, the allocator settled, the deferred frees run, the counts added; the filter published
+// (writers add to it from then on), the late keys added, the filter swapped in. No split runs
+// meanwhile (MaybeGrow waits for the walk's end). Persists nothing.
 template <pm::PersistPolicy P, bool R>
 Status SmartHt<P, R>::RecoverTask() PMHASH_NO_THREAD_SAFETY_ANALYSIS {
   LockGuard<Mutex> g(rebuild_mu_);
@@ -1239,7 +1260,6 @@ Status SmartHt<P, R>::RecoverTask() PMHASH_NO_THREAD_SAFETY_ANALYSIS {
   auto nf = std::make_unique<BloomFilter>(BloomFilter::BlocksFor(
       filter_capacity_.load(std::memory_order_relaxed), params_.filter_bits_per_key));
   Status st = *nf ? Status::OK() : Status::OutOfMemory("smartht: Bloom filter");
-  if (st.ok()) building_.store(nf.get(), std::memory_order_release);
   // The chunk set starts with the directory and the segments (checked at the open: disjoint,
   // below root 3); made here, not at the open, which it would cost a heap-sized allocation.
   reach_ = std::make_unique<pm::ChunkSet>(alloc);
@@ -1258,7 +1278,7 @@ Status SmartHt<P, R>::RecoverTask() PMHASH_NO_THREAD_SAFETY_ANALYSIS {
   }
   WalkCounts c;
   std::unordered_set<uint64_t> seen;
-  FilterFill fill(nf.get(), /*exclusive=*/false);  // (writers add to nf meanwhile)
+  FilterFill fill(nf.get(), /*exclusive=*/true);  // (writers add to no filter it fills: late)
   auto link = [&](uint64_t next) {
     if (!reach_->Add(next)) {
       return Status::Corruption(std::to_string(next) + " is not a bucket, or is reached twice");
@@ -1297,12 +1317,25 @@ Status SmartHt<P, R>::RecoverTask() PMHASH_NO_THREAD_SAFETY_ANALYSIS {
     chained_.fetch_add(c.chained, std::memory_order_relaxed);
   }
   reach_.reset();
+  // The keys written to heads the walk had passed (AddToFilters): the filter is published as
+  // the one being built (writers add to it from then on) and the lists taken, every stripe
+  // locked; then their keys are added, and the filter swapped in.
+  std::vector<std::vector<uint64_t>> late;
+  LockAll();
+  if (st.ok()) building_.store(nf.get(), std::memory_order_release);
+  collect_late_.store(false, std::memory_order_relaxed);
+  for (size_t x = 0; x < stripes_.size(); x++) {
+    if (!stripes_[x].late.empty()) late.push_back(std::exchange(stripes_[x].late, {}));
+  }
+  UnlockAll();
   if (st.ok()) {
+    FilterFill lf(nf.get());
+    for (const std::vector<uint64_t>& l : late) {
+      for (const uint64_t h : l) lf.Add(h);
+      late_keys_.fetch_add(l.size(), std::memory_order_relaxed);
+    }
+    lf.Flush();
     InstallFilter(std::move(nf), c.live);
-  } else {
-    LockAll();
-    building_.store(nullptr, std::memory_order_relaxed);
-    UnlockAll();
   }
   walk_seconds_ =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - served_at_).count();
@@ -1490,6 +1523,7 @@ Status SmartHt<P, R>::Serve(uint64_t geo, const WalkCounts& c, bool lazy) {
       PMHASH_RETURN_IF_ERROR(background_.Schedule([this] { return LoadFilterTask(); }));
     } else if (lazy) {
       served_at_ = std::chrono::steady_clock::now();
+      collect_late_.store(true, std::memory_order_relaxed);
       recovering_.store(true, std::memory_order_release);
       PMHASH_RETURN_IF_ERROR(background_.Schedule([this] { return RecoverTask(); }));
     } else {
@@ -1756,7 +1790,7 @@ Status SmartHt<P, R>::Write(const Probe& p, std::string_view value_bytes, Value 
   // The filters and the size before the persists (readers wait on the stripe lock we hold):
   // their locked adds after a fence would wait for its write-backs, which the next operation's
   // misses can otherwise overlap (REH, docs/results.md "Batched writes").
-  AddToFilters(h);
+  AddToFilters(h, a);
   CountLive(a, 1);
   if (j >= 0) {
     PmSlot& s = b->slots[j];
@@ -2175,6 +2209,7 @@ IndexStats SmartHt<P, R>::Stats() const PMHASH_NO_THREAD_SAFETY_ANALYSIS {
   add("smartht.grow_failures", static_cast<double>(grow_failures_.load()));
   add("smartht.recovery.lazy", lazy_ ? 1 : 0);
   add("smartht.recovery.walk_ms", lazy_ ? walk_seconds_ * 1e3 : 0);  // (Size() waited for it)
+  add("smartht.recovery.late_keys", static_cast<double>(late_keys_.load()));
   if constexpr (R) {  // I10: frees of the crash's records by writes during the walk
     add("smartht.recovery.deferred_frees", static_cast<double>(deferred_frees_.load()));
     add("smartht.recovery.dropped_frees", static_cast<double>(dropped_frees_.load()));
