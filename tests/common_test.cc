@@ -14,6 +14,7 @@
 #include <random>
 #include <set>
 #include <string>
+#include <chrono>
 #include <thread>
 #include <vector>
 
@@ -391,6 +392,33 @@ TEST(Epoch, RetiredObjectWaitsForGuard) {
   m.Drain();
   EXPECT_TRUE(freed.load());
   EXPECT_EQ(m.pending(), 0u);
+}
+
+// Synchronize() returns only once a reader inside at its call has left.
+TEST(Epoch, SynchronizeWaitsForEarlierReaders) {
+  EpochManager m;
+  std::atomic<int> stage{0};  // 1: reader inside; 2: reader may leave
+  std::thread reader([&] {
+    {
+      EpochManager::Guard g(m);
+      stage.store(1);
+      while (stage.load() != 2) std::this_thread::yield();
+    }
+  });
+  while (stage.load() != 1) std::this_thread::yield();
+  std::atomic<bool> returned{false};
+  std::thread sync([&] {
+    m.Synchronize();
+    returned.store(true);
+  });
+  for (int i = 0; i < 50; i++) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    ASSERT_FALSE(returned.load()) << "returned while an earlier reader is inside";
+  }
+  stage.store(2);
+  reader.join();
+  sync.join();
+  EXPECT_TRUE(returned.load());
 }
 
 TEST(Epoch, LaterReaderDoesNotBlockReclaim) {

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <cinttypes>
 #include <cstdio>
 #include <map>
@@ -309,13 +310,18 @@ TEST_F(SmartHtTest, CrashBeforeFilterRebuildHasNoFalseNegative) {
 // either the walk runs (the pool checks out: nothing leaked, the replaced records freed), or
 // the process crashes again before it: root 3 must cover the records written since the first
 // open (a second lazy open claims only what root 3 covers, and its walk refuses a record past
-// it that no write made). Either way a clean reopen holds the same pairs.
+// it that no write made), checked once with slab records only and once with large records only
+// (the heap's two ways of taking chunks). Either way a clean reopen holds the same pairs.
 TEST_F(SmartHtTest, KvCrashOpenServesWritesBeforeTheWalk) {
   using Kv = SmartHt<pm::Adr, true>;
   const uint64_t n = Scaled(3000, 4);
   auto key = [](uint64_t i) { return "key-" + std::to_string(i) + std::string(i % 40, 'k'); };
-  for (const bool crash_again : {false, true}) {
-    SCOPED_TRACE(crash_again ? "crash before the walk" : "walk");
+  // The record of key(i) with value v: header, key and value (a slab slot up to 48 B here).
+  enum Pass { kWalk, kCrashSlabRecords, kCrashLargeRecords };
+  for (const Pass pass : {kWalk, kCrashSlabRecords, kCrashLargeRecords}) {
+    const bool crash_again = pass != kWalk;
+    SCOPED_TRACE(pass == kWalk ? "walk" : pass == kCrashSlabRecords ? "crash, slab records"
+                                                                    : "crash, large records");
     unlink(path_.c_str());
     std::map<std::string, std::string> model;
     {
@@ -344,11 +350,14 @@ TEST_F(SmartHtTest, KvCrashOpenServesWritesBeforeTheWalk) {
       Kv& ix = **r;
       EXPECT_TRUE(ix.recovering());
       ASSERT_NO_FATAL_FAILURE(expect_model(ix));
-      // Writes before the walk: updates (short and long values: slab records, large records),
-      // erases, and (without a second crash, whose case must not raise root 3 by a new bucket)
-      // new keys, some updated again.
+      // Writes before the walk: updates (short and long values: slab records, large records;
+      // before a second crash only one kind, and no new key, whose bucket would raise root 3
+      // too), erases, and new keys, some updated again.
       for (uint64_t i = 0; i < n; i += 3) {
-        const std::string v = std::string((i * 7) % 150, 'u') + "updated";
+        if (pass == kCrashSlabRecords && key(i).size() > 12) continue;  // (a 32 or 48 B slot)
+        const std::string v = pass == kCrashSlabRecords    ? std::string("u")
+                              : pass == kCrashLargeRecords ? std::string(100, 'u')
+                                                           : std::string((i * 7) % 150, 'u');
         ASSERT_TRUE(ix.UpdateBytes(key(i), v).ok()) << i;
         model[key(i)] = v;
       }
@@ -486,6 +495,84 @@ TEST_F(SmartHtTest, KvConcurrentWritesDuringTheRecoveryWalk) {
               Detail(st, "smartht.recovery.dropped_frees"), n / 2);
   const Status s = ix.CheckInvariants();
   EXPECT_TRUE(s.ok()) << s.ToString();
+}
+
+// I10, deterministic: writes made on the walk's own thread once it has passed half the heads
+// (SetWalkHookForTest), to heads on both sides of it. Updates and erases of the crash's records:
+// those behind the walk deferred and freed at its end, those ahead dropped (never marked);
+// inserts: those behind the walk kept aside in their stripe's late list and added to the filter
+// at its end. Afterwards every key is found through the complete filter, Size() is exact and the
+// pool checks out (no record leaked or freed twice, no filter false negative). A reader inside
+// the records' epoch from before the writes (as one copying a record it found) holds the walk's
+// end: the slots of the dropped records are not free before it has left.
+TEST_F(SmartHtTest, KvWritesOnBothSidesOfTheRecoveryWalk) {
+  using Kv = SmartHt<pm::Adr, true>;
+  const uint64_t n = Scaled(4000, 4);
+  auto key = [](uint64_t i) { return "key-" + std::to_string(i); };
+  std::map<std::string, std::string> model;
+  {
+    auto r = Kv::Open(MakeOptions());
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    for (uint64_t i = 0; i < n; i++) {
+      ASSERT_TRUE((*r)->InsertBytes(key(i), "v" + std::to_string(i)).ok());
+      model[key(i)] = "v" + std::to_string(i);
+    }
+    (*r)->Abandon();  // crash
+  }
+  const uint64_t heads = HeadsInUse(ReadWord(RootAt(0)));
+  auto r = Kv::Open(MakeOptions());
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  Kv& ix = **r;
+  bool wrote = false;
+  ix.SetWalkHookForTest([&](uint64_t i) {
+    if (wrote || i + 1 < heads / 2) return;
+    wrote = true;
+    for (uint64_t j = 0; j < n; j += 2) {
+      if (j % 4 == 0) {
+        ASSERT_TRUE(ix.EraseBytes(key(j)).ok()) << j;
+        model.erase(key(j));
+      } else {
+        const std::string v = std::string(j % 60, 'w');  // slab and large records
+        ASSERT_TRUE(ix.UpdateBytes(key(j), v).ok()) << j;
+        model[key(j)] = v;
+      }
+    }
+    for (uint64_t j = 0; j < n / 2; j++) {
+      ASSERT_TRUE(ix.InsertBytes("new-" + std::to_string(j), "n").ok()) << j;
+      model["new-" + std::to_string(j)] = "n";
+    }
+  });
+  std::atomic<int> reader{0};  // 1: inside the epoch; 2: left it
+  std::thread slow([&] {
+    {
+      EpochManager::Guard g(ix.RecordEpochForTest());
+      reader.store(1);
+      std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    }
+    reader.store(2);
+  });
+  while (reader.load() == 0) std::this_thread::yield();
+  ix.background().RunPending();  // the walk, and the writes from its hook
+  EXPECT_EQ(reader.load(), 2) << "the walk ended while a reader that may copy a dropped record "
+                                 "was inside the epoch";
+  slow.join();
+  ASSERT_TRUE(ix.background().status().ok()) << ix.background().status().ToString();
+  EXPECT_TRUE(wrote);
+  EXPECT_FALSE(ix.recovering());
+  EXPECT_TRUE(ix.filter_complete());
+  const IndexStats st = ix.Stats();
+  EXPECT_GT(Detail(st, "smartht.recovery.deferred_frees"), 0);
+  EXPECT_GT(Detail(st, "smartht.recovery.dropped_frees"), 0);
+  EXPECT_GT(Detail(st, "smartht.recovery.late_keys"), 0);
+  std::string got;
+  for (const auto& [k, v] : model) {
+    ASSERT_TRUE(ix.FindBytes(k, &got).ok()) << k;
+    ASSERT_EQ(got, v) << k;
+  }
+  for (uint64_t j = 0; j < n; j += 4) EXPECT_TRUE(ix.FindBytes(key(j), &got).IsNotFound()) << j;
+  EXPECT_EQ(ix.Size(), model.size());
+  const Status s = ix.CheckInvariants();
+  ASSERT_TRUE(s.ok()) << s.ToString();
 }
 
 // I10, smartht-kv, a hostile pool: a crash cannot leave a slot naming a record past root 3

@@ -100,6 +100,14 @@ void EpochManager::Drain() {
   }
 }
 
+void EpochManager::Synchronize() {
+  std::atomic<bool> passed{false};
+  Retire([&passed] { passed.store(true, std::memory_order_release); });
+  while (!passed.load(std::memory_order_acquire)) {
+    if (Reclaim() == 0) std::this_thread::yield();
+  }
+}
+
 size_t EpochManager::pending() const {
   LockGuard<SpinLock> g(mu_);
   return retired_.size();

@@ -62,6 +62,9 @@ class EpochManager {
   size_t Reclaim() PMHASH_EXCLUDES(mu_);
   // Blocks until everything retired so far has been freed (readers must eventually leave).
   void Drain() PMHASH_EXCLUDES(mu_);
+  // Blocks until every reader that entered before this call has left (a grace period), however
+  // much others retire meanwhile. REQUIRES: the caller holds no Guard.
+  void Synchronize() PMHASH_EXCLUDES(mu_);
 
   uint64_t epoch() const { return epoch_.load(std::memory_order_acquire); }
   size_t pending() const PMHASH_EXCLUDES(mu_);

@@ -211,7 +211,8 @@ class RecordHeap {
   // Asks for the DRAM state MarkReachable will touch for a record at `offset` (its slab's first
   // line; nothing for an offset outside the slabs, or the first record of a slab, which has none
   // yet). Recovery walks call it ahead of MarkReachable: the slabs' states are random lines of
-  // DRAM, one miss per record otherwise. Never faults. REQUIRES: quiescence.
+  // DRAM, one miss per record otherwise. Never faults; only prefetches (a lazy walk calls it
+  // beside writers).
   void PrefetchSlab(uint64_t offset) const {
     if (offset - heap_offset_ >= heap_end_ - heap_offset_) return;
     const uint64_t idx = SlabIndex(offset);

@@ -222,13 +222,18 @@
 //       use, its key of the slot's hash). A write that replaces or erases a record below root
 //       3 does not free it (DeferFree, under the head's stripe lock): if the walk has passed
 //       the head, the record was marked and is freed after the walk's end; if not, the walk
-//       will never reach it and its slot is free after the walk as it is. The walk's end:
+//       will never reach it and its slot is free after the walk as it is (if the walk fails,
+//       every such free stays deferred: no slab it half rebuilt is ever binned). The walk's
+//       end: if a write dropped a record, an epoch grace period (a reader may still copy it);
 //       the rebuilt slabs go to the orphan bins (EndLazyRecovery), the allocator is settled,
-//       then the deferred frees run (RetireDeferred). A write that finds no room above root 3
-//       waits for the walk's end and runs again. Readers only read: every record read is
-//       bounded to the pool (Records::Fits), so a damaged slot found by the walk later was
-//       never read out of bounds before it. A pool whose root 3 covers nothing (smartht-kv
-//       before its records were covered) is walked at open.
+//       then the deferred frees run (RetireDeferred, through the epoch). A write that finds no
+//       room above root 3 (root 3 may be near the heap's end) waits for the walk's end and runs
+//       again (smartht.recovery.write_waits). Readers only read: every record read is bounded
+//       to the pool (Records::Fits), so a damaged slot found by the walk later was never read
+//       out of bounds before it. A link past root 3 is only checked to be a chunk in use: in a
+//       damaged smartht-kv pool it may be a writer's record chunk, read as a bucket (its tokens
+//       and keys checked, every read in bounds). A pool whose root 3 covers nothing
+//       (smartht-kv before its records were covered) is walked at open.
 //
 // Thread safety: every public operation may run concurrently; Close() requires quiescence.
 #pragma once
@@ -551,6 +556,15 @@ class SmartHt : public index::EngineBase<SmartHt<P, kRecords>, P, Config> {
   Status RebuildFilter() { return RebuildFilterTask(); }
   // True while the recovery walk of a lazy crash open (I10) has not ended.
   bool recovering() const { return recovering_.load(std::memory_order_acquire); }
+  // Tests: fn(i) runs on the recovery walk's thread after the walk has passed head i (no lock
+  // held), so that a test can write on both sides of it. Set before the walk runs.
+  void SetWalkHookForTest(std::function<void(uint64_t)> fn) { walk_hook_ = std::move(fn); }
+  // Tests: the epoch smartht-kv's readers enter (FindBytes) while they copy a record.
+  EpochManager& RecordEpochForTest() const
+    requires(kRecords)
+  {
+    return *epoch_;
+  }
 
  private:
   using WriteMode = index::WriteMode;
@@ -760,16 +774,17 @@ class SmartHt : public index::EngineBase<SmartHt<P, kRecords>, P, Config> {
   Status RecoverTask();
   // Waits for (manual mode: runs) the recovery walk of a lazy open. REQUIRES: not from a task.
   void WaitRecovered() const { WaitWhile(recovering_); }
-  // smartht-kv (I10): while the recovery walk runs, a record below the bound it marks under
-  // (one the crash left) is freed only after the walk's end, and only if the walk has marked
-  // it (its head a is behind the walk): one the walk has not marked it never will (its slot is
-  // no longer live), so its slot is free after the walk anyway. True if the record is taken
-  // care of so (deferred, or dropped); false: the caller retires it now. REQUIRES: a's stripe
-  // lock held (the walk passes a head under it).
+  // smartht-kv (I10): from a lazy open to the recovery walk's end (for good if the walk fails),
+  // a record below the bound it marks under (one the crash left) is freed only after the
+  // walk's end, and only if the walk has marked it (its head a is behind the walk): one the walk
+  // has not marked never will (its slot is no longer live), so its slot is free after the
+  // walk anyway, once the readers that may hold it have left (the walk's end waits for them).
+  // True if the record is taken care of so (deferred, or dropped); false: the caller retires it
+  // now. REQUIRES: a's stripe lock held (the walk passes a head under it).
   PMHASH_ALWAYS_INLINE bool DeferFree([[maybe_unused]] uint64_t a,
                                       [[maybe_unused]] uint64_t off) {
     if constexpr (kRecords) {
-      if (recovering_.load(std::memory_order_acquire) &&
+      if (deferring_.load(std::memory_order_acquire) &&
           off < heap_lo_ + claimed_ * sizeof(PmBucket)) [[unlikely]] {
         return DeferFreeSlow(a, off);
       }
@@ -866,7 +881,8 @@ class SmartHt : public index::EngineBase<SmartHt<P, kRecords>, P, Config> {
   uint64_t saved_filter_ = 0, saved_filter_chunks_ = 0;
   std::atomic<bool> loading_{false};
   // The recovery walk fills its filter without locked instructions: writers keep the keys it
-  // will not see in their stripe's `late` list meanwhile (AddToFilters). Changed under LockAll.
+  // will not see in their stripe's `late` list meanwhile (AddToFilters). Set before serving,
+  // cleared under LockAll.
   std::atomic<bool> collect_late_{false};
   mutable std::atomic<bool> filter_pending_{false};
 
@@ -902,10 +918,13 @@ class SmartHt : public index::EngineBase<SmartHt<P, kRecords>, P, Config> {
   // smartht-kv: the frees DeferFree took, until the walk's end (RetireDeferred).
   SpinLock defer_mu_;
   bool defer_frees_ PMHASH_GUARDED_BY(defer_mu_) = false;
+  std::atomic<bool> deferring_{false};  // defer_frees_, for DeferFree's unlocked test
   std::vector<uint64_t> deferred_ PMHASH_GUARDED_BY(defer_mu_);
   std::atomic<uint64_t> deferred_frees_{0};  // deferred, then freed (stats)
   std::atomic<uint64_t> dropped_frees_{0};   // of records the walk never marked (stats)
   std::atomic<uint64_t> late_keys_{0};  // keys written to heads the walk had passed (stats)
+  std::atomic<uint64_t> write_waits_{0};  // writes that found no room above root 3 (stats)
+  std::function<void(uint64_t)> walk_hook_;  // tests: after each head the walk passed
   bool lazy_ = false;  // this open recovered lazily
   std::chrono::steady_clock::time_point served_at_{};
   double walk_seconds_ = 0;  // open to the walk's end (read after recovering_ is false)
@@ -1237,6 +1256,7 @@ Status SmartHt<P, R>::RecoverLazily(uint64_t geo) {
   if constexpr (R) {
     LockGuard<SpinLock> d(defer_mu_);
     defer_frees_ = true;
+    deferring_.store(true, std::memory_order_release);
   }
   return Serve(geo, WalkCounts{0, 0, c.cleaned}, /*lazy=*/true);
 }
@@ -1304,13 +1324,18 @@ Status SmartHt<P, R>::RecoverTask() PMHASH_NO_THREAD_SAFETY_ANALYSIS {
     });
     walked_.store(i + 1, std::memory_order_relaxed);  // (under the lock: CountLive)
     l.unlock_shared();
+    if (walk_hook_) [[unlikely]] walk_hook_(i);
   }
   fill.Flush();
   if (st.ok()) {
-    // smartht-kv: the slabs the walk rebuilt take writers' records from now on (every record
-    // in them is marked), then the allocator is settled, then the frees of their records that
-    // were deferred run (I10).
-    if constexpr (R) records_->heap().EndLazyRecovery(bound);
+    // smartht-kv: the slots of the records writes dropped (DeferFree) become free below, so
+    // the readers that may still copy one leave first; then the slabs the walk rebuilt take
+    // writers' records (every record in them is marked), the allocator is settled, and the
+    // deferred frees run (I10).
+    if constexpr (R) {
+      if (dropped_frees_.load(std::memory_order_relaxed) != 0) epoch_->Synchronize();
+      records_->heap().EndLazyRecovery(bound);
+    }
     alloc.SettleBelow(claimed_, reach_->words());
     if constexpr (R) RetireDeferred();
     size_.Add(static_cast<int64_t>(c.live));
@@ -1369,6 +1394,7 @@ void SmartHt<P, R>::RetireDeferred() {
   {
     LockGuard<SpinLock> g(defer_mu_);
     defer_frees_ = false;
+    deferring_.store(false, std::memory_order_release);
     offs.swap(deferred_);
   }
   for (const uint64_t off : offs) records_->Retire(off);
@@ -1705,6 +1731,9 @@ Status SmartHt<P, R>::Write(const Probe& p, std::string_view value_bytes, Value 
                             WriteMode mode) {
   const uint64_t h = p.h;
   const uint8_t t = Token(h);
+  // (Read before any allocation: one that fails while the walk holds the chunks below root 3
+  // waits for its end and runs again, even if the walk has ended by the time it fails.)
+  const bool walk_holds = recovering_.load(std::memory_order_acquire);
   if (failed_.load(std::memory_order_acquire)) [[unlikely]] return failure_;
   RwSpinLock& l = StripeLockFor(h);
   l.lock();
@@ -1724,7 +1753,8 @@ Status SmartHt<P, R>::Write(const Probe& p, std::string_view value_bytes, Value 
   // smartht-kv: the heap is full above root 3 while the chunks below it are held until the
   // recovery walk ends (I10): the write waits for the walk, then runs again.
   auto after_walk = [&](const Status& st) {
-    if (!st.IsOutOfSpace() || !recovering_.load(std::memory_order_acquire)) return st;
+    if (!st.IsOutOfSpace() || !walk_holds) return st;
+    write_waits_.fetch_add(1, std::memory_order_relaxed);
     WaitRecovered();
     return Write(p, value_bytes, value, mode);
   };
@@ -1764,10 +1794,11 @@ Status SmartHt<P, R>::Write(const Probe& p, std::string_view value_bytes, Value 
   std::optional<Result<uint64_t>> fresh;
   if (j < 0) {
     fresh = pool_->allocator().Allocate(1);
-    if (!fresh->ok() && recovering_.load(std::memory_order_acquire)) {
+    if (!fresh->ok() && walk_holds) {
       // The chunks below root 3 are held until the recovery walk ends (I10): wait for it.
       l.unlock();
-      if constexpr (R) records_->Retire(w);  // never published (above root 3: not deferred)
+      if constexpr (R) records_->Retire(w);  // never published: nothing to defer
+      write_waits_.fetch_add(1, std::memory_order_relaxed);
       WaitRecovered();
       return Write(p, value_bytes, value, mode);
     }
@@ -2210,6 +2241,7 @@ IndexStats SmartHt<P, R>::Stats() const PMHASH_NO_THREAD_SAFETY_ANALYSIS {
   add("smartht.recovery.lazy", lazy_ ? 1 : 0);
   add("smartht.recovery.walk_ms", lazy_ ? walk_seconds_ * 1e3 : 0);  // (Size() waited for it)
   add("smartht.recovery.late_keys", static_cast<double>(late_keys_.load()));
+  add("smartht.recovery.write_waits", static_cast<double>(write_waits_.load()));
   if constexpr (R) {  // I10: frees of the crash's records by writes during the walk
     add("smartht.recovery.deferred_frees", static_cast<double>(deferred_frees_.load()));
     add("smartht.recovery.dropped_frees", static_cast<double>(dropped_frees_.load()));
