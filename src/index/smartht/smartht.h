@@ -165,9 +165,9 @@
 //       first write of the open, so a filter can never be trusted for a pool changed after it
 //       was saved. Its blocks are loaded by a background task (LoadFilterTask) while the index
 //       serves, its chunks held in use until then. A key written before the loaded copy is
-//       published as the filter being built marks its stripe (Stripe::dirty, under the
-//       stripe's lock), and the task adds the keys of those stripes' chains before the copy is
-//       swapped in; from the publication on, writers add to it themselves.
+//       published as the filter being built is kept in its stripe's `late` list (under the
+//       stripe's lock), and the task adds those keys before the copy is swapped in; from the
+//       publication on, writers add to it themselves (PublishFilter, as the lazy walk's, I10).
 //   I8  Only the last split batch (from root 0: level L, heads [s - B, s), or the last batch of
 //       level L - 1 if s = 0) may hold movers in its source chains, each a copy of a pair that
 //       its new head's chain holds (built and fenced before the commit), and stayers twice, the
@@ -571,11 +571,9 @@ class SmartHt : public index::EngineBase<SmartHt<P, kRecords>, P, Config> {
 
   struct alignas(64) Stripe {
     mutable RwSpinLock lock;
-    // A write added a key while the saved filter was being loaded and no filter was being built
-    // (LoadFilterTask walks such stripes' chains). Guarded by `lock`.
-    bool dirty = false;
-    // The hashes of the keys written during the recovery walk to heads it had passed (I10: it
-    // fills its filter alone, and adds these at its end). Guarded by `lock`.
+    // The hashes of the keys written while a filter is filled privately that it will not see:
+    // during the saved filter's load every key, during the recovery walk those of heads it had
+    // passed (I7, I10; PublishFilter adds them). Guarded by `lock`.
     std::vector<uint64_t> late;
   };
 
@@ -794,6 +792,10 @@ class SmartHt : public index::EngineBase<SmartHt<P, kRecords>, P, Config> {
   bool DeferFreeSlow(uint64_t a, uint64_t off) PMHASH_EXCLUDES(defer_mu_);
   // The walk's end: the deferred frees run (Retire); later ones run at once.
   void RetireDeferred() PMHASH_EXCLUDES(defer_mu_);
+  // Publishes nf (null: none) as the filter being built, every stripe locked, so that writers
+  // add to it themselves from then on; stops the collection of late keys and adds those the
+  // writers kept aside while nf was filled privately (AddToFilters; I7, I10).
+  void PublishFilter(BloomFilter* nf) PMHASH_NO_THREAD_SAFETY_ANALYSIS;
   // Waits until `busy` is false, running queued tasks meanwhile (manual mode runs them only so).
   void WaitWhile(const std::atomic<bool>& busy) const;
   // The size counter's share of a write to head a: during the recovery walk, only a head it
@@ -876,13 +878,12 @@ class SmartHt : public index::EngineBase<SmartHt<P, kRecords>, P, Config> {
   std::atomic<uint64_t> filter_capacity_{0};  // keys the live filter was sized for
   std::atomic<bool> filter_loaded_{false};
   // The saved filter of a clean open: its offset and chunks (LoadState: the chunks its image
-  // named), held until LoadFilterTask has read them; loading_: writers mark their stripe dirty;
-  // filter_pending_: the chunks are still held (CheckInvariants waits).
+  // named), held until LoadFilterTask has read them; filter_pending_: the chunks are still held
+  // (CheckInvariants waits).
   uint64_t saved_filter_ = 0, saved_filter_chunks_ = 0;
-  std::atomic<bool> loading_{false};
-  // The recovery walk fills its filter without locked instructions: writers keep the keys it
-  // will not see in their stripe's `late` list meanwhile (AddToFilters). Set before serving,
-  // cleared under LockAll.
+  // A filter is filled privately (the saved filter's copy, or the recovery walk's, without
+  // locked instructions): writers keep the keys it will not see in their stripe's `late` list
+  // meanwhile (AddToFilters). Set before serving, cleared under LockAll (PublishFilter).
   std::atomic<bool> collect_late_{false};
   mutable std::atomic<bool> filter_pending_{false};
 
@@ -907,7 +908,8 @@ class SmartHt : public index::EngineBase<SmartHt<P, kRecords>, P, Config> {
   uint64_t bound_step_ = 0;
   std::atomic<uint64_t> bound_raises_{0};
   // The recovery walk of a lazy crash open (I10): the chunks below claimed_ (a chunk index) are
-  // held in the allocator until it ends; reach_ collects what it reaches; walked_ heads passed.
+  // held in the allocator until it ends; reach_ collects what it reaches; walked_ heads passed
+  // (UINT64_MAX while the saved filter loads: AddToFilters keeps every key).
   mutable std::atomic<bool> recovering_{false};
   std::atomic<uint64_t> walked_{0};
   std::atomic<bool> failed_{false};  // the walk found the pool damaged: failure_ says how
@@ -922,7 +924,7 @@ class SmartHt : public index::EngineBase<SmartHt<P, kRecords>, P, Config> {
   std::vector<uint64_t> deferred_ PMHASH_GUARDED_BY(defer_mu_);
   std::atomic<uint64_t> deferred_frees_{0};  // deferred, then freed (stats)
   std::atomic<uint64_t> dropped_frees_{0};   // of records the walk never marked (stats)
-  std::atomic<uint64_t> late_keys_{0};  // keys written to heads the walk had passed (stats)
+  std::atomic<uint64_t> late_keys_{0};  // keys kept aside for a private filter (stats)
   std::atomic<uint64_t> write_waits_{0};  // writes that found no room above root 3 (stats)
   std::function<void(uint64_t)> walk_hook_;  // tests: after each head the walk passed
   bool lazy_ = false;  // this open recovered lazily
@@ -993,10 +995,9 @@ void SmartHt<P, R>::AddToFilters(uint64_t h, uint64_t a) {
   if (BloomFilter* b = building_.load(std::memory_order_acquire)) {
     b->Add(h);
   } else if (collect_late_.load(std::memory_order_relaxed)) [[unlikely]] {
-    // I10: the walk fills its filter alone; a head it has passed it will not see again.
+    // A filter filled privately will not see this key: the recovery walk's if it has passed
+    // head a (I10), the saved filter's copy ever (walked_ is then past every head, I7).
     if (a < walked_.load(std::memory_order_relaxed)) stripes_[StripeOf(h)].late.push_back(h);
-  } else if (loading_.load(std::memory_order_relaxed)) [[unlikely]] {
-    stripes_[StripeOf(h)].dirty = true;  // (h's stripe is locked: Write)
   }
   filter_keys_.fetch_add(1, std::memory_order_relaxed);
 }
@@ -1342,26 +1343,10 @@ Status SmartHt<P, R>::RecoverTask() PMHASH_NO_THREAD_SAFETY_ANALYSIS {
     chained_.fetch_add(c.chained, std::memory_order_relaxed);
   }
   reach_.reset();
-  // The keys written to heads the walk had passed (AddToFilters): the filter is published as
-  // the one being built (writers add to it from then on) and the lists taken, every stripe
-  // locked; then their keys are added, and the filter swapped in.
-  std::vector<std::vector<uint64_t>> late;
-  LockAll();
-  if (st.ok()) building_.store(nf.get(), std::memory_order_release);
-  collect_late_.store(false, std::memory_order_relaxed);
-  for (size_t x = 0; x < stripes_.size(); x++) {
-    if (!stripes_[x].late.empty()) late.push_back(std::exchange(stripes_[x].late, {}));
-  }
-  UnlockAll();
-  if (st.ok()) {
-    FilterFill lf(nf.get());
-    for (const std::vector<uint64_t>& l : late) {
-      for (const uint64_t h : l) lf.Add(h);
-      late_keys_.fetch_add(l.size(), std::memory_order_relaxed);
-    }
-    lf.Flush();
-    InstallFilter(std::move(nf), c.live);
-  }
+  // The keys written to heads the walk had passed (AddToFilters) are added once the filter is
+  // published; then it is swapped in.
+  PublishFilter(st.ok() ? nf.get() : nullptr);
+  if (st.ok()) InstallFilter(std::move(nf), c.live);
   walk_seconds_ =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - served_at_).count();
   if (!st.ok()) {
@@ -1374,6 +1359,25 @@ Status SmartHt<P, R>::RecoverTask() PMHASH_NO_THREAD_SAFETY_ANALYSIS {
   recovering_.notify_all();
   if (st.ok()) MaybeGrow();  // (the filter's capacity was a guess; growth was held back)
   return st;
+}
+
+template <pm::PersistPolicy P, bool R>
+void SmartHt<P, R>::PublishFilter(BloomFilter* nf) {
+  std::vector<std::vector<uint64_t>> late;
+  LockAll();
+  if (nf) building_.store(nf, std::memory_order_release);
+  collect_late_.store(false, std::memory_order_relaxed);
+  for (size_t x = 0; x < stripes_.size(); x++) {
+    if (!stripes_[x].late.empty()) late.push_back(std::exchange(stripes_[x].late, {}));
+  }
+  UnlockAll();
+  if (!nf) return;
+  FilterFill fill(nf);  // (writers add to nf too now)
+  for (const std::vector<uint64_t>& l : late) {
+    for (const uint64_t h : l) fill.Add(h);
+    late_keys_.fetch_add(l.size(), std::memory_order_relaxed);
+  }
+  fill.Flush();
 }
 
 template <pm::PersistPolicy P, bool R>
@@ -1544,7 +1548,8 @@ Status SmartHt<P, R>::Serve(uint64_t geo, const WalkCounts& c, bool lazy) {
   if (!complete) {
     rebuild_pending_.store(true);
     if (use_saved) {
-      loading_.store(true, std::memory_order_relaxed);
+      walked_.store(UINT64_MAX, std::memory_order_relaxed);  // (AddToFilters: keep every key)
+      collect_late_.store(true, std::memory_order_relaxed);
       filter_pending_.store(true, std::memory_order_release);
       PMHASH_RETURN_IF_ERROR(background_.Schedule([this] { return LoadFilterTask(); }));
     } else if (lazy) {
@@ -1587,10 +1592,10 @@ bool SmartHt<P, R>::HoldSavedFilter(uint64_t off, uint64_t live, uint64_t* held)
 
 // The saved filter of a clean open, loaded while the index serves (its blocks are tens of MB
 // at millions of keys: checksum, copy and page faults were most of a clean open). Until it is
-// swapped in, searches go to PM (the filter is incomplete) and writers mark their stripe dirty;
-// once the copy is published as the filter being built (writers add to it), the chains of the
-// dirty stripes are walked for the keys written before. A copy that fails its checksum is
-// replaced by a rebuild from the chains. Persists nothing; frees the saved chunks.
+// swapped in, searches go to PM (the filter is incomplete) and writers keep their keys aside;
+// once the copy is published as the filter being built (writers add to it), those keys are
+// added (PublishFilter). A copy that fails its checksum is replaced by a rebuild from the
+// chains. Persists nothing; frees the saved chunks.
 template <pm::PersistPolicy P, bool R>
 Status SmartHt<P, R>::LoadFilterTask() PMHASH_NO_THREAD_SAFETY_ANALYSIS {
   bool ok = false;
@@ -1608,34 +1613,11 @@ Status SmartHt<P, R>::LoadFilterTask() PMHASH_NO_THREAD_SAFETY_ANALYSIS {
       const auto* words = reinterpret_cast<const uint64_t*>(data);
       for (uint64_t i = 0; i < blocks * 8; i++) nf->SetWord(i, words[i]);
     }
-    std::vector<uint8_t> dirty(stripes_.size());
-    LockAll();
-    if (ok) building_.store(nf.get(), std::memory_order_release);
-    loading_.store(false, std::memory_order_relaxed);
-    for (size_t x = 0; x < stripes_.size(); x++) {
-      dirty[x] = stripes_[x].dirty;
-      stripes_[x].dirty = false;
-    }
-    UnlockAll();
+    PublishFilter(ok ? nf.get() : nullptr);
     pool_->allocator().Free(saved_filter_, static_cast<uint32_t>(saved_filter_chunks_));
     filter_pending_.store(false, std::memory_order_release);
     filter_pending_.notify_all();
     if (ok) {
-      // The keys written before the copy was published, in the chains of the dirty stripes
-      // (a split moves a key only to a higher head of the same stripe: still ahead).
-      FilterFill fill(nf.get());
-      for (uint64_t i = 0; i < HeadsInUse(geo_.load(std::memory_order_acquire)); i++) {
-        if (!dirty[StripeOf(i)]) continue;
-        RwSpinLock& l = stripes_[StripeOf(i)].lock;
-        l.lock_shared();
-        if (i < HeadsInUse(geo_.load(std::memory_order_acquire))) {
-          ForLiveSlots(i, [&](const PmSlot& sl) {
-            fill.Add(SlotHash(sl.key.load(std::memory_order_relaxed)));
-          });
-        }
-        l.unlock_shared();
-      }
-      fill.Flush();
       InstallFilter(std::move(nf), std::nullopt);
     } else {
       filter_loaded_.store(false, std::memory_order_release);
