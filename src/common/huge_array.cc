@@ -39,4 +39,8 @@ void FreeHuge(void* p, size_t bytes) noexcept {
   if (p) munmap(p, MappedBytes(bytes));
 }
 
+bool DiscardHuge(void* p, size_t bytes) noexcept {
+  return !p || madvise(p, MappedBytes(bytes), MADV_DONTNEED) == 0;
+}
+
 }  // namespace pmhash

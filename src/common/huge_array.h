@@ -26,6 +26,10 @@ namespace pmhash {
 // in (and zero, and under THP's "madvise" defrag, compact memory for) a 2 MiB page.
 void* AllocateHugeZeroed(size_t bytes, bool huge = true) noexcept;
 void FreeHuge(void* p, size_t bytes) noexcept;
+// Gives the pages of an allocation back to the kernel (MADV_DONTNEED) and keeps the mapping:
+// every byte reads zero again, and a racing reader reads the old bytes or zeros, never unmapped
+// memory. False if the kernel refused (the bytes are then unchanged).
+bool DiscardHuge(void* p, size_t bytes) noexcept;
 
 enum class Pages { kHuge, kSmall };
 
@@ -68,6 +72,12 @@ class HugeArray {
   const T* data() const { return data_; }
   size_t size() const { return n_; }
   size_t bytes() const { return n_ * sizeof(T); }
+  // Every element zero again, its pages given back (DiscardHuge). REQUIRES: T is an integer
+  // (its zero bytes are its value-initialised value).
+  bool Discard() {
+    static_assert(kZeroIsValue);
+    return DiscardHuge(data_, bytes());
+  }
 
  private:
   static constexpr bool kZeroIsValue =

@@ -36,7 +36,12 @@
 // log2(split_batch) where L allows, so a split batch's heads share one stripe). Since bit L is
 // not a stripe bit, a head and the head it splits into (a + 2^L) share a stripe. Reads take the
 // stripe shared, writes exclusive; the lock is held across the persist, so no reader ever sees
-// a write that a crash can undo. A split batch takes the stripes of its heads exclusive (one, or
+// a write that a crash can undo. A search (or an erase) whose key the filter rules out takes no
+// lock at all (FilterRulesOut: no locked instruction, so consecutive negative searches overlap
+// their filter misses): it reads the live filter's block and trusts the answer only if no
+// filter swap came between its load of the filter and that read; otherwise it asks again under
+// the stripe's lock. A swapped-out filter is kept mapped (zeroed, reused for a later filter)
+// until the index is destroyed, so such a late read stays in mapped memory. A split batch takes the stripes of its heads exclusive (one, or
 // a few on small tables), in ascending order, under resize_mu_ (one batch at a time); the only
 // stop-the-world phase left is the swap of a rebuilt filter (a pointer swap under every stripe,
 // in order, under stw_mu_; an operation that sees it under way sleeps on stw_mu_ instead of
@@ -134,8 +139,9 @@
 //     [ magic:8 | root 0:8 | blocks:8 | keys:8 | stale:8 | checksum:8 | pad:16 ][ blocks x 64 B ]
 //     checksum = XXH3-64 of the blocks, seeded with the other header words.
 //
-//   DRAM: stripes (one 64 B line each: a RwSpinLock), the filter (blocks x 64 B), no per-bucket
-//   metadata.
+//   DRAM: stripes (one 64 B line each: a RwSpinLock), the filter (blocks x 64 B, in a mapping
+//   of a power of two of blocks), the spare filters' mappings (their pages given back), no
+//   per-bucket metadata.
 //
 // ============================================================================================
 // Crash-consistency invariants
@@ -360,12 +366,19 @@ static_assert(sizeof(SavedFilterHeader) == 64);
 inline constexpr uint64_t kSavedFilterMagic = 0x32544c4946485453ULL;  // "STHFILT2"
 
 // Split-block Bloom filter: one 64 B block per key, one bit in each of its eight words.
+// A filter's words stay mapped for the object's life, which is the open's (SmartHt keeps every
+// filter it swapped out: FilterRulesOut reads the live one without a lock, so a reader may
+// still read one that was just replaced). Discard() gives its pages back (zeros again) and
+// Reset() reuses the mapping for another filter of at most capacity() blocks: the mapping is a
+// power of two of blocks, its pages faulted in only where used, so one spare of each size
+// serves every later filter up to it.
 class BloomFilter {
  public:
   static constexpr uint64_t kBlockBits = 512;
 
   BloomFilter() = default;
-  explicit BloomFilter(uint64_t blocks) : words_(blocks * 8), blocks_(blocks) {}
+  explicit BloomFilter(uint64_t blocks)
+      : words_(std::bit_ceil(blocks) * 8), capacity_(std::bit_ceil(blocks)), blocks_(blocks) {}
   explicit operator bool() const { return static_cast<bool>(words_); }
 
   // Blocks for `keys` keys at `bits_per_key` bits each (at least one).
@@ -376,47 +389,66 @@ class BloomFilter {
   // kExclusive: without locked instructions. REQUIRES: then no concurrent Add of any kind.
   template <bool kExclusive = false>
   void Add(uint64_t h) {
-    std::atomic<uint64_t>* w = &words_[Block(h) * 8];
+    uint64_t* w = &words_[Block(h) * 8];
     const uint64_t bits = Bits(h);
     for (int i = 0; i < 8; i++) {
       const uint64_t m = uint64_t{1} << ((bits >> (i * 8)) & 63);
-      const uint64_t old = w[i].load(std::memory_order_relaxed);
+      std::atomic_ref<uint64_t> a(w[i]);
+      const uint64_t old = a.load(std::memory_order_relaxed);
       if constexpr (kExclusive) {
-        w[i].store(old | m, std::memory_order_relaxed);  // (no branch: bits are random)
+        a.store(old | m, std::memory_order_relaxed);  // (no branch: bits are random)
       } else if ((old & m) == 0) {
-        w[i].fetch_or(m, std::memory_order_relaxed);
+        a.fetch_or(m, std::memory_order_relaxed);
       }
     }
   }
   bool MayContain(uint64_t h) const {
-    const std::atomic<uint64_t>* w = &words_[Block(h) * 8];
+    uint64_t* w = &words_[Block(h) * 8];
     const uint64_t bits = Bits(h);
     bool all = true;
     for (int i = 0; i < 8; i++) {
       const uint64_t m = uint64_t{1} << ((bits >> (i * 8)) & 63);
-      all &= (w[i].load(std::memory_order_relaxed) & m) != 0;
+      all &= (std::atomic_ref<uint64_t>(w[i]).load(std::memory_order_relaxed) & m) != 0;
     }
     return all;
   }
 
-  // Starts the miss of h's block (FilterFill).
+  // Starts the miss of h's block (FilterFill, batched finds).
   void Prefetch(uint64_t h) const { __builtin_prefetch(&words_[Block(h) * 8], 1); }
 
-  uint64_t blocks() const { return blocks_; }
-  uint64_t bytes() const { return blocks_ * 64; }
+  uint64_t blocks() const { return blocks_.load(std::memory_order_relaxed); }
+  uint64_t capacity() const { return capacity_; }
+  uint64_t bytes() const { return blocks() * 64; }
   // Word i (for saving and loading; REQUIRES no concurrent Add).
-  uint64_t Word(uint64_t i) const { return words_[i].load(std::memory_order_relaxed); }
-  void SetWord(uint64_t i, uint64_t v) { words_[i].store(v, std::memory_order_relaxed); }
+  uint64_t Word(uint64_t i) const {
+    return std::atomic_ref<uint64_t>(words_[i]).load(std::memory_order_relaxed);
+  }
+  void SetWord(uint64_t i, uint64_t v) {
+    std::atomic_ref<uint64_t>(words_[i]).store(v, std::memory_order_relaxed);
+  }
+  // Every word zero, the pages given back; the mapping stays (a late reader reads zeros).
+  void Discard() {
+    if (words_.Discard()) return;
+    for (uint64_t i = 0; i < blocks() * 8; i++) SetWord(i, 0);  // (the kernel kept the pages)
+  }
+  // A new, empty filter of `blocks` blocks in this mapping. REQUIRES: blocks <= capacity(),
+  // Discard() since the last use, and no search trusts this filter until it is swapped in.
+  void Reset(uint64_t blocks) { blocks_.store(blocks, std::memory_order_relaxed); }
 
  private:
   uint64_t Block(uint64_t h) const {
     return static_cast<uint64_t>(
-        (static_cast<__uint128_t>(Mix64(h, 0x9E3779B97F4A7C15ULL)) * blocks_) >> 64);
+        (static_cast<__uint128_t>(Mix64(h, 0x9E3779B97F4A7C15ULL)) * blocks()) >> 64);
   }
   static uint64_t Bits(uint64_t h) { return Mix64(h ^ 0x5851F42D4C957F2DULL, 0xD6E8FEB86659FD93ULL); }
 
-  HugeArray<std::atomic<uint64_t>> words_;
-  uint64_t blocks_ = 0;
+  // Read and written through std::atomic_ref (the pages start as zeros, none written at
+  // construction: a spare mapping's unused tail is never faulted in).
+  mutable HugeArray<uint64_t> words_;
+  uint64_t capacity_ = 0;
+  // Changed by Reset while a late reader may still compute a block of it: every value it takes
+  // is within capacity_, so the read stays in the mapping.
+  std::atomic<uint64_t> blocks_{0};
 };
 
 // A walk's adds to a filter, each made kDepth keys after its block was prefetched: a walk meets
@@ -559,6 +591,12 @@ class SmartHt : public index::EngineBase<SmartHt<P, kRecords>, P, Config> {
   // Tests: fn(i) runs on the recovery walk's thread after the walk has passed head i (no lock
   // held), so that a test can write on both sides of it. Set before the walk runs.
   void SetWalkHookForTest(std::function<void(uint64_t)> fn) { walk_hook_ = std::move(fn); }
+  // Tests: fn(ctx) runs in every search's lock-free filter check (FilterRulesOut) between its
+  // load of the live filter and its read of the key's block. Set while no search runs.
+  void SetFilterReadHookForTest(void (*fn)(void*), void* ctx) {
+    filter_read_hook_ = fn;
+    filter_read_ctx_ = ctx;
+  }
   // Tests: the epoch smartht-kv's readers enter (FindBytes) while they copy a record.
   EpochManager& RecordEpochForTest() const
     requires(kRecords)
@@ -695,15 +733,20 @@ class SmartHt : public index::EngineBase<SmartHt<P, kRecords>, P, Config> {
   // p's value word (smartht-kv: its record's offset), under its stripe's lock shared; false if
   // absent. REQUIRES (smartht-kv): an epoch guard while the caller reads the record.
   PMHASH_ALWAYS_INLINE bool Search(const Probe& p, uint64_t* word) const;
-  // Batched finds (src/index/batch.h; smartht only, smartht-kv copies records): the stripe's
-  // lock and the head bucket, both known from the hash. (The filter block is not prefetched: a
-  // rebuild may swap the filter, which only the stripe lock makes safe to read.)
-  static constexpr int kBatchStages = kRecords ? 0 : 1;
+  // Batched finds (src/index/batch.h; smartht only, smartht-kv copies records): stage 0 asks
+  // for the filter block (a filter swapped out meanwhile stays mapped); stage 1 reads it and,
+  // unless it rules the key out, asks for the stripe's lock and the head bucket, so that a
+  // negative search of a batch costs one overlapped DRAM miss and no PM line.
+  static constexpr int kBatchStages = kRecords ? 0 : 2;
   template <int kStage>
   PMHASH_ALWAYS_INLINE void BatchPrefetch(const Probe& p) const {
-    static_assert(kStage == 0);
-    PrefetchLine(&StripeLock(p.h));
-    PrefetchLine(HeadFor(p.h));
+    static_assert(kStage == 0 || kStage == 1);
+    if constexpr (kStage == 0) {
+      serving_.load(std::memory_order_acquire)->Prefetch(p.h);
+    } else if (!FilterRulesOut(p.h)) {
+      PrefetchLine(&StripeLock(p.h));
+      PrefetchLine(HeadFor(p.h));
+    }
   }
   PMHASH_ALWAYS_INLINE Status BatchFind(const Probe& p, Value* v) const {
     return Search(p, v) ? Status::OK() : Status::NotFound();
@@ -753,6 +796,26 @@ class SmartHt : public index::EngineBase<SmartHt<P, kRecords>, P, Config> {
   // rebuild_pending_ cleared. built_keys: a filter filled from the chains, with that many keys
   // and none stale; nullopt: a loaded copy, whose counts were set at open.
   void InstallFilter(std::unique_ptr<BloomFilter> nf, std::optional<uint64_t> built_keys);
+  // An empty filter of `blocks` blocks: a spare mapping that holds it (the smallest), or a new
+  // one (null-equivalent on failure: check operator bool).
+  std::unique_ptr<BloomFilter> NewFilter(uint64_t blocks) PMHASH_EXCLUDES(spare_mu_);
+  // True if h's key is certainly absent: the filter is complete and rules it out. Takes no
+  // lock and no locked instruction (a negative search's whole cost is then the block's miss):
+  // the live filter's block is read as it is, and the answer trusted only if no swap came
+  // between the filter's load and the read (filter_gen_), since a filter swapped out is zeroed
+  // and may be refilled meanwhile (its mapping stays: spare_filters_). False: ask under the
+  // stripe's lock. Linearizable as the locked check: an insert sets its key's bits under its
+  // stripe's lock before it persists and returns, an erase clears none, and a swapped-in
+  // filter holds every live key (InstallFilter: every stripe locked, then the swap counted).
+  PMHASH_ALWAYS_INLINE bool FilterRulesOut(uint64_t h) const {
+    if (!complete_.load(std::memory_order_acquire)) return false;
+    const uint64_t gen = filter_gen_.load(std::memory_order_acquire);
+    const BloomFilter* f = serving_.load(std::memory_order_acquire);
+    if (filter_read_hook_) [[unlikely]] filter_read_hook_(filter_read_ctx_);
+    const bool out = !f->MayContain(h);
+    std::atomic_thread_fence(std::memory_order_acquire);  // (the read before the re-check)
+    return out && filter_gen_.load(std::memory_order_relaxed) == gen;
+  }
   Status RebuildFilterTask();
 
   Status Create();
@@ -867,8 +930,20 @@ class SmartHt : public index::EngineBase<SmartHt<P, kRecords>, P, Config> {
   HugeArray<Stripe> stripes_;  // a power of two of them, fixed for the life of the open
   uint32_t stripe_shift_ = 0;  // StripeOf; S + stripe_shift_ <= L at open (L only grows)
 
-  // Filter: replaced only with every stripe locked; read and added to under any stripe lock.
+  // Filter: replaced only with every stripe locked; added to under any stripe lock; read under
+  // one, or with none by FilterRulesOut (through serving_, the same filter).
   std::unique_ptr<BloomFilter> filter_;
+  std::atomic<const BloomFilter*> serving_{nullptr};
+  std::atomic<uint64_t> filter_gen_{0};  // filter swaps since the open (InstallFilter)
+  // The filters swapped out: kept mapped until the index is destroyed (a reader without a lock
+  // may still read one), their pages given back, reused by NewFilter. A new mapping is made only
+  // for a filter larger than every spare, so there are at most two spares of each power-of-two
+  // size: their address space is a few times the largest filter's, their memory none.
+  mutable SpinLock spare_mu_;
+  std::vector<std::unique_ptr<BloomFilter>> spare_filters_ PMHASH_GUARDED_BY(spare_mu_);
+  // Tests: runs in FilterRulesOut between its load of the filter and its read of the block.
+  void (*filter_read_hook_)(void*) = nullptr;
+  void* filter_read_ctx_ = nullptr;
   std::atomic<BloomFilter*> building_{nullptr};  // being filled by a rebuild, or null
   std::atomic<bool> complete_{false};
   std::atomic<bool> rebuild_pending_{false};
@@ -1278,8 +1353,8 @@ Status SmartHt<P, R>::RecoverTask() PMHASH_NO_THREAD_SAFETY_ANALYSIS {
   const uint64_t geo = geo_.load(std::memory_order_acquire);
   const uint64_t n = HeadsInUse(geo);
   const uint64_t bound = heap_lo_ + claimed_ * sizeof(PmBucket);
-  auto nf = std::make_unique<BloomFilter>(BloomFilter::BlocksFor(
-      filter_capacity_.load(std::memory_order_relaxed), params_.filter_bits_per_key));
+  auto nf = NewFilter(BloomFilter::BlocksFor(filter_capacity_.load(std::memory_order_relaxed),
+                                             params_.filter_bits_per_key));
   Status st = *nf ? Status::OK() : Status::OutOfMemory("smartht: Bloom filter");
   // The chunk set starts with the directory and the segments (checked at the open: disjoint,
   // below root 3); made here, not at the open, which it would cost a heap-sized allocation.
@@ -1544,6 +1619,7 @@ Status SmartHt<P, R>::Serve(uint64_t geo, const WalkCounts& c, bool lazy) {
     filter_keys_.store(0);
   }
   const bool complete = live == 0 && !lazy && !use_saved;
+  serving_.store(filter_.get(), std::memory_order_release);
   complete_.store(complete, std::memory_order_release);
   if (!complete) {
     rebuild_pending_.store(true);
@@ -1606,7 +1682,7 @@ Status SmartHt<P, R>::LoadFilterTask() PMHASH_NO_THREAD_SAFETY_ANALYSIS {
     const char* data = pool_->base() + saved_filter_ + sizeof(SavedFilterHeader);
     SavedFilterHeader h = *hdr;
     h.checksum = 0;
-    auto nf = std::make_unique<BloomFilter>(blocks);
+    auto nf = NewFilter(blocks);
     ok = *nf && XXH3_64bits_withSeed(data, blocks * 64, XXH3_64bits(&h, sizeof(h))) ==
                     hdr->checksum;
     if (ok) {
@@ -1693,11 +1769,12 @@ bool SmartHt<P, R>::Locate(const PmBucket* head, const Probe& p, PmBucket** buck
 
 template <pm::PersistPolicy P, bool R>
 bool SmartHt<P, R>::Search(const Probe& p, uint64_t* word) const {
+  if (FilterRulesOut(p.h)) return false;  // the paper's point: no PM access (and no lock)
   RwSpinLock& l = StripeLockFor(p.h);
   l.lock_shared();
   if (complete_.load(std::memory_order_acquire) && !filter_->MayContain(p.h)) {
-    l.unlock_shared();
-    return false;  // the paper's point: no PM access
+    l.unlock_shared();  // (a filter swapped in since FilterRulesOut's read)
+    return false;
   }
   PmBucket* b;
   int j;
@@ -1837,6 +1914,7 @@ Status SmartHt<P, R>::Write(const Probe& p, std::string_view value_bytes, Value 
 template <pm::PersistPolicy P, bool R>
 Status SmartHt<P, R>::EraseProbe(const Probe& p) {
   if (failed_.load(std::memory_order_acquire)) [[unlikely]] return failure_;
+  if (FilterRulesOut(p.h)) return Status::NotFound();  // (no lock, as a search)
   RwSpinLock& l = StripeLockFor(p.h);
   l.lock();
   if (complete_.load(std::memory_order_acquire) && !filter_->MayContain(p.h)) {
@@ -1891,8 +1969,7 @@ Status SmartHt<P, R>::RebuildFilterTask() PMHASH_NO_THREAD_SAFETY_ANALYSIS {
   if (failed_.load(std::memory_order_acquire)) return failure_;
   LockGuard<Mutex> g(rebuild_mu_);
   const uint64_t capacity = FilterKeysFor(Size());
-  auto nf = std::make_unique<BloomFilter>(
-      BloomFilter::BlocksFor(capacity, params_.filter_bits_per_key));
+  auto nf = NewFilter(BloomFilter::BlocksFor(capacity, params_.filter_bits_per_key));
   if (!*nf) return Status::OutOfMemory("smartht: Bloom filter rebuild");
   filter_keys_.store(0);
   building_.store(nf.get(), std::memory_order_release);
@@ -1916,7 +1993,11 @@ template <pm::PersistPolicy P, bool R>
 void SmartHt<P, R>::InstallFilter(std::unique_ptr<BloomFilter> nf,
                                   std::optional<uint64_t> built_keys) {
   LockAll();
-  filter_ = std::move(nf);
+  std::unique_ptr<BloomFilter> old = std::exchange(filter_, std::move(nf));
+  serving_.store(filter_.get(), std::memory_order_release);
+  // After the swap, before old is zeroed: a lock-free reader that loaded old and read it after
+  // this sees the count moved (FilterRulesOut).
+  filter_gen_.fetch_add(1, std::memory_order_release);
   building_.store(nullptr, std::memory_order_relaxed);
   if (built_keys) {
     stale_.store(0, std::memory_order_relaxed);
@@ -1925,6 +2006,33 @@ void SmartHt<P, R>::InstallFilter(std::unique_ptr<BloomFilter> nf,
   complete_.store(true, std::memory_order_release);
   UnlockAll();
   rebuild_pending_.store(false);
+  // Kept mapped (a reader may still be inside it), its pages given back: a spare (NewFilter).
+  if (old) {
+    old->Discard();
+    LockGuard<SpinLock> g(spare_mu_);
+    spare_filters_.push_back(std::move(old));
+  }
+}
+
+template <pm::PersistPolicy P, bool R>
+std::unique_ptr<BloomFilter> SmartHt<P, R>::NewFilter(uint64_t blocks) {
+  {
+    LockGuard<SpinLock> g(spare_mu_);
+    auto best = spare_filters_.end();
+    for (auto it = spare_filters_.begin(); it != spare_filters_.end(); ++it) {
+      if ((*it)->capacity() >= blocks &&
+          (best == spare_filters_.end() || (*it)->capacity() < (*best)->capacity())) {
+        best = it;
+      }
+    }
+    if (best != spare_filters_.end()) {
+      std::unique_ptr<BloomFilter> f = std::move(*best);
+      spare_filters_.erase(best);
+      f->Reset(blocks);
+      return f;
+    }
+  }
+  return std::make_unique<BloomFilter>(blocks);
 }
 
 template <pm::PersistPolicy P, bool R>
@@ -2217,6 +2325,11 @@ IndexStats SmartHt<P, R>::Stats() const PMHASH_NO_THREAD_SAFETY_ANALYSIS {
   add("smartht.filter.complete", complete_.load() ? 1 : 0);
   add("smartht.filter.loaded", filter_loaded_.load() ? 1 : 0);
   add("smartht.filter.rebuilds", static_cast<double>(rebuilds_.load()));
+  add("smartht.filter.swaps", static_cast<double>(filter_gen_.load()));
+  {
+    LockGuard<SpinLock> g(spare_mu_);
+    add("smartht.filter.spares", static_cast<double>(spare_filters_.size()));
+  }
   add("smartht.filter.stale", static_cast<double>(std::max<int64_t>(0, stale_.load())));
   add("smartht.filter.false_positives", static_cast<double>(false_positives_.Sum()));
   add("smartht.grow_failures", static_cast<double>(grow_failures_.load()));
