@@ -799,22 +799,31 @@ class SmartHt : public index::EngineBase<SmartHt<P, kRecords>, P, Config> {
   // An empty filter of `blocks` blocks: a spare mapping that holds it (the smallest), or a new
   // one (null-equivalent on failure: check operator bool).
   std::unique_ptr<BloomFilter> NewFilter(uint64_t blocks) PMHASH_EXCLUDES(spare_mu_);
-  // True if h's key is certainly absent: the filter is complete and rules it out. Takes no
-  // lock and no locked instruction (a negative search's whole cost is then the block's miss):
-  // the live filter's block is read as it is, and the answer trusted only if no swap came
+  // What the filter says of h's key without a lock (FilterCheck): absent for certain; maybe
+  // present (the chain must be searched); or nothing (incomplete, or swapped during the read:
+  // ask again under the stripe's lock).
+  enum class Filtered { kAbsent, kMaybe, kAsk };
+  // Takes no lock and no locked instruction (a negative search's whole cost is then the block's
+  // miss): the live filter's block is read as it is, and the answer trusted only if no swap came
   // between the filter's load and the read (filter_gen_), since a filter swapped out is zeroed
-  // and may be refilled meanwhile (its mapping stays: spare_filters_). False: ask under the
-  // stripe's lock. Linearizable as the locked check: an insert sets its key's bits under its
-  // stripe's lock before it persists and returns, an erase clears none, and a swapped-in
-  // filter holds every live key (InstallFilter: every stripe locked, then the swap counted).
-  PMHASH_ALWAYS_INLINE bool FilterRulesOut(uint64_t h) const {
-    if (!complete_.load(std::memory_order_acquire)) return false;
+  // and may be refilled meanwhile (its mapping stays: spare_filters_). Linearizable as the
+  // locked check: an insert sets its key's bits under its stripe's lock before it persists and
+  // returns, an erase clears none, and a swapped-in filter holds every live key (InstallFilter:
+  // every stripe locked, then the swap counted).
+  PMHASH_ALWAYS_INLINE Filtered FilterCheck(uint64_t h) const {
+    if (!complete_.load(std::memory_order_acquire)) return Filtered::kAsk;
     const uint64_t gen = filter_gen_.load(std::memory_order_acquire);
     const BloomFilter* f = serving_.load(std::memory_order_acquire);
     if (filter_read_hook_) [[unlikely]] filter_read_hook_(filter_read_ctx_);
-    const bool out = !f->MayContain(h);
+    const bool maybe = f->MayContain(h);
     std::atomic_thread_fence(std::memory_order_acquire);  // (the read before the re-check)
-    return out && filter_gen_.load(std::memory_order_relaxed) == gen;
+    if (maybe) return Filtered::kMaybe;  // (whatever a swap did: the chain is searched)
+    return filter_gen_.load(std::memory_order_relaxed) == gen ? Filtered::kAbsent
+                                                               : Filtered::kAsk;
+  }
+  // True if h's key is certainly absent (FilterCheck).
+  PMHASH_ALWAYS_INLINE bool FilterRulesOut(uint64_t h) const {
+    return FilterCheck(h) == Filtered::kAbsent;
   }
   Status RebuildFilterTask();
 
@@ -1769,11 +1778,16 @@ bool SmartHt<P, R>::Locate(const PmBucket* head, const Probe& p, PmBucket** buck
 
 template <pm::PersistPolicy P, bool R>
 bool SmartHt<P, R>::Search(const Probe& p, uint64_t* word) const {
-  if (FilterRulesOut(p.h)) return false;  // the paper's point: no PM access (and no lock)
+  const Filtered f = FilterCheck(p.h);
+  if (f == Filtered::kAbsent) return false;  // the paper's point: no PM access (and no lock)
+  // The head's miss starts before the lock's locked instruction, which no later load passes: as
+  // when the lock came first, it overlaps the filter block's (the branch above is predicted).
+  PrefetchLine(HeadFor(p.h));
   RwSpinLock& l = StripeLockFor(p.h);
   l.lock_shared();
-  if (complete_.load(std::memory_order_acquire) && !filter_->MayContain(p.h)) {
-    l.unlock_shared();  // (a filter swapped in since FilterRulesOut's read)
+  if (f == Filtered::kAsk && complete_.load(std::memory_order_acquire) &&
+      !filter_->MayContain(p.h)) {
+    l.unlock_shared();
     return false;
   }
   PmBucket* b;
@@ -1914,10 +1928,13 @@ Status SmartHt<P, R>::Write(const Probe& p, std::string_view value_bytes, Value 
 template <pm::PersistPolicy P, bool R>
 Status SmartHt<P, R>::EraseProbe(const Probe& p) {
   if (failed_.load(std::memory_order_acquire)) [[unlikely]] return failure_;
-  if (FilterRulesOut(p.h)) return Status::NotFound();  // (no lock, as a search)
+  const Filtered f = FilterCheck(p.h);  // (no lock, as a search)
+  if (f == Filtered::kAbsent) return Status::NotFound();
+  __builtin_prefetch(HeadFor(p.h), 1);  // (as in Search)
   RwSpinLock& l = StripeLockFor(p.h);
   l.lock();
-  if (complete_.load(std::memory_order_acquire) && !filter_->MayContain(p.h)) {
+  if (f == Filtered::kAsk && complete_.load(std::memory_order_acquire) &&
+      !filter_->MayContain(p.h)) {
     l.unlock();
     return Status::NotFound();
   }
