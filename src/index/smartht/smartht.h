@@ -37,12 +37,13 @@
 // not a stripe bit, a head and the head it splits into (a + 2^L) share a stripe. Reads take the
 // stripe shared, writes exclusive; the lock is held across the persist, so no reader ever sees
 // a write that a crash can undo. A search (or an erase) whose key the filter rules out takes no
-// lock at all (FilterRulesOut: no locked instruction, so consecutive negative searches overlap
-// their filter misses): it reads the live filter's block and trusts the answer only if no
-// filter swap came between its load of the filter and that read; otherwise it asks again under
-// the stripe's lock. A swapped-out filter is kept mapped (zeroed, reused for a later filter)
-// until the index is destroyed, so such a late read stays in mapped memory. A split batch takes the stripes of its heads exclusive (one, or
-// a few on small tables), in ascending order, under resize_mu_ (one batch at a time); the only
+// lock at all (FilterCheck: no locked instruction, so consecutive negative searches overlap
+// their filter misses): it reads the live filter's block and trusts a "no" only if no filter
+// swap came between its load of the filter and that read; otherwise, and for a "maybe", it goes
+// on under the stripe's lock. A swapped-out filter is kept mapped (zeroed, reused for a later
+// filter) until the index is destroyed, so such a late read stays in mapped memory. A split
+// batch takes the stripes of its heads exclusive (one, or a few on small tables), in ascending
+// order, under resize_mu_ (one batch at a time); the only
 // stop-the-world phase left is the swap of a rebuilt filter (a pointer swap under every stripe,
 // in order, under stw_mu_; an operation that sees it under way sleeps on stw_mu_ instead of
 // spinning on its stripe).
@@ -367,7 +368,7 @@ inline constexpr uint64_t kSavedFilterMagic = 0x32544c4946485453ULL;  // "STHFIL
 
 // Split-block Bloom filter: one 64 B block per key, one bit in each of its eight words.
 // A filter's words stay mapped for the object's life, which is the open's (SmartHt keeps every
-// filter it swapped out: FilterRulesOut reads the live one without a lock, so a reader may
+// filter it swapped out: FilterCheck reads the live one without a lock, so a reader may
 // still read one that was just replaced). Discard() gives its pages back (zeros again) and
 // Reset() reuses the mapping for another filter of at most capacity() blocks: the mapping is a
 // power of two of blocks, its pages faulted in only where used, so one spare of each size
@@ -591,7 +592,7 @@ class SmartHt : public index::EngineBase<SmartHt<P, kRecords>, P, Config> {
   // Tests: fn(i) runs on the recovery walk's thread after the walk has passed head i (no lock
   // held), so that a test can write on both sides of it. Set before the walk runs.
   void SetWalkHookForTest(std::function<void(uint64_t)> fn) { walk_hook_ = std::move(fn); }
-  // Tests: fn(ctx) runs in every search's lock-free filter check (FilterRulesOut) between its
+  // Tests: fn(ctx) runs in every search's lock-free filter check (FilterCheck) between its
   // load of the live filter and its read of the key's block. Set while no search runs.
   void SetFilterReadHookForTest(void (*fn)(void*), void* ctx) {
     filter_read_hook_ = fn;
@@ -940,17 +941,18 @@ class SmartHt : public index::EngineBase<SmartHt<P, kRecords>, P, Config> {
   uint32_t stripe_shift_ = 0;  // StripeOf; S + stripe_shift_ <= L at open (L only grows)
 
   // Filter: replaced only with every stripe locked; added to under any stripe lock; read under
-  // one, or with none by FilterRulesOut (through serving_, the same filter).
+  // one, or with none by FilterCheck (through serving_, the same filter).
   std::unique_ptr<BloomFilter> filter_;
   std::atomic<const BloomFilter*> serving_{nullptr};
   std::atomic<uint64_t> filter_gen_{0};  // filter swaps since the open (InstallFilter)
   // The filters swapped out: kept mapped until the index is destroyed (a reader without a lock
   // may still read one), their pages given back, reused by NewFilter. A new mapping is made only
-  // for a filter larger than every spare, so there are at most two spares of each power-of-two
-  // size: their address space is a few times the largest filter's, their memory none.
+  // for a filter larger than every spare (sizes are powers of two of blocks), so the spares are
+  // few (one or two of each size at most in the tests' churn): their memory is none, their
+  // address space a small multiple of the largest filter's.
   mutable SpinLock spare_mu_;
   std::vector<std::unique_ptr<BloomFilter>> spare_filters_ PMHASH_GUARDED_BY(spare_mu_);
-  // Tests: runs in FilterRulesOut between its load of the filter and its read of the block.
+  // Tests: runs in FilterCheck between its load of the filter and its read of the block.
   void (*filter_read_hook_)(void*) = nullptr;
   void* filter_read_ctx_ = nullptr;
   std::atomic<BloomFilter*> building_{nullptr};  // being filled by a rebuild, or null
@@ -2013,7 +2015,7 @@ void SmartHt<P, R>::InstallFilter(std::unique_ptr<BloomFilter> nf,
   std::unique_ptr<BloomFilter> old = std::exchange(filter_, std::move(nf));
   serving_.store(filter_.get(), std::memory_order_release);
   // After the swap, before old is zeroed: a lock-free reader that loaded old and read it after
-  // this sees the count moved (FilterRulesOut).
+  // this sees the count moved (FilterCheck).
   filter_gen_.fetch_add(1, std::memory_order_release);
   building_.store(nullptr, std::memory_order_relaxed);
   if (built_keys) {
