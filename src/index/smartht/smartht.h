@@ -800,6 +800,10 @@ class SmartHt : public index::EngineBase<SmartHt<P, kRecords>, P, Config> {
   // An empty filter of `blocks` blocks: a spare mapping that holds it (the smallest), or a new
   // one (null-equivalent on failure: check operator bool).
   std::unique_ptr<BloomFilter> NewFilter(uint64_t blocks) PMHASH_EXCLUDES(spare_mu_);
+  // A filter no search trusts any more, or one never swapped in: kept mapped (a reader that
+  // loaded it in an earlier use of its mapping may still read it), its pages given back, a
+  // spare for NewFilter. Every filter that leaves the index while it is open goes here.
+  void RetireFilter(std::unique_ptr<BloomFilter> f) PMHASH_EXCLUDES(spare_mu_);
   // What the filter says of h's key without a lock (FilterCheck): absent for certain; maybe
   // present (the chain must be searched); or nothing (incomplete, or swapped during the read:
   // ask again under the stripe's lock).
@@ -1432,7 +1436,11 @@ Status SmartHt<P, R>::RecoverTask() PMHASH_NO_THREAD_SAFETY_ANALYSIS {
   // The keys written to heads the walk had passed (AddToFilters) are added once the filter is
   // published; then it is swapped in.
   PublishFilter(st.ok() ? nf.get() : nullptr);
-  if (st.ok()) InstallFilter(std::move(nf), c.live);
+  if (st.ok()) {
+    InstallFilter(std::move(nf), c.live);
+  } else {
+    RetireFilter(std::move(nf));
+  }
   walk_seconds_ =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - served_at_).count();
   if (!st.ok()) {
@@ -1708,6 +1716,7 @@ Status SmartHt<P, R>::LoadFilterTask() PMHASH_NO_THREAD_SAFETY_ANALYSIS {
       InstallFilter(std::move(nf), std::nullopt);
     } else {
       filter_loaded_.store(false, std::memory_order_release);
+      RetireFilter(std::move(nf));
     }
   }
   return ok ? Status::OK() : RebuildFilterTask();  // (rebuild_pending_ still set)
@@ -2025,12 +2034,15 @@ void SmartHt<P, R>::InstallFilter(std::unique_ptr<BloomFilter> nf,
   complete_.store(true, std::memory_order_release);
   UnlockAll();
   rebuild_pending_.store(false);
-  // Kept mapped (a reader may still be inside it), its pages given back: a spare (NewFilter).
-  if (old) {
-    old->Discard();
-    LockGuard<SpinLock> g(spare_mu_);
-    spare_filters_.push_back(std::move(old));
-  }
+  RetireFilter(std::move(old));
+}
+
+template <pm::PersistPolicy P, bool R>
+void SmartHt<P, R>::RetireFilter(std::unique_ptr<BloomFilter> f) {
+  if (!f || !*f) return;  // (never mapped: nothing can read it)
+  f->Discard();
+  LockGuard<SpinLock> g(spare_mu_);
+  spare_filters_.push_back(std::move(f));
 }
 
 template <pm::PersistPolicy P, bool R>
