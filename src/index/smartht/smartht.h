@@ -830,6 +830,12 @@ class SmartHt : public index::EngineBase<SmartHt<P, kRecords>, P, Config> {
   PMHASH_ALWAYS_INLINE bool FilterRulesOut(uint64_t h) const {
     return FilterCheck(h) == Filtered::kAbsent;
   }
+  // The same question under h's stripe lock, where FilterCheck's answer was f: asked of the
+  // filter again only if the check could not answer (kAsk). REQUIRES: h's stripe locked.
+  PMHASH_ALWAYS_INLINE bool FilterRulesOutLocked(Filtered f, uint64_t h) const {
+    return f == Filtered::kAsk && complete_.load(std::memory_order_acquire) &&
+           !filter_->MayContain(h);
+  }
   Status RebuildFilterTask();
 
   Status Create();
@@ -1793,11 +1799,11 @@ bool SmartHt<P, R>::Search(const Probe& p, uint64_t* word) const {
   if (f == Filtered::kAbsent) return false;  // the paper's point: no PM access (and no lock)
   // The head's miss starts before the lock's locked instruction, which no later load passes: as
   // when the lock came first, it overlaps the filter block's (the branch above is predicted).
+  // (Located again under the lock: a split may move the key's head meanwhile.)
   PrefetchLine(HeadFor(p.h));
   RwSpinLock& l = StripeLockFor(p.h);
   l.lock_shared();
-  if (f == Filtered::kAsk && complete_.load(std::memory_order_acquire) &&
-      !filter_->MayContain(p.h)) {
+  if (FilterRulesOutLocked(f, p.h)) {
     l.unlock_shared();
     return false;
   }
@@ -1944,8 +1950,7 @@ Status SmartHt<P, R>::EraseProbe(const Probe& p) {
   __builtin_prefetch(HeadFor(p.h), 1);  // (as in Search)
   RwSpinLock& l = StripeLockFor(p.h);
   l.lock();
-  if (f == Filtered::kAsk && complete_.load(std::memory_order_acquire) &&
-      !filter_->MayContain(p.h)) {
+  if (FilterRulesOutLocked(f, p.h)) {
     l.unlock();
     return Status::NotFound();
   }
