@@ -202,6 +202,55 @@ TEST(Fingerprint, AllLevelsAgreeWithScalar) {
   EXPECT_EQ(Match16(storage, 0xAB), 0xFFFFu);
 }
 
+// Both Bloom block probes against the definition, on blocks that hold every probed bit, lack
+// exactly one of them (in each word in turn, every bit position), or are random.
+TEST(Fingerprint, BlockBitsSetAgreesWithDefinition) {
+  const uint64_t seed = TestSeed(0xf1f3);
+  SCOPED_TRACE(SeedTrace(seed));
+  std::mt19937_64 rng(seed);
+  const bool avx2 = ActiveSimdLevel() >= SimdLevel::kAvx2;
+  if (!avx2) std::cout << "[ info ] no AVX2: the vector probe is not run\n";
+  alignas(64) uint64_t block[8];
+  auto check = [&](uint64_t bits, bool want) {
+    ASSERT_EQ(BlockBitsSet(block, bits), want) << std::hex << bits;
+    if (avx2) {
+      ASSERT_EQ(BlockBitsSetAvx2(block, bits), want) << std::hex << bits;
+    }
+  };
+  int hits = 0;
+  for (int round = 0; round < 20000; round++) {
+    const uint64_t bits = rng();
+    // Words sparse to dense: random words, then the probed bits set or all but one.
+    const int density = round % 4;
+    for (auto& w : block) {
+      w = rng();
+      for (int d = 0; d < density; d++) w |= rng();
+    }
+    bool want = true;
+    for (int i = 0; i < 8; i++) want &= (block[i] >> ((bits >> (8 * i)) & 63) & 1) != 0;
+    hits += want;
+    check(bits, want);
+    for (int i = 0; i < 8; i++) block[i] |= uint64_t{1} << ((bits >> (8 * i)) & 63);
+    check(bits, true);
+    const int i = round % 8;
+    block[i] &= ~(uint64_t{1} << ((bits >> (8 * i)) & 63));
+    check(bits, false);
+  }
+  EXPECT_GT(hits, 100);  // dense random blocks gave both answers
+  // Every word, every bit number: only that word's probed bit clear.
+  for (int i = 0; i < 8; i++) {
+    for (int b = 0; b < 64; b++) {
+      for (auto& w : block) w = ~uint64_t{0};
+      const uint64_t bits = (rng() & ~(uint64_t{0xFF} << (8 * i))) |
+                            (uint64_t(b + 64 * (rng() % 4)) << (8 * i));  // (high bits ignored)
+      block[i] = ~(uint64_t{1} << b);
+      check(bits, false);
+      block[i] = uint64_t{1} << b;
+      check(bits, true);
+    }
+  }
+}
+
 TEST(Fingerprint, Match16WideAgreesWithScalar) {
   const uint64_t seed = TestSeed(0xf1f2);
   SCOPED_TRACE(SeedTrace(seed));

@@ -10,6 +10,7 @@
 
 #include <emmintrin.h>
 
+#include <atomic>
 #include <cstdint>
 
 namespace pmhash {
@@ -46,5 +47,30 @@ uint64_t Match64(const uint8_t* tags, uint8_t tag);  // dispatched
 // check ActiveSimdLevel() first.
 uint32_t Match32With(SimdLevel l, const uint8_t* tags, uint8_t tag);
 uint64_t Match64With(SimdLevel l, const uint8_t* tags, uint8_t tag);
+
+// The probe of a split-block Bloom filter (SmartHT's: one 64 B block of eight words per key):
+// true iff, for every i < 8, bit (bits >> 8i) & 63 of block[i] is set. Other threads may set
+// bits of the block meanwhile: each word is read once, as by a relaxed atomic load.
+//
+// BlockBitsSet reads the words one by one (std::atomic_ref); BlockBitsSetAvx2 with two 32-byte
+// loads. The two answer alike, but not at the same speed where the block misses the cache: a
+// negative search is one such miss, and the eight loads of the first each hold a load-queue
+// entry for the whole miss, so fewer searches' misses overlap (measured: 2.5-3x the rate of the
+// word-by-word check over a 16-64 MiB array of blocks, one thread). The vector loads are inline
+// assembly, opaque to the compiler (and to the sanitizers) as the atomic loads are to its
+// optimizer. Were a vector load to tear a word, each part would still hold every bit set before
+// the probe began (bits are only set while a filter serves), which is all a probe promises.
+// REQUIRES: block 8-byte aligned; BlockBitsSetAvx2 only where ActiveSimdLevel() >= kAvx2.
+inline bool BlockBitsSet(const uint64_t* block, uint64_t bits) {
+  bool all = true;
+  for (int i = 0; i < 8; i++) {
+    const uint64_t m = uint64_t{1} << ((bits >> (i * 8)) & 63);
+    // (a load only: atomic_ref<const T> is C++26)
+    std::atomic_ref<uint64_t> w(const_cast<uint64_t&>(block[i]));
+    all &= (w.load(std::memory_order_relaxed) & m) != 0;
+  }
+  return all;
+}
+bool BlockBitsSetAvx2(const uint64_t* block, uint64_t bits);
 
 }  // namespace pmhash
