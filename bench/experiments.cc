@@ -140,6 +140,15 @@ Options PoolOptions(const std::string& path, Durability d, uint64_t size) {
   return o;
 }
 
+// The growth experiment's pools take the run's SmartHT growth threshold (smartht-fig9: the load
+// factor it buys).
+Options GrowthPoolOptions(const BenchConfig& c, const std::string& path, Durability d,
+                          uint64_t size) {
+  Options o = PoolOptions(path, d, size);
+  if (c.smartht_keys_per_head) o.smartht.grow_keys_per_head = *c.smartht_keys_per_head;
+  return o;
+}
+
 }  // namespace
 
 std::vector<Series> RunGrowth(const BenchConfig& c, const KeySet& keys, PoolFile* file,
@@ -177,7 +186,7 @@ std::vector<Series> RunGrowth(const BenchConfig& c, const KeySet& keys, PoolFile
           all.push_back(std::move(s));
           break;
         }
-        auto opened = pmhash::Open(index, PoolOptions(file->path(), d, size));
+        auto opened = pmhash::Open(index, GrowthPoolOptions(c, file->path(), d, size));
         if (!opened.ok()) {
           s.error = opened.status();
         } else {

@@ -60,6 +60,10 @@ struct BenchConfig {
   std::vector<uint32_t> elimda_logs;
   // ElimDA's Options::elimda.empty_block_batch in the pools this run creates; unset: the default.
   std::optional<uint32_t> elimda_batch;
+  // SmartHT's Options::smartht.grow_keys_per_head in the pools this run opens (the table grows
+  // while it holds more keys per head bucket than this: a longer chain for a higher load
+  // factor); unset: the default (3).
+  std::optional<double> smartht_keys_per_head;
   // Variable-size items (bench/bytes_table.h): keys of key_bytes and values of value_bytes
   // bytes, expanded from the generator's 64-bit keys, through the bytes API of the kinds whose
   // Capabilities have `bytes` (the others are skipped with a note); the reference row is then

@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <optional>
 #include <random>
 #include <sstream>
 #include <string>
@@ -569,6 +570,49 @@ TEST(Kinds, EveryRegisteredKindRunsTheDefaultPhases) {
     EXPECT_TRUE(row.counting->failure.ok()) << row.counting->failure.ToString();
   }
   EXPECT_TRUE(report.ok());
+}
+
+// --smartht-keys-per-head reaches the pools of both the table rows and the growth experiment
+// (smartht-fig9): a higher threshold grows the head array later, so the same keys fill fewer,
+// fuller buckets. Deterministic (the key set, the hash seed and the growth rule are).
+TEST(Kinds, SmarthtKeysPerHeadRaisesTheLoadFactor) {
+  auto run = [](std::optional<double> keys_per_head, double* table_lf, double* growth_lf) {
+    BenchConfig c;
+    c.indexes = {"smartht"};
+    c.durabilities = {Durability::kAdr};
+    c.keys = 40000;
+    c.pool_size = 8 << 20;  // one head per KiB of pool: 8192 heads, about 5 keys per head
+    c.count_keys = 0;
+    c.persist_probe = false;
+    c.reference = false;
+    c.phases = {"insert", "find+"};
+    c.growth = true;
+    c.growth_steps = 4;
+    c.sample_ops = 100;
+    c.smartht_keys_per_head = keys_per_head;
+    BenchReport report;
+    const Status s = RunBench(c, nullptr, &report);
+    ASSERT_TRUE(s.ok()) << s.ToString();
+    ASSERT_TRUE(report.ok());
+    ASSERT_EQ(report.tables.size(), 1u);
+    ASSERT_EQ(report.tables[0].rows.size(), 1u);
+    ASSERT_TRUE(report.tables[0].rows[0].stats.has_value());
+    *table_lf = report.tables[0].rows[0].stats->load_factor;
+    *growth_lf = NAN;
+    for (const Series& g : report.series) {
+      if (g.experiment != "growth" || g.index != "smartht") continue;
+      for (const NamedValue& v : g.summary) {
+        if (v.name == "max_load_factor") *growth_lf = v.value;
+      }
+    }
+  };
+  double lf3 = 0, growth3 = 0, lf12 = 0, growth12 = 0;
+  run(std::nullopt, &lf3, &growth3);
+  run(12.0, &lf12, &growth12);
+  ASSERT_FALSE(std::isnan(growth3));
+  ASSERT_FALSE(std::isnan(growth12));
+  EXPECT_GT(lf12, lf3 + 0.08);
+  EXPECT_GT(growth12, growth3 + 0.08);
 }
 
 // Batched find phases ("find+@B", "find-@B") run on every kind, one thread and two, with batch

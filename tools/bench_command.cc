@@ -8,12 +8,14 @@
 
 #include <algorithm>
 #include <bit>
+#include <charconv>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <iostream>
 #include <string>
 #include <string_view>
+#include <system_error>
 #include <utility>
 #include <vector>
 
@@ -236,6 +238,14 @@ int BenchMain(const ParsedArgs& args) {
       PMHASH_RETURN_IF_ERROR(ParseCount(*v, "--elimda-batch", &n));
       if (n > (uint64_t{1} << 20)) return Status::InvalidArgument("--elimda-batch: at most 2^20");
       c.elimda_batch = static_cast<uint32_t>(n);
+    }
+    if (auto v = args.Value("smartht-keys-per-head")) {
+      double x = 0;
+      const auto [end, ec] = std::from_chars(v->data(), v->data() + v->size(), x);
+      if (ec != std::errc() || end != v->data() + v->size() || !(x >= 1.0 && x <= 1024.0)) {
+        return Status::InvalidArgument("--smartht-keys-per-head: a number in [1, 1024]");
+      }
+      c.smartht_keys_per_head = x;
     }
     if (args.Has("no-reference")) c.reference = false;
     if (auto v = args.Value("count-keys")) {

@@ -104,6 +104,10 @@ constexpr FlagSpec kBenchFlags[] = {
      "ElimDA unlinks emptied log blocks once they are 1/N of its sealed ones,\n"
      "a run of consecutive ones per store (default 4 under ADR, 0 under eADR\n"
      "and DRAM; 0: at every log swap)"},
+    {"smartht-keys-per-head", "X",
+     "SmartHT grows its head array while it holds more than X keys per head\n"
+     "bucket (default 3; larger: longer chains, fewer buckets, a higher load\n"
+     "factor; the paper's 200M keys in 2^24 heads are 11.9)"},
     {"check", "", "run CheckInvariants after the insert phase (untimed)"},
     {"no-probe", "", "skip the persist-limit probe (store + flush + fence on random lines)"},
     {"repeat", "R",

@@ -117,7 +117,10 @@ struct SmartHtParams {
   // a false-positive rate near 1e-4 (the paper's target).
   uint32_t filter_bits_per_key = 24;
   // The table splits heads (linear hashing, split_batch at a time) while it holds more than this
-  // many keys per head bucket in use (three slots per bucket). 0: never grow.
+  // many keys per head bucket in use (three slots per bucket). 0: never grow. Space against
+  // speed: 3 gives a load factor of 0.71 (chains of 1.4 buckets), 6 0.86, the paper's 11.9
+  // (200M keys in 2^24 heads) 0.92 with chains of 3.5 and half the find+ and erase throughput
+  // (docs/results.md).
   double grow_keys_per_head = 3.0;
   // Erased keys leave stale bits in the filter; it is rebuilt (in the background) once the keys
   // erased since it was built pass this fraction of the keys it was sized for.

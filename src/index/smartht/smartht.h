@@ -59,7 +59,10 @@
 // Growth (beyond the paper, which fixes 2^24 heads): linear hashing, one small batch of heads at
 // a time, never stopping the world. The table is at level L with split pointer s (0 <= s < 2^L):
 // 2^L + s heads are in use, and a key's address is a(h) = h mod 2^L, or h mod 2^(L+1) if that is
-// below s. When the table holds more than grow_keys_per_head keys per head in use, a background
+// below s. (The threshold trades space for chain length: at the default 3 keys per head the load
+// factor is 0.71 with chains of 1.4 buckets; at the paper's 11.9 (200M keys, 2^24 heads) 0.92
+// with 3.5, and find+ and erase at half speed: docs/results.md, "the load factor of the paper's
+// geometry".) When the table holds more than grow_keys_per_head keys per head in use, a background
 // task (pm::BackgroundWork; the writer that notices only schedules it, and splits itself only in
 // manual mode, during a filter rebuild or once the task is a quarter behind) splits batch after
 // batch of B = min(split_batch, 2^L) heads s..s+B-1 (their stripe locked) into heads
