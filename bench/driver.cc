@@ -480,11 +480,7 @@ Status RunBench(const BenchConfig& config, BenchListener* listener, BenchReport*
         rc.options.huge_pages = c.huge_pages;
         rc.options.media_block_bytes = c.media_block_bytes;
         rc.options.media_cache_bytes = c.media_cache_bytes;
-        if (!c.elimda_logs.empty()) rc.options.elimda.logs = c.elimda_logs.front();
-        if (c.elimda_batch) rc.options.elimda.empty_block_batch = *c.elimda_batch;
-        if (c.smartht_keys_per_head) {
-          rc.options.smartht.grow_keys_per_head = *c.smartht_keys_per_head;
-        }
+        ApplyKindOptions(c, &rc.options);
         rc.runner = ro;
         rc.phases = IsMultiKind(index) ? std::span<const PhaseSpec>(multi_phases)
                                        : std::span<const PhaseSpec>(phases);

@@ -131,25 +131,24 @@ void AddResizeSummary(const IndexStats& s, Series* out) {
   out->summary.push_back({"resize_total_ns", static_cast<double>(r.total_ns)});
 }
 
-Options PoolOptions(const std::string& path, Durability d, uint64_t size) {
+Options PoolOptions(const BenchConfig& c, const std::string& path, Durability d,
+                    uint64_t size) {
   Options o;
   o.path = path;
   o.mode = OpenMode::kOpenOrCreate;
   o.durability = d;
   o.pool_size = size;
-  return o;
-}
-
-// The growth experiment's pools take the run's SmartHT growth threshold (smartht-fig9: the load
-// factor it buys).
-Options GrowthPoolOptions(const BenchConfig& c, const std::string& path, Durability d,
-                          uint64_t size) {
-  Options o = PoolOptions(path, d, size);
-  if (c.smartht_keys_per_head) o.smartht.grow_keys_per_head = *c.smartht_keys_per_head;
+  ApplyKindOptions(c, &o);
   return o;
 }
 
 }  // namespace
+
+void ApplyKindOptions(const BenchConfig& c, Options* o) {
+  if (!c.elimda_logs.empty()) o->elimda.logs = c.elimda_logs.front();
+  if (c.elimda_batch) o->elimda.empty_block_batch = *c.elimda_batch;
+  if (c.smartht_keys_per_head) o->smartht.grow_keys_per_head = *c.smartht_keys_per_head;
+}
 
 std::vector<Series> RunGrowth(const BenchConfig& c, const KeySet& keys, PoolFile* file,
                               BenchListener* l) {
@@ -186,7 +185,7 @@ std::vector<Series> RunGrowth(const BenchConfig& c, const KeySet& keys, PoolFile
           all.push_back(std::move(s));
           break;
         }
-        auto opened = pmhash::Open(index, GrowthPoolOptions(c, file->path(), d, size));
+        auto opened = pmhash::Open(index, PoolOptions(c, file->path(), d, size));
         if (!opened.ok()) {
           s.error = opened.status();
         } else {
@@ -316,7 +315,7 @@ std::vector<Series> RunRecovery(const BenchConfig& c, PoolFile* file, BenchListe
       const std::string tag = s.Label() + ": ";
       for (const uint64_t n : c.recovery_keys) {
         const uint64_t size = c.pool_size ? c.pool_size : 4 * EstimatePoolBytes(index, n);
-        const Options o = PoolOptions(file->path(), d, size);
+        const Options o = PoolOptions(c, file->path(), d, size);
         SeriesPoint p;
         p.values.push_back({"keys", static_cast<double>(n)});
         // 1. Killed builder.

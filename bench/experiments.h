@@ -36,6 +36,11 @@ inline double Seconds(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
 }
 
+// The run's per-kind knobs (--elimda-logs, --elimda-batch, --smartht-keys-per-head) into the
+// options of a pool it opens: the table rows and the experiments alike. A kind ignores the
+// others' knobs.
+void ApplyKindOptions(const BenchConfig& c, Options* o);
+
 std::vector<Series> RunGrowth(const BenchConfig& c, const KeySet& keys, PoolFile* file,
                               BenchListener* l);
 std::vector<Series> RunRecovery(const BenchConfig& c, PoolFile* file, BenchListener* l);
