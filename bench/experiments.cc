@@ -147,6 +147,7 @@ Options PoolOptions(const BenchConfig& c, const std::string& path, Durability d,
 void ApplyKindOptions(const BenchConfig& c, Options* o) {
   if (!c.elimda_logs.empty()) o->elimda.logs = c.elimda_logs.front();
   if (c.elimda_batch) o->elimda.empty_block_batch = *c.elimda_batch;
+  if (c.elimda_writer_logs) o->elimda.writer_logs = *c.elimda_writer_logs;
   if (c.smartht_keys_per_head) o->smartht.grow_keys_per_head = *c.smartht_keys_per_head;
 }
 

@@ -769,6 +769,7 @@ std::string ToJson(const BenchReport& r) {
   j.UintMember("media_cache_bytes", c.media_cache_bytes);
   if (!c.elimda_logs.empty()) j.UintMember("elimda_logs", c.elimda_logs.front());
   if (c.elimda_batch) j.UintMember("elimda_batch", *c.elimda_batch);
+  if (c.elimda_writer_logs) j.UintMember("elimda_writer_logs", *c.elimda_writer_logs);
   if (c.smartht_keys_per_head) j.NumberMember("smartht_keys_per_head", *c.smartht_keys_per_head);
   j.BoolMember("reference", c.reference);
   j.UintMember("key_bytes", c.key_bytes);

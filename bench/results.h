@@ -60,6 +60,8 @@ struct BenchConfig {
   std::vector<uint32_t> elimda_logs;
   // ElimDA's Options::elimda.empty_block_batch in the pools this run creates; unset: the default.
   std::optional<uint32_t> elimda_batch;
+  // ElimDA's Options::elimda.writer_logs in the pools this run creates; unset: the default.
+  std::optional<uint32_t> elimda_writer_logs;
   // SmartHT's Options::smartht.grow_keys_per_head in the pools this run opens (the table grows
   // while it holds more keys per head bucket than this: a longer chain for a higher load
   // factor); unset: the default (3).

@@ -27,10 +27,13 @@
 //                          update leaves it; compactions at out of space renumber the shadows of
 //                          the items they move; Close clears them, a crash leaves them to
 //                          recovery.
-//   Stripes                a pool created under ADR gets few logs, under eADR and DRAM 8192;
-//                          lock stripes shared by a log (more stripes than logs) or one per log
-//                          give the same contents, alone and with concurrent writers and
-//                          readers (in the TSan set), and after a crash.
+//   Stripes                a pool created under ADR gets few logs and writer logs, under eADR
+//                          and DRAM 8192 hashed ones; lock stripes shared by a log (more
+//                          stripes than logs) or one per log, hashed or writer logs, give the
+//                          same contents, alone and with concurrent writers and readers (in the
+//                          TSan set), and after a crash. Writer logs: a log per writer, a
+//                          reopen with fewer stripes settles them by sealing, a key in two logs
+//                          is refused.
 #include "index/elimda/elimda.h"
 
 #include <gtest/gtest.h>
@@ -117,7 +120,9 @@ TEST(ElimdaLayers, InsertExistsInEveryLayer) {
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   auto& ix = **r;
   std::map<Key, Value> model;
-  for (uint64_t i = 0; i < 1500; i++) {
+  // One writer: its log's active block ends with 1507 mod 15 = 7 items, room for the two
+  // appends of the layers tested before it (erase, then insert again).
+  for (uint64_t i = 0; i < 1507; i++) {
     ASSERT_TRUE(ix.Insert(SplitMix64(i), i).ok());
     model[SplitMix64(i)] = i;
   }
@@ -169,7 +174,7 @@ TEST(ElimdaRecovery, EmptyBlocksInRuns) {
         model[SplitMix64(i)] = i;
         const IndexStats s = ix.Stats();
         linked = Detail(s, "elimda.empty_blocks_linked");
-        const double sealed = Detail(s, "elimda.log_blocks") - *o.elimda.logs;
+        const double sealed = Detail(s, "elimda.log_blocks") - Detail(s, "elimda.active_logs");
         if (sealed > 0) most = std::max(most, linked * batch / sealed);
         if (i >= 8000 && (batch == 0 || linked >= 5)) break;
       }
@@ -297,6 +302,7 @@ TEST(ElimdaPersist, PersistCost) {
   Options o = SmallOptions(path.path());
   o.counters = true;
   o.elimda.logs = 128;  // 1920 slots: the appends below never seal a log
+  o.elimda.writer_logs = 0;  // (one writer's log would: by the keys' hashes)
   auto r = Engine::Open(o);
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   auto& ix = **r;
@@ -520,15 +526,34 @@ TEST(ElimdaStripes, DefaultLogsFollowDurability) {
     auto r = elimda::ElimDA<pm::Adr>::Open(o);
     ASSERT_TRUE(r.ok()) << r.status().ToString();
     EXPECT_EQ((*r)->logs(), 4u);
+    EXPECT_TRUE((*r)->writer_logs());  // the paper's ADR mode: a backup log per writer
     EXPECT_TRUE((*r)->shared_logs());  // 8192 stripes over 4 logs
     ASSERT_TRUE((*r)->Close().ok());
   }
   {
     Options again = o;
-    again.elimda.lock_stripes = 2;  // fewer stripes than logs: one per log
+    again.elimda.lock_stripes = 2;  // fewer stripes than logs: still shared (writer logs)
     auto r = elimda::ElimDA<pm::Adr>::Open(again);
     ASSERT_TRUE(r.ok()) << r.status().ToString();
     EXPECT_EQ((*r)->logs(), 4u) << "a reopen keeps the pool's logs";
+    EXPECT_TRUE((*r)->writer_logs()) << "and its writer_logs";
+    EXPECT_TRUE((*r)->shared_logs());
+    ASSERT_TRUE((*r)->Close().ok());
+  }
+  {
+    Options again = o;
+    again.elimda.writer_logs = 0;
+    auto r = elimda::ElimDA<pm::Adr>::Open(again);
+    EXPECT_TRUE(r.status().IsInvalidArgument()) << "a pool property: " << r.status().ToString();
+  }
+  ASSERT_EQ(unlink(path.path().c_str()), 0);
+  {
+    Options hashed = o;
+    hashed.elimda.writer_logs = 0;
+    hashed.elimda.lock_stripes = 2;  // fewer stripes than logs: one per log
+    auto r = elimda::ElimDA<pm::Adr>::Open(hashed);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    EXPECT_FALSE((*r)->writer_logs());
     EXPECT_FALSE((*r)->shared_logs());
     ASSERT_TRUE((*r)->Close().ok());
   }
@@ -537,10 +562,16 @@ TEST(ElimdaStripes, DefaultLogsFollowDurability) {
     auto r = elimda::ElimDA<pm::Eadr>::Open(o);
     ASSERT_TRUE(r.ok()) << r.status().ToString();
     EXPECT_EQ((*r)->logs(), 8192u);
+    EXPECT_FALSE((*r)->writer_logs());
     EXPECT_FALSE((*r)->shared_logs());
     ASSERT_TRUE((*r)->Close().ok());
   }
   ASSERT_EQ(unlink(path.path().c_str()), 0);
+  {
+    Options bad = o;
+    bad.elimda.writer_logs = 2;
+    EXPECT_TRUE(elimda::ElimDA<pm::Adr>::Open(bad).status().IsInvalidArgument());
+  }
   {
     Options given = o;
     given.elimda.logs = 64;
@@ -567,15 +598,17 @@ TEST(ElimdaStripes, DefaultLogsFollowDurability) {
 // recovered active blocks). Named *Concurrent*: in the TSan set.
 TEST(ElimdaStripes, ConcurrentLogsSharedOrNot) {
   struct Shape {
-    uint32_t logs, stripes;
+    uint32_t logs, stripes, writer;
   };
-  for (const Shape shape : {Shape{1, 8192}, Shape{2, 64}, Shape{4, 4}, Shape{4, 1}}) {
+  for (const Shape shape : {Shape{1, 8192, 1}, Shape{2, 64, 1}, Shape{4, 1, 1}, Shape{2, 64, 0},
+                            Shape{4, 4, 0}, Shape{4, 1, 0}}) {
     SCOPED_TRACE("logs " + std::to_string(shape.logs) + ", stripes " +
-                 std::to_string(shape.stripes));
+                 std::to_string(shape.stripes) + ", writer logs " + std::to_string(shape.writer));
     ScopedPath path("elimda_stripes");
     Options o = SmallOptions(path.path());
     o.elimda.logs = shape.logs;
     o.elimda.lock_stripes = shape.stripes;
+    o.elimda.writer_logs = shape.writer;
     const int nt = 3;
     const uint64_t per = Scaled(20000, 8);
     std::vector<std::map<Key, Value>> models(nt);
@@ -583,7 +616,8 @@ TEST(ElimdaStripes, ConcurrentLogsSharedOrNot) {
       auto r = Engine::Open(o);
       ASSERT_TRUE(r.ok()) << r.status().ToString();
       auto& ix = **r;
-      EXPECT_EQ(ix.shared_logs(), shape.stripes > shape.logs);
+      EXPECT_EQ(ix.writer_logs(), shape.writer == 1);
+      EXPECT_EQ(ix.shared_logs(), shape.stripes > shape.logs || shape.writer == 1);
       Errors errors;
       std::vector<std::thread> ts;
       for (int t = 0; t < nt; t++) {
@@ -623,6 +657,103 @@ TEST(ElimdaStripes, ConcurrentLogsSharedOrNot) {
     for (const auto& m : models) all.insert(m.begin(), m.end());
     ASSERT_NO_FATAL_FAILURE(ExpectContents(**r, all));
   }
+}
+
+// Writer logs (ADR's default, W1): one writer's appends all go to one log, each new writer
+// takes the next log; a key's search follows its stripe to the log it was appended to. A crash
+// and a reopen with as many stripes keeps every key with no seal at open; a reopen with fewer
+// stripes (two), so that one stripe has items in two active blocks, seals those blocks first.
+// A key forged into a second log's active block is "logged twice".
+TEST(ElimdaStripes, WriterLogsOnePerWriter) {
+  ScopedPath path("elimda_writer_logs");
+  Options o = SmallOptions(path.path());
+  const Hasher hasher(HashMode::kStrong, *o.hash_seed);
+  // Keys whose hash's top bit is 0: with two lock stripes, all of them are in stripe 0.
+  std::vector<Key> keys;
+  for (uint64_t i = 0; keys.size() < 3000; i++) {
+    if ((hasher(SplitMix64(i)) >> 63) == 0) keys.push_back(SplitMix64(i));
+  }
+  std::map<Key, Value> model;
+  auto write = [&](auto& ix, size_t from, size_t to) {  // on a thread of its own: a new writer
+    std::thread([&] {
+      for (size_t i = from; i < to; i++) {
+        ASSERT_TRUE(ix.Insert(keys[i], i).ok());
+        model[keys[i]] = i;
+      }
+    }).join();
+  };
+  uint64_t table = 0;
+  {
+    auto r = Engine::Open(o);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    auto& ix = **r;
+    ASSERT_TRUE(ix.writer_logs());
+    ASSERT_EQ(ix.logs(), 4u);
+    write(ix, 0, 2000);
+    EXPECT_EQ(Detail(ix.Stats(), "elimda.active_logs"), 1) << "one writer, one log";
+    EXPECT_GT(ix.log_swaps(), 100u);
+    write(ix, 2000, 2020);
+    EXPECT_EQ(Detail(ix.Stats(), "elimda.active_logs"), 2) << "a second writer, a second log";
+    ASSERT_NO_FATAL_FAILURE(ExpectContents(ix, model));
+    table = ix.pool().root(1);
+    ix.Abandon();
+  }
+  const std::vector<uint8_t> crashed = ReadFile(path.path());
+  uint64_t block[2] = {0, 0};
+  ASSERT_TRUE(ReadAt(path.path(), table, block, 16));
+  ASSERT_NE(block[0], 0u);
+  ASSERT_NE(block[1], 0u);
+  {
+    SCOPED_TRACE("a key logged in two logs");
+    uint64_t hdr[2];
+    ASSERT_TRUE(ReadAt(path.path(), block[0], &hdr[0], 8));
+    ASSERT_TRUE(ReadAt(path.path(), block[1], &hdr[1], 8));
+    const uint32_t from_bits = static_cast<uint32_t>(hdr[0] & 0x7FFF);
+    const uint32_t to_bits = static_cast<uint32_t>(hdr[1] & 0x7FFF);
+    ASSERT_NE(from_bits, 0u);
+    ASSERT_NE(to_bits, 0x7FFFu);
+    const int from = std::countr_zero(from_bits);
+    const int to = std::countr_zero(~to_bits);
+    uint64_t item[2];
+    ASSERT_TRUE(ReadAt(path.path(), block[0] + 16 + 16 * from, item, 16));
+    ASSERT_TRUE(PatchFile(path.path(), block[1] + 16 + 16 * to, item, 16));
+    hdr[1] |= uint64_t{1} << to;
+    ASSERT_TRUE(PatchFile(path.path(), block[1], &hdr[1], 8));
+    auto r = Engine::Open(o);
+    ASSERT_FALSE(r.ok());
+    EXPECT_NE(r.status().ToString().find("logged twice"), std::string::npos)
+        << r.status().ToString();
+    ASSERT_TRUE(WriteFile(path.path(), crashed));
+  }
+  {
+    auto r = Engine::Open(o);  // as many stripes: each is in one active block
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    EXPECT_EQ(Detail((*r)->Stats(), "elimda.writer_settle_seals"), 0);
+    ASSERT_NO_FATAL_FAILURE(ExpectContents(**r, model));
+    (*r)->Abandon();
+  }
+  {
+    Options two = o;
+    two.elimda.lock_stripes = 2;
+    auto r = Engine::Open(two);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    EXPECT_EQ(Detail((*r)->Stats(), "elimda.writer_settle_seals"), 1)
+        << "stripe 0 had items in both active blocks";
+    ASSERT_NO_FATAL_FAILURE(ExpectContents(**r, model));
+    write(**r, 2020, 3000);
+    ASSERT_NO_FATAL_FAILURE(ExpectContents(**r, model));
+    (*r)->Abandon();
+  }
+  {
+    auto r = Engine::Open(o);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    ASSERT_NO_FATAL_FAILURE(ExpectContents(**r, model));
+    ASSERT_TRUE((*r)->Close().ok());
+  }
+  auto r = Engine::Open(o);  // the saved state (I12), settled the same way
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_TRUE((*r)->Stats().state_loaded);
+  ASSERT_NO_FATAL_FAILURE(ExpectContents(**r, model));
 }
 
 TEST(ElimdaHostile, CorruptWordsAreRefused) {

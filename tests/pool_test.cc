@@ -2715,6 +2715,7 @@ uint64_t MakeElimdaKvPool(const std::string& path, bool first_line, uint64_t* sl
   o.elimda.dbucket_items = 16;
   o.elimda.segment_buckets = 2;
   o.elimda.logs = 16;
+  o.elimda.writer_logs = 0;  // the hash picks the log: several active blocks, some not full
   auto r = elimda::ElimDA<pm::Adr, true>::Open(o);
   EXPECT_TRUE(r.ok()) << r.status().ToString();
   if (!r.ok()) return 0;

@@ -239,6 +239,10 @@ int BenchMain(const ParsedArgs& args) {
       if (n > (uint64_t{1} << 20)) return Status::InvalidArgument("--elimda-batch: at most 2^20");
       c.elimda_batch = static_cast<uint32_t>(n);
     }
+    if (auto v = args.Value("elimda-writer-logs")) {
+      if (*v != "0" && *v != "1") return Status::InvalidArgument("--elimda-writer-logs: 0 or 1");
+      c.elimda_writer_logs = *v == "1" ? 1u : 0u;
+    }
     if (auto v = args.Value("smartht-keys-per-head")) {
       double x = 0;
       const auto [end, ec] = std::from_chars(v->data(), v->data() + v->size(), x);

@@ -104,6 +104,10 @@ constexpr FlagSpec kBenchFlags[] = {
      "ElimDA unlinks emptied log blocks once they are 1/N of its sealed ones,\n"
      "a run of consecutive ones per store (default 4 under ADR, 0 under eADR\n"
      "and DRAM; 0: at every log swap)"},
+    {"elimda-writer-logs", "0|1",
+     "ElimDA appends to the writer thread's log (1, default under ADR: the\n"
+     "paper's sequential backup log) or to the key hash's log (0, default\n"
+     "under eADR and DRAM)"},
     {"smartht-keys-per-head", "X",
      "SmartHT grows its head array while it holds more than X keys per head\n"
      "bucket (default 3; larger: longer chains, fewer buckets, a higher load\n"

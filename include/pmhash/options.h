@@ -155,6 +155,13 @@ struct ElimdaParams {
   // cache layer), 4 under ADR (the paper's backup log, appended sequentially so that the
   // media combines the flushed items into whole blocks).
   std::optional<uint32_t> logs;
+  // 1: writer logs (the paper's ADR mode, 3.7: one backup log appended in order). An insert
+  // appends to the log of its thread, not of its key's hash, so that each writer fills one
+  // block after another and the media combines its flushed items into whole-block writes
+  // whatever the number of logs; a key's lock stripe remembers the log its last append went
+  // to, which is where a search looks. 0: a key's log is chosen by its hash's MSBs (the paper's
+  // eADR cache layer). Unset: 1 under ADR (and the crash simulator), 0 under eADR and in DRAM.
+  std::optional<uint32_t> writer_logs;
   std::optional<uint32_t> initial_depth;    // 1: global depth of a new pool
   std::optional<uint32_t> max_depth;        // 32: the directory never grows past 2^max_depth
   std::optional<uint32_t> max_record_bytes;  // 2^24, elimda-kv only: key + value + 8 B header

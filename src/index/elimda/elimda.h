@@ -10,7 +10,7 @@
 //
 //   * Cache layer: `logs` collecting logs (default 8192; 4 in a pool created under ADR: below),
 //     each one 256 B block (the media access granularity L) selected by the top log2(logs) bits
-//     of the key's hash. An insert appends
+//     of the key's hash, or under ADR (writer logs, W1) by the appending thread. An insert appends
 //     its 16 B item to the log's active block and sets the item's bit in the block's header
 //     word. Under eADR the blocks live in the pool and are never flushed (Persister<Eadr>::Flush
 //     is a no-op; the fences only order; a sealed block's item lines are written back as a
@@ -163,6 +163,19 @@
 //       large records', and the heap's records the live items. No record is read: what the
 //       walk's record checks protected is bounded where a record is read (Records::Fits), as
 //       in turbo-kv and reh-kv.
+//   W1  Writer logs (`writer_logs`, ADR's default): an append goes to the writer thread's log,
+//       not to its hash's, unless its lock stripe's items may still be in the active block of
+//       the log the stripe's last append went to (Stripe::last_log, last_block == that log's
+//       active block): then there. So all of a stripe's items in active blocks are in one
+//       active block, the one its stripe names, which is the only one a search of the stripe's
+//       keys reads. (last_block may equal a later active block that reuses its chunk: the
+//       stripe then appends there and searches it for nothing; harmless.) A sealed block's items
+//       are found through the DRAM table whatever their log, and written under the lock of
+//       their block's log (BlockInfo::log). Nothing in PM names a key's log: recovery takes a
+//       logged key from any log (and refuses a key logged twice across all logs), then settles
+//       the stripes from the active blocks' items (SettleWriterLogs); a stripe found in two
+//       active blocks (a pool reopened with fewer lock stripes) makes it seal every active
+//       block that has items (I4, before any operation), which leaves nothing to settle.
 //   I13 Shadows (the paper's DRAM bitmap, made safe for our update and erase): a relocated
 //       item's log slot keeps its bit in PM. DRAM marks it stale (BlockInfo::stale), lists it
 //       under the item's P-bucket by the item's position there (SegMeta::shadow, sorted: a
@@ -191,9 +204,10 @@
 //
 // Recovery (paper 3.6): walk the segment chain (tiling and tags checked, every offset
 // validated, MarkReachable), rebuild directory, counts and fingerprints; walk every log chain
-// (tags, offsets, each logged key must belong to the log), clear the bits of relocated keys
-// (I5), put every sealed item into its D-bucket, unlink empty sealed blocks. Any inconsistency
-// is Status::Corruption. After a clean Close, the saved state instead (I12).
+// (tags, offsets, each logged key must belong to the log, unless writer logs), clear the bits of
+// relocated keys (I5), put every sealed item into its D-bucket, unlink empty sealed blocks;
+// writer logs: settle the stripes (W1). Any inconsistency is Status::Corruption. After a clean
+// Close, the saved state instead (I12), and the same settling.
 //
 // ============================================================================================
 // Concurrency, and where this deviates from the paper
@@ -214,7 +228,10 @@
 // through atomics). The paper's lock-free CAS append and per-thread shadow logs are replaced by
 // the log lock (an insert is a few stores either way), and the sealed block stays where it is
 // instead of being copied into a separate backup log (the swap of pointers is the same, the copy
-// is saved). Relocation and splits run on the inserting thread (no background work).
+// is saved). Relocation and splits run on the inserting thread (no background work). With
+// writer logs (W1) a thread's log is picked once per thread and pool (thread_local, round
+// robin); the log is still locked per append, since a stripe's pending items pin appends of any
+// thread to their block.
 // Fingerprints are 16 bits (fixed).
 //
 // Logs against stripes. Under eADR the paper's 8192 logs are its cache layer (2 MB of CPU
@@ -225,7 +242,10 @@
 // `logs` gets 4 (DurabilityDefaults): measured in the harness's media model at 2M keys, ADR
 // media writes per insert 1.16 at 64 logs, 0.84 at 16, 0.33 at 4, 0.30 at one (docs/results.md;
 // since the unlink batches, I8: 0.30 at 4, 0.25 at one; one log costs two writers 28% of their
-// inserts).
+// inserts). Writer logs (W1, ADR's default since 2026-12-03) give each writer thread a log of
+// its own, so one thread fills one block after another at any number of logs: 0.253 media
+// writes per insert at 4 logs as at one (2M keys; 10M: 0.295 -> 0.256; 64 B blocks 1.118 ->
+// 0.868; elimda-kv 0.526 -> 0.407), while two writers still append to two logs.
 // The stripes keep reads and writes of different keys apart whatever the logs: a log lock is
 // held for an append's few stores and persist, not for the search before it.
 //
@@ -317,11 +337,13 @@ inline constexpr uint64_t BlockHeader(uint32_t bits) { return (kBlockTag << 16) 
 inline constexpr uint64_t SegWord(uint32_t depth) { return (kSegTag << 8) | depth; }
 
 // Layout words: the log block's bytes and items.
-struct PersistentParams : index::LayoutWords<kBlockBytes, kBlockSlots> {
+// Version 2: writer_logs.
+struct PersistentParams : index::LayoutWords<kBlockBytes, kBlockSlots, 2> {
   uint32_t bucket_items = 0;            // N_p
   uint32_t dbucket_items = 0;           // N_d
   uint32_t segment_buckets = 0;
   uint32_t logs = 0;
+  uint32_t writer_logs = 0;  // 1: appends go to the writer's log, not the hash's (W1)
   uint32_t initial_depth = 0;
   uint32_t max_depth = 0;
   uint32_t records = 0;           // 2: elimda-kv (checked records, src/index/records.h)
@@ -521,6 +543,7 @@ struct DescriptorFor
       index::PoolProperty{"elimda.segment_buckets", &Params::segment_buckets,
                           &Stored::segment_buckets, 16u},
       index::PoolProperty{"elimda.logs", &Params::logs, &Stored::logs, 8192u},
+      index::PoolProperty{"elimda.writer_logs", &Params::writer_logs, &Stored::writer_logs, 0u},
       index::PoolProperty{"elimda.initial_depth", &Params::initial_depth, &Stored::initial_depth,
                           1u},
       index::PoolProperty{"elimda.max_depth", &Params::max_depth, &Stored::max_depth, 32u},
@@ -532,7 +555,9 @@ struct DescriptorFor
   // (kAdrLogs); lock stripes keep reads spread (Options::elimda.lock_stripes).
   static constexpr uint32_t kAdrLogs = 4;
   static void DurabilityDefaults(const Params& given, Durability d, Stored* s) {
-    if (!given.logs && (d == Durability::kAdr || d == Durability::kSim)) s->logs = kAdrLogs;
+    if (d != Durability::kAdr && d != Durability::kSim) return;
+    if (!given.logs) s->logs = kAdrLogs;
+    if (!given.writer_logs) s->writer_logs = 1;
   }
   static std::string Check(const Stored& s) {
     if (s.bucket_items < 16 || s.bucket_items > 4096 || s.bucket_items % 16 != 0) {
@@ -549,6 +574,7 @@ struct DescriptorFor
     if (s.logs < 1 || s.logs > (1u << 20) || !std::has_single_bit(s.logs)) {
       return "logs must be a power of 2 in [1, 2^20]";
     }
+    if (s.writer_logs > 1) return "writer_logs must be 0 or 1";
     if (s.max_depth < 1 || s.max_depth > kMaxDepthLimit) return "max_depth must be in [1, 40]";
     if (s.initial_depth < 1 || s.initial_depth > s.max_depth || s.initial_depth > 20) {
       return "initial_depth must be in [1, min(max_depth, 20)]";
@@ -579,6 +605,8 @@ class ElimDA : public index::EngineBase<ElimDA<P, kRecords>, P, Config> {
   // More lock stripes than logs: several stripes share a log, and a stripe's holder takes the
   // log's lock (LogSection) to touch it.
   bool shared_logs() const { return stripes_ != nullptr; }
+  // Appends go to the writer's log (ElimdaParams::writer_logs, W1).
+  bool writer_logs() const { return writer_; }
   uint64_t log_swaps() const { return log_swaps_.load(std::memory_order_relaxed); }
   uint64_t relocations() const { return relocations_.load(std::memory_order_relaxed); }
   uint64_t duplicates_dropped() const { return dups_dropped_.load(std::memory_order_relaxed); }
@@ -683,8 +711,10 @@ class ElimDA : public index::EngineBase<ElimDA<P, kRecords>, P, Config> {
   // to (written under its lock; kUnknown until its first append after open).
   struct Stripe {
     static constexpr uint64_t kUnknown = ~uint64_t{0};
+    static constexpr uint64_t kNone = 1;  // writer logs: no item in an active block (no chunk)
     detail::LogLock mu;
     uint64_t last_block = kUnknown;
+    uint32_t last_log = 0;  // writer logs: the log of last_block (W1)
   };
   enum class Layer { kNone, kPm, kDram, kLog };
   struct Where {
@@ -771,6 +801,26 @@ class ElimDA : public index::EngineBase<ElimDA<P, kRecords>, P, Config> {
     Stripe* s = StripeOf(h);
     return s ? s->mu : logs_[LogOf(h)].mu;
   }
+  // The log whose active block may hold h's item: its hash's, or (writer logs) the log its
+  // stripe's last append went to (W1). REQUIRES: h's stripe lock, or exclusive.
+  uint32_t PendingLogOf(uint64_t h) const { return writer_ ? StripeOf(h)->last_log : LogOf(h); }
+  LogState& PendingLog(uint64_t h) const { return logs_[PendingLogOf(h)]; }
+  // Writer logs: the calling thread's log. Each thread gets the next log at its first append
+  // to this index (round robin), so that up to `logs` writers append to logs of their own;
+  // a thread that alternates between indexes takes a new one each time (a hint only: any log
+  // is correct).
+  uint32_t WriterLog() {
+    struct Home {
+      const void* index = nullptr;
+      uint32_t log = 0;
+    };
+    static thread_local Home home;
+    if (home.index != this) {
+      home.index = this;
+      home.log = next_writer_.fetch_add(1, std::memory_order_relaxed);
+    }
+    return home.log & (params_.logs - 1);
+  }
   // False if no key of h's stripe can be in log's active block, so that a search need not
   // take the log's lock: the stripe's last append went to another block (items enter an active
   // block only by appends, and leave it only when it is sealed). REQUIRES: h's stripe lock.
@@ -778,6 +828,11 @@ class ElimDA : public index::EngineBase<ElimDA<P, kRecords>, P, Config> {
     const Stripe* s = StripeOf(h);
     return !s || s->last_block == log.head_off || s->last_block == Stripe::kUnknown;
   }
+  // Writer logs, at open (after Recover or LoadState): every stripe's last_log and last_block
+  // from the active blocks' items (W1). A stripe with items in two active blocks (a pool opened
+  // with fewer lock stripes than it was written with) is settled by sealing every log that has
+  // items in its active block. REQUIRES: no concurrent operations.
+  Status SettleWriterLogs();
   uint32_t BucketOf(uint64_t h) const {
     return static_cast<uint32_t>(h >> 8) & (params_.segment_buckets - 1);
   }
@@ -817,8 +872,9 @@ class ElimDA : public index::EngineBase<ElimDA<P, kRecords>, P, Config> {
                                      Where* w) const;
   // Rebuilds log's mirror from its active block (recovery). REQUIRES: exclusive.
   void MirrorActiveBlock(LogState* log) const;
-  // REQUIRES: exclusive.
-  Status Seal(uint32_t log);
+  // Swaps a new active block into `log` if its active block is full or missing (or, `force`,
+  // has any item). REQUIRES: no locks held (takes the table lock exclusively).
+  Status Seal(uint32_t log, bool force = false);
   Status MakeRoom(uint64_t h);
   void Relocate(SegMeta* s, uint32_t b, std::vector<DItem>& items);
   void Compact(SegMeta* s, uint32_t b);
@@ -837,10 +893,10 @@ class ElimDA : public index::EngineBase<ElimDA<P, kRecords>, P, Config> {
   void Unref(BlockInfo* bi);
   // I13: clears stale bits of bi in PM (one header store + flush, no fence) and in DRAM.
   void ClearStale(BlockInfo* bi, uint32_t mask);
-  // I13: the PM item at P-bucket position `pos`, of key hash h: clears its shadow's bit, if it
-  // has one, and flushes the block's header (no fence), in h's log section (the shadow's block
-  // is in h's log). REQUIRES: h's stripe lock, and not h's log section.
-  bool ClearShadow(SegMeta* s, uint32_t b, uint32_t pos, uint64_t h);
+  // I13: the PM item at P-bucket position `pos`: clears its shadow's bit, if it has one, and
+  // flushes the block's header (no fence), in the section of the shadow's log (the key's log,
+  // unless writer logs). REQUIRES: the key's stripe lock, and no log section.
+  bool ClearShadow(SegMeta* s, uint32_t b, uint32_t pos);
   void ClearAllStale();  // Close: every stale bit cleared in PM (I13)
 
   SegMeta* NewSegMeta(uint64_t off, uint32_t depth) const;
@@ -859,13 +915,16 @@ class ElimDA : public index::EngineBase<ElimDA<P, kRecords>, P, Config> {
   const uint32_t empty_batch_;
   uint32_t log_bits_ = 0;
   uint32_t stripe_bits_ = 0;
+  const bool writer_;  // writer logs (W1)
+  // Writer logs: the log the next thread to append for the first time gets (its home log).
+  std::atomic<uint32_t> next_writer_{0};
   uint64_t tombstone_[2] = {0, 0};
 
   mutable detail::TableLock table_mu_;
   uint32_t gd_ = 0;
   std::vector<SegMeta*> dir_;
   std::unique_ptr<LogState[]> logs_;
-  std::unique_ptr<Stripe[]> stripes_;  // null unless lock_stripes > logs
+  std::unique_ptr<Stripe[]> stripes_;  // null unless lock_stripes > logs or writer logs
   mutable SpinLock empty_mu_;
   // Sealed blocks left without items, linked until their batch (SweepEmptyBlocks, I8).
   std::vector<BlockInfo*> empty_blocks_;
@@ -876,7 +935,8 @@ class ElimDA : public index::EngineBase<ElimDA<P, kRecords>, P, Config> {
   std::atomic<uint64_t> log_swaps_{0}, relocations_{0}, relocated_items_{0}, dups_dropped_{0},
       blocks_freed_{0}, block_unlinks_{0}, segments_{0}, blocks_{0}, compactions_{0},
       line_moves_{0}, stale_cleared_{0},  // shadows cleared by an update or erase (I13)
-      torn_dropped_{0};  // elimda-kv: unacknowledged appends whose record a crash tore (I11)
+      torn_dropped_{0},  // elimda-kv: unacknowledged appends whose record a crash tore (I11)
+      writer_settle_seals_{0};  // opens that sealed the logs to settle the stripes (W1)
   // I13: shadow list entries (valid or not) and stale bits.
   std::atomic<uint64_t> shadow_entries_{0}, stale_slots_{0}, shadow_prunes_{0};
 
@@ -894,7 +954,8 @@ ElimDA<P, R>::ElimDA(std::unique_ptr<pm::Pool> pool, const Config& config)
     : Base(std::move(pool), config),
       max_directory_bytes_(config.DirectoryBudget(pool_->size())),
       seg_chunks_(SegmentChunks(config)),
-      empty_batch_(config.empty_block_batch.value_or(P::kWritesBack ? kAdrEmptyBatch : 0)) {
+      empty_batch_(config.empty_block_batch.value_or(P::kWritesBack ? kAdrEmptyBatch : 0)),
+      writer_(config.writer_logs != 0) {
   if constexpr (R) {
     index::MakeRecords(*pool_, config.reclaim_batch, config.max_record_bytes, kKindName, &epoch_,
                        &records_, /*checked=*/true);
@@ -961,10 +1022,16 @@ Status ElimDA<P, R>::Init() {
   log_bits_ = static_cast<uint32_t>(std::countr_zero(params_.logs));
   logs_.reset(new (std::nothrow) LogState[params_.logs]);
   if (!logs_) return Status::OutOfMemory("elimda: log states");
-  if (stripes > params_.logs) {
-    stripe_bits_ = static_cast<uint32_t>(std::countr_zero(stripes));
-    stripes_.reset(new (std::nothrow) Stripe[stripes]);
+  if (stripes > params_.logs || writer_) {
+    // Writer logs need a stripe per key to remember its log (W1): at least two, so that the
+    // stripe is the hash's top bits.
+    const uint32_t n = std::max(stripes, 2u);
+    stripe_bits_ = static_cast<uint32_t>(std::countr_zero(n));
+    stripes_.reset(new (std::nothrow) Stripe[n]);
     if (!stripes_) return Status::OutOfMemory("elimda: lock stripes");
+    if (writer_) {  // a new pool's stripes have nothing logged; an open settles them (W1)
+      for (uint32_t i = 0; i < n; i++) stripes_[i].last_block = Stripe::kNone;
+    }
   }
   if constexpr (R) {  // the key word is the hash: 0 and 2^63 (I6)
     tombstone_[0] = 0;
@@ -1118,7 +1185,7 @@ Status ElimDA<P, R>::Recover() {
   const auto* words = LogTable();
   uint64_t blocks = 0;
   for (uint32_t li = 0; li < params_.logs; li++) {
-    if (!R) logged.Clear();
+    if (!R && !writer_) logged.Clear();  // (writer logs: a key may be in any log)
     BlockInfo* newer = nullptr;
     for (uint64_t off = words[li].load(std::memory_order_relaxed); off != 0;) {
       if (!alloc.ValidChunk(off, 1)) return bad("log block offset " + std::to_string(off));
@@ -1138,7 +1205,7 @@ Status ElimDA<P, R>::Recover() {
         const Key k = blk->slots[j].key.load(std::memory_order_relaxed);
         const uint64_t v = blk->slots[j].value.load(std::memory_order_relaxed);
         const uint64_t kh = SlotHash(k);
-        if (LogOf(kh) != li) {
+        if (!writer_ && LogOf(kh) != li) {
           return bad("log block at " + std::to_string(off) + " holds a key of another log");
         }
         SegMeta* s = SegOf(kh);  // the item's segment, bucket and fingerprint (PM table, D-bucket)
@@ -1189,7 +1256,36 @@ Status ElimDA<P, R>::Recover() {
   SweepEmptyBlocks(/*all=*/true);
   for (uint32_t li = 0; li < params_.logs; li++) MirrorActiveBlock(&logs_[li]);
   size_.Reset(static_cast<int64_t>(live));
-  return Status::OK();
+  return SettleWriterLogs();
+}
+
+template <pm::PersistPolicy P, bool R>
+Status ElimDA<P, R>::SettleWriterLogs() PMHASH_NO_THREAD_SAFETY_ANALYSIS {
+  if (!writer_) return Status::OK();
+  const uint32_t n = 1u << stripe_bits_;
+  auto settle = [&] {  // false if a stripe has items in two active blocks
+    for (uint32_t i = 0; i < n; i++) stripes_[i].last_block = Stripe::kNone;
+    for (uint32_t li = 0; li < params_.logs; li++) {
+      const LogState& log = logs_[li];
+      if (!log.head) continue;
+      const LogBlock* blk = Block(log.head);
+      const uint64_t hdr = blk->header.load(std::memory_order_relaxed);
+      for (uint32_t c = static_cast<uint32_t>(hdr & kFullBits); c; c &= c - 1) {
+        const uint32_t j = static_cast<uint32_t>(std::countr_zero(c));
+        Stripe* st = StripeOf(SlotHash(blk->slots[j].key.load(std::memory_order_relaxed)));
+        if (st->last_block != Stripe::kNone && st->last_log != li) return false;
+        st->last_block = log.head_off;
+        st->last_log = li;
+      }
+    }
+    return true;
+  };
+  if (settle()) return Status::OK();
+  for (uint32_t li = 0; li < params_.logs; li++) {
+    PMHASH_RETURN_IF_ERROR(Seal(li, /*force=*/true));
+  }
+  writer_settle_seals_.fetch_add(1, std::memory_order_relaxed);
+  return settle() ? Status::OK() : Status::Corruption("elimda: writer logs did not settle");
 }
 
 template <pm::PersistPolicy P, bool R>
@@ -1388,7 +1484,7 @@ Status ElimDA<P, R>::LoadState(pm::StateReader& r) {
   segments_.store(nsegs, std::memory_order_relaxed);
   blocks_.store(nblocks, std::memory_order_relaxed);
   size_.Reset(static_cast<int64_t>(live));
-  return Status::OK();
+  return SettleWriterLogs();  // (reads the named active blocks' keys; a Seal writes PM)
 }
 
 template <pm::PersistPolicy P, bool R>
@@ -1468,7 +1564,7 @@ bool ElimDA<P, R>::LocateLog(const Probe& p, Where* out) const {
   const uint64_t h = p.h;
   const uint16_t f = FpOf(h);
   Where& w = *out;
-  const LogState& log = logs_[LogOf(h)];
+  const LogState& log = PendingLog(h);
   if (BlockInfo* bi = log.head) {
     uint32_t candidates = kFullBits;
     if (log.mirror_of == bi) {  // the mirror: PM is read on a fingerprint match only
@@ -1520,7 +1616,7 @@ bool ElimDA<P, R>::Search(const Probe& p, uint64_t* word) const {
     return true;
   }
   // The active block: other stripes' appends may move its items (I3').
-  LogState& log = logs_[LogOf(p.h)];
+  LogState& log = PendingLog(p.h);
   if (!MayBeInActiveBlock(p.h, log)) return false;
   detail::LogSection ls(log.mu, shared_logs());
   if (!LocateLog(p, &w)) return false;
@@ -1534,7 +1630,7 @@ int ElimDA<P, R>::LayerOf(Key k) const {
   const Probe p = U64Probe(k, bytes);
   SharedLockGuard<detail::TableLock> g(table_mu_);
   LockGuard<detail::LogLock> sg(StripeLock(p.h));
-  detail::LogSection ls(logs_[LogOf(p.h)].mu, shared_logs());
+  detail::LogSection ls(PendingLog(p.h).mu, shared_logs());
   return static_cast<int>(Locate(p).layer);
 }
 
@@ -1639,8 +1735,7 @@ template <pm::PersistPolicy P, bool R>
 Status ElimDA<P, R>::Write(const Probe& p, std::string_view value_bytes, Value value,
                            WriteMode mode) {
   const uint64_t h = p.h;
-  const uint32_t li = LogOf(h);
-  LogState& log = logs_[li];
+  uint32_t li = LogOf(h);  // the log to append to (writer logs: chosen under the stripe lock)
   // The value word to store: the value, or a new record's offset. An update's record is fenced
   // before the value store that publishes it; an append's checked record is persisted by the
   // append's own fence (I11).
@@ -1672,6 +1767,12 @@ Status ElimDA<P, R>::Write(const Probe& p, std::string_view value_bytes, Value v
     {
       SharedLockGuard<detail::TableLock> g(table_mu_);
       LockGuard<detail::LogLock> sg(StripeLock(h));
+      // The key's items in an active block are in its pending log's (W1, or its hash's log). An
+      // append goes there too while they may be (writer logs: else to the thread's log).
+      const uint32_t pending = PendingLogOf(h);
+      const bool may_be_logged = MayBeInActiveBlock(h, logs_[pending]);
+      li = writer_ && !may_be_logged ? WriterLog() : pending;
+      LogState& log = logs_[li];
       // An insert appends to the active block's first line: start that miss before the search's.
       if (log.head_off) __builtin_prefetch(pool_->template At<LogBlock>(log.head_off), 1);
       Where w;
@@ -1686,13 +1787,13 @@ Status ElimDA<P, R>::Write(const Probe& p, std::string_view value_bytes, Value v
         // (elimda: the shadow holds the key, which stays live in the PM table; it is left, and
         // an erase clears it first.)
         if constexpr (R) {
-          if (ClearShadow(w.seg, w.b, w.j, h)) persist_.Fence();
+          if (ClearShadow(w.seg, w.b, w.j)) persist_.Fence();
         }
         return publish(&BucketSlots(w.seg->off, w.b)[w.j].value, nullptr);
       }
       // The active block, which other stripes' appends share (I3' moves items in it).
       detail::LogSection ls(log.mu, shared_logs());
-      if (LocateLog(p, &w)) {
+      if (may_be_logged && LocateLog(p, &w)) {
         if (mode == WriteMode::kInsert) return Status::Exists();
         PMHASH_RETURN_IF_ERROR(value_word());
         return publish(&Block(w.block)->slots[w.j].value, nullptr);
@@ -1704,7 +1805,10 @@ Status ElimDA<P, R>::Write(const Probe& p, std::string_view value_bytes, Value v
         if ((hdr & kFullBits) != kFullBits) {
           PMHASH_RETURN_IF_ERROR(append_word());
           Append(&log, blk, hdr, h, Keys::KeyWord(p), v);
-          if (Stripe* st = StripeOf(h)) st->last_block = log.head_off;
+          if (Stripe* st = StripeOf(h)) {
+            st->last_block = log.head_off;
+            st->last_log = li;
+          }
           size_.Add(1);
           return Status::OK();
         }
@@ -1717,7 +1821,6 @@ Status ElimDA<P, R>::Write(const Probe& p, std::string_view value_bytes, Value v
 template <pm::PersistPolicy P, bool R>
 Status ElimDA<P, R>::EraseProbe(const Probe& p) {
   const uint64_t h = p.h;
-  LogState& log = logs_[LogOf(h)];
   SharedLockGuard<detail::TableLock> g(table_mu_);
   LockGuard<detail::LogLock> sg(StripeLock(h));
   Where w;
@@ -1738,7 +1841,7 @@ Status ElimDA<P, R>::EraseProbe(const Probe& p) {
       // one fence (a crash that keeps only the tombstone brings the key back from its shadow
       // with the record it has in the PM table, since updates clear shadows: the erase did not
       // happen). elimda: fenced first (an update leaves the shadow with an older value).
-      if (ClearShadow(s, w.b, j, h) && !R) persist_.Fence();
+      if (ClearShadow(s, w.b, j) && !R) persist_.Fence();
       if constexpr (R) {
         const uint64_t r = slots[j].value.load(std::memory_order_relaxed);
         if (r != records[0] && r != records[1]) records[records[0] ? 1 : 0] = r;
@@ -1755,7 +1858,8 @@ Status ElimDA<P, R>::EraseProbe(const Probe& p) {
     return Status::OK();
   }
   // A logged item: its block's header word and DRAM bits are the log's (other stripes' erases
-  // and appends write them).
+  // and appends write them): the sealed block's log, or the pending log (W1).
+  LogState& log = w.layer == Layer::kDram ? logs_[w.item->block->log] : PendingLog(h);
   if (w.layer == Layer::kNone && !MayBeInActiveBlock(h, log)) return Status::NotFound();
   detail::LogSection ls(log.mu, shared_logs());
   if (w.layer == Layer::kNone && !LocateLog(p, &w)) return Status::NotFound();
@@ -1780,12 +1884,16 @@ Status ElimDA<P, R>::EraseProbe(const Probe& p) {
 }
 
 template <pm::PersistPolicy P, bool R>
-Status ElimDA<P, R>::Seal(uint32_t li) PMHASH_NO_THREAD_SAFETY_ANALYSIS {
+Status ElimDA<P, R>::Seal(uint32_t li, bool force) PMHASH_NO_THREAD_SAFETY_ANALYSIS {
   LockGuard<detail::TableLock> g(table_mu_);
   LogState& log = logs_[li];
   BlockInfo* old = log.head;
-  if (old && (Block(old)->header.load(std::memory_order_relaxed) & kFullBits) != kFullBits) {
-    return Status::OK();  // another thread swapped first
+  if (old) {
+    const uint32_t bits =
+        static_cast<uint32_t>(Block(old)->header.load(std::memory_order_relaxed) & kFullBits);
+    if (force ? bits == 0 : bits != kFullBits) return Status::OK();  // another thread swapped
+  } else if (force) {
+    return Status::OK();
   }
   // (The batch of empty blocks is swept at the end: a full pool sweeps them all in Reclaim.)
   auto off = pool_->allocator().Allocate(1);
@@ -2324,17 +2432,18 @@ void ElimDA<P, R>::ClearStale(BlockInfo* bi, uint32_t mask) PMHASH_NO_THREAD_SAF
 }
 
 template <pm::PersistPolicy P, bool R>
-bool ElimDA<P, R>::ClearShadow(SegMeta* s, uint32_t b, uint32_t pos, uint64_t h)
+bool ElimDA<P, R>::ClearShadow(SegMeta* s, uint32_t b, uint32_t pos)
     PMHASH_NO_THREAD_SAFETY_ANALYSIS {
   const size_t i = size_t{b} * params_.bucket_items + pos;
   if (!s->Shadowed(i)) return false;
   s->SetShadowed(i, false);
-  // The block's header word and stale bits are the log's: other stripes' erases write them.
-  detail::LogSection ls(logs_[LogOf(h)].mu, shared_logs());
   const std::vector<Shadow>& list = s->shadow[b];
   auto it = std::lower_bound(list.begin(), list.end(), pos,
                              [](const Shadow& e, uint32_t p) { return e.pos < p; });
   for (; it != list.end() && it->pos == pos; ++it) {
+    // The block's header word and stale bits are its log's: other stripes' erases write them.
+    // (h's log, unless writer logs.)
+    detail::LogSection ls(logs_[it->bi->log].mu, shared_logs());
     if ((it->bi->stale >> it->slot) & 1) {
       ClearStale(it->bi, 1u << it->slot);
       stale_cleared_.fetch_add(1, std::memory_order_relaxed);
@@ -2402,10 +2511,11 @@ IndexStats ElimDA<P, R>::Stats() const PMHASH_NO_THREAD_SAFETY_ANALYSIS {
   this->FillCommonStats(&s);
   uint64_t dram_items = 0, fp_bytes = 0, dir_bytes = 0;
   const uint64_t shadows = shadow_entries_.load(std::memory_order_relaxed);
-  uint32_t gd = 0;
+  uint32_t gd = 0, active_logs = 0;
   {
     SharedLockGuard<detail::TableLock> g(table_mu_);
     gd = gd_;
+    for (uint32_t li = 0; li < params_.logs; li++) active_logs += logs_[li].head_off != 0;
     dir_bytes = dir_.size() * sizeof(SegMeta*);
     for (size_t i = 0; i < dir_.size();) {
       const SegMeta* m = dir_[i];
@@ -2430,11 +2540,13 @@ IndexStats ElimDA<P, R>::Stats() const PMHASH_NO_THREAD_SAFETY_ANALYSIS {
   auto add = [&](const char* name, double v) { s.details.push_back({name, v}); };
   add("elimda.segments", static_cast<double>(segs));
   add("elimda.log_blocks", static_cast<double>(blocks));
+  add("elimda.active_logs", static_cast<double>(active_logs));  // logs with an active block
   {
     LockGuard<SpinLock> eg(empty_mu_);  // those awaiting their batch (I8): still linked
     add("elimda.empty_blocks_linked", static_cast<double>(empty_blocks_.size()));
   }
   add("elimda.log_swaps", static_cast<double>(log_swaps_.load()));
+  if (writer_) add("elimda.writer_settle_seals", static_cast<double>(writer_settle_seals_.load()));
   add("elimda.first_line_moves", static_cast<double>(line_moves_.load()));
   if constexpr (R) add("elimda.torn_appends_dropped", static_cast<double>(torn_dropped_.load()));
   add("elimda.relocations", static_cast<double>(relocations_.load()));
@@ -2588,7 +2700,14 @@ Status ElimDA<P, R>::CheckInvariants() const PMHASH_NO_THREAD_SAFETY_ANALYSIS {
       for (uint32_t c = bits; c; c &= c - 1) {
         const uint32_t j = static_cast<uint32_t>(std::countr_zero(c));
         const Key k = blk->slots[j].key.load();
-        if (LogOf(SlotHash(k)) != li) return fail("logged key in the wrong log");
+        if (writer_) {  // W1: the key's stripe names this active block
+          const Stripe* st = StripeOf(SlotHash(k));
+          if (bi == head && (st->last_log != li || st->last_block != bi->off)) {
+            return fail("W1: a key in an active block its stripe does not name");
+          }
+        } else if (LogOf(SlotHash(k)) != li) {
+          return fail("logged key in the wrong log");
+        }
         if ((bi->stale >> j) & 1) {  // I13: a relocated item, live in the PM table
           if (!pm_live.Contains(Identity(k, blk->slots[j].value.load()))) {
             return fail("stale log slot whose item is not live in the PM table");
