@@ -107,7 +107,8 @@
 //       active block, persisted, then the log table word is switched to it (commit: one 8-byte
 //       write). Before: the new block is unreachable (freed by the allocator rebuild).
 //   I5  Relocation: items written past count (NtCopy, fence: invisible by I1), then count
-//       published (commit: one 8-byte store + persist). The log bits are not cleared (I13), so
+//       published (commit: one 8-byte store + persist; under ADR later, for many relocations at
+//       once: I14). The log bits are not cleared (I13), so
 //       a relocated key is both in the P-bucket and in a log: recovery treats a logged item that
 //       is live in the PM table (elimda: the same key; elimda-kv: the same record) as relocated
 //       and clears its bit durably (no key is otherwise in both places: Insert checks existence;
@@ -201,6 +202,21 @@
 //       insert under ADR; now it writes none. What it costs: an erase (elimda-kv: an update) of
 //       an item with a shadow flushes one more line and fences once more; recovery clears the
 //       shadows' bits (one flush per block).
+//   I14 Late counts (ADR and the crash simulator: where a count's persist is a media write). A
+//       relocation does not publish its count (I5's commit): it raises the DRAM count only and
+//       lists the segment (SegMeta::unpublished). Its items are durable already (fenced), and,
+//       past PM's count, garbage to recovery (I1), which finds them in their log slots instead:
+//       their bits stay set (I13). The counts are published, each listed segment's in one
+//       header flush and all with one fence (PublishAllCounts), before any log block is
+//       unlinked or freed (SweepEmptyBlocks: the blocks a relocation empties wait for it there
+//       anyway), at Close before the stale bits are cleared (so the image's counts are PM's),
+//       and before a compaction. An in-place update of a PM-table item publishes its segment
+//       first (PublishCounts): the value it writes must be where recovery reads it. An erase
+//       need not: it clears the item's shadow (fenced, or flushed with the tombstone), so a
+//       crash finds the item in neither place, the erase's effect. A split writes its halves'
+//       counts whole and unlists the old segment. No slot past PM's count is live without a
+//       valid shadow (CheckInvariants). 2M-10M keys, one thread: a publish covers 8.3 relocations
+//       (docs/results.md).
 //
 // Recovery (paper 3.6): walk the segment chain (tiling and tags checked, every offset
 // validated, MarkReachable), rebuild directory, counts and fingerprints; walk every log chain
@@ -651,7 +667,11 @@ class ElimDA : public index::EngineBase<ElimDA<P, kRecords>, P, Config> {
   struct SegMeta {
     uint64_t off = 0;
     uint32_t depth = 0;
-    std::vector<uint32_t> count;             // per P-bucket
+    std::vector<uint32_t> count;             // per P-bucket (PM's may be lower: I14)
+    // I14: some count is above its PM count (a relocation's, not yet published). Set under the
+    // exclusive lock; cleared by a publish, which an update may run under the shared lock.
+    std::atomic<bool> unpublished{false};
+    bool listed = false;  // in ElimDA::unpublished_ (under the exclusive lock)
     std::vector<uint16_t> fp;                // bucket b, slot j at [b * N_p + j]
     std::vector<std::vector<DItem>> dbucket;  // per bucket
     std::vector<std::vector<uint16_t>> dfp;   // per bucket: the fingerprint of each D-item
@@ -776,7 +796,9 @@ class ElimDA : public index::EngineBase<ElimDA<P, kRecords>, P, Config> {
   template <class Take, class Done>
   void WalkLiveSlots(Take&& take, Done&& done) const;
   EpochManager& RecordEpoch() const { return *epoch_; }  // elimda-kv's FindBytes
-  void Quiesce() {  // Close(): empty blocks unlinked, stale log bits cleared, records freed
+  void Quiesce() {  // Close(): counts published, empty blocks unlinked, stale log bits cleared,
+                    // records freed
+    PublishAllCounts();  // I14: before the stale bits go, and the image (I12) names PM's counts
     SweepEmptyBlocks(/*all=*/true);
     ClearAllStale();
     if constexpr (kRecords) {
@@ -898,6 +920,12 @@ class ElimDA : public index::EngineBase<ElimDA<P, kRecords>, P, Config> {
   // unless writer logs). REQUIRES: the key's stripe lock, and no log section.
   bool ClearShadow(SegMeta* s, uint32_t b, uint32_t pos);
   void ClearAllStale();  // Close: every stale bit cleared in PM (I13)
+  // I14: s's counts stored into its PM header, persisted, fenced. REQUIRES: the table lock
+  // (shared: the counts only change under the exclusive lock; concurrent publishers store the
+  // same words).
+  void PublishCounts(SegMeta* s);
+  // I14: every segment with unpublished counts, one fence. REQUIRES: exclusive (or recovery).
+  void PublishAllCounts();
 
   SegMeta* NewSegMeta(uint64_t off, uint32_t depth) const;
   void DeleteAll();
@@ -929,6 +957,9 @@ class ElimDA : public index::EngineBase<ElimDA<P, kRecords>, P, Config> {
   // Sealed blocks left without items, linked until their batch (SweepEmptyBlocks, I8).
   std::vector<BlockInfo*> empty_blocks_;
   BlockInfo* unlinked_ = nullptr;  // unlinked blocks that shadow entries still name (I13)
+  // I14: segments whose counts a relocation raised in DRAM only (the flag may have been
+  // cleared since by an update's publish), each once. Under the exclusive lock.
+  std::vector<SegMeta*> unpublished_;
   // Under the exclusive lock: a relocation's items (scratch_[0]), a split's two segment images.
   std::vector<uint64_t> scratch_[2];
 
@@ -936,7 +967,8 @@ class ElimDA : public index::EngineBase<ElimDA<P, kRecords>, P, Config> {
       blocks_freed_{0}, block_unlinks_{0}, segments_{0}, blocks_{0}, compactions_{0},
       line_moves_{0}, stale_cleared_{0},  // shadows cleared by an update or erase (I13)
       torn_dropped_{0},  // elimda-kv: unacknowledged appends whose record a crash tore (I11)
-      writer_settle_seals_{0};  // opens that sealed the logs to settle the stripes (W1)
+      writer_settle_seals_{0},  // opens that sealed the logs to settle the stripes (W1)
+      count_publishes_{0};      // segment headers whose counts were published late (I14)
   // I13: shadow list entries (valid or not) and stale bits.
   std::atomic<uint64_t> shadow_entries_{0}, stale_slots_{0}, shadow_prunes_{0};
 
@@ -974,6 +1006,7 @@ void ElimDA<P, R>::DeleteAll() {
     delete s;
   }
   dir_.clear();
+  unpublished_.clear();
   if (logs_) {
     for (uint32_t i = 0; i < params_.logs; i++) {
       for (BlockInfo* b = logs_[i].head; b;) {
@@ -1782,6 +1815,8 @@ Status ElimDA<P, R>::Write(const Probe& p, std::string_view value_bytes, Value v
         if (w.layer == Layer::kDram) {  // a sealed block's slot: no append moves it
           return publish(&Block(w.item->block)->slots[w.item->slot].value, w.item);
         }
+        // I14: an in-place write needs its slot below the PM count, where recovery reads it.
+        if (w.seg->unpublished.load(std::memory_order_acquire)) PublishCounts(w.seg);
         // I13, elimda-kv: the shadow names the old record, which recovery would no longer find
         // in the PM table: its bit is cleared, durably, before the new record is published.
         // (elimda: the shadow holds the key, which stays live in the PM table; it is left, and
@@ -2018,6 +2053,7 @@ void ElimDA<P, R>::Reclaim() PMHASH_NO_THREAD_SAFETY_ANALYSIS {
 // second), never lost.
 template <pm::PersistPolicy P, bool R>
 void ElimDA<P, R>::Compact(SegMeta* s, uint32_t b) PMHASH_NO_THREAD_SAFETY_ANALYSIS {
+  if (s->unpublished.load(std::memory_order_relaxed)) PublishCounts(s);  // I14
   const uint32_t n = s->count[b];
   PmSlot* slots = BucketSlots(s->off, b);
   uint16_t* fps = &s->fp[size_t{b} * params_.bucket_items];
@@ -2095,10 +2131,21 @@ void ElimDA<P, R>::Relocate(SegMeta* s, uint32_t b, std::vector<DItem>& items)
     img[2 * i + 1] = items[i].value;
   }
   persist_.NtCopy(dst, img.data(), size_t{n} * sizeof(PmSlot));
-  persist_.Fence();
-  SegHeader* hdr = Header(s);
-  hdr->count[b].store(at + n, std::memory_order_release);  // I5: the relocation's commit point
-  persist_.Persist(&hdr->count[b], sizeof(uint64_t));
+  persist_.Fence();  // the items are durable before a count names them (any thread's publish)
+  if constexpr (P::kWritesBack) {
+    // I14: the count is published later, with the segment's other counts (one media write for
+    // all the relocations into the segment since), before a block these items leave is freed;
+    // until then the items' log slots, whose bits stay set (I13), are what recovery finds.
+    s->unpublished.store(true, std::memory_order_relaxed);
+    if (!s->listed) {
+      s->listed = true;
+      unpublished_.push_back(s);
+    }
+  } else {
+    SegHeader* hdr = Header(s);
+    hdr->count[b].store(at + n, std::memory_order_release);  // I5: the relocation's commit point
+    persist_.Persist(&hdr->count[b], sizeof(uint64_t));
+  }
   for (uint32_t i = 0; i < n; i++) {
     s->fp[size_t{b} * params_.bucket_items + at + i] = FpOf(SlotHash(items[i].key));
   }
@@ -2297,6 +2344,8 @@ Status ElimDA<P, R>::Split(SegMeta* s, uint64_t h) PMHASH_NO_THREAD_SAFETY_ANALY
   }
   for (uint64_t e = first; e < first + span; e++) dir_[e] = half[e >= first + span / 2];
   alloc.Free(s->off, static_cast<uint32_t>(seg_chunks_));
+  // I14: s's unpublished counts go with it: the halves' headers hold them all.
+  if (s->listed) std::erase(unpublished_, s);
   delete s;
   segments_.fetch_add(1, std::memory_order_relaxed);
   dups_dropped_.fetch_add(dropped, std::memory_order_relaxed);
@@ -2323,6 +2372,8 @@ bool ElimDA<P, R>::SweepEmptyBlocks(bool all) PMHASH_NO_THREAD_SAFETY_ANALYSIS {
     if (!all && empty_batch_ != 0 && empty_blocks_.size() * empty_batch_ < sealed) return false;
     todo.swap(empty_blocks_);
   }
+  // I14: the relocated items these blocks' stale bits shadow are published before a block goes.
+  PublishAllCounts();
   // A block may be listed twice: its first listing counts, in the order listed (the order of the
   // unlinks' persists, which a crash test's replay repeats), told by address (a block unlinked
   // and deleted may be listed again: never read before this check). Every linked sealed block
@@ -2468,6 +2519,38 @@ void ElimDA<P, R>::ClearAllStale() PMHASH_NO_THREAD_SAFETY_ANALYSIS {
 }
 
 template <pm::PersistPolicy P, bool R>
+void ElimDA<P, R>::PublishCounts(SegMeta* s) PMHASH_NO_THREAD_SAFETY_ANALYSIS {
+  SegHeader* hdr = Header(s);
+  for (uint32_t b = 0; b < params_.segment_buckets; b++) {
+    hdr->count[b].store(s->count[b], std::memory_order_release);
+  }
+  persist_.Flush(&hdr->count[0], params_.segment_buckets * sizeof(uint64_t));
+  persist_.Fence();
+  s->unpublished.store(false, std::memory_order_release);
+  count_publishes_.fetch_add(1, std::memory_order_relaxed);
+}
+
+template <pm::PersistPolicy P, bool R>
+void ElimDA<P, R>::PublishAllCounts() PMHASH_NO_THREAD_SAFETY_ANALYSIS {
+  if (unpublished_.empty()) return;
+  uint64_t n = 0;
+  for (SegMeta* s : unpublished_) {
+    s->listed = false;
+    if (!s->unpublished.load(std::memory_order_relaxed)) continue;  // an update published it
+    SegHeader* hdr = Header(s);
+    for (uint32_t b = 0; b < params_.segment_buckets; b++) {
+      hdr->count[b].store(s->count[b], std::memory_order_release);
+    }
+    persist_.Flush(&hdr->count[0], params_.segment_buckets * sizeof(uint64_t));
+    s->unpublished.store(false, std::memory_order_relaxed);
+    n++;
+  }
+  if (n) persist_.Fence();
+  unpublished_.clear();
+  count_publishes_.fetch_add(n, std::memory_order_relaxed);
+}
+
+template <pm::PersistPolicy P, bool R>
 template <class Take, class Done>
 void ElimDA<P, R>::WalkLiveSlots(Take&& take, Done&& done) const PMHASH_NO_THREAD_SAFETY_ANALYSIS {
   {
@@ -2554,6 +2637,7 @@ IndexStats ElimDA<P, R>::Stats() const PMHASH_NO_THREAD_SAFETY_ANALYSIS {
   add("elimda.split_duplicates_dropped", static_cast<double>(dups_dropped_.load()));
   add("elimda.blocks_freed", static_cast<double>(blocks_freed_.load()));
   add("elimda.block_unlinks", static_cast<double>(block_unlinks_.load()));
+  add("elimda.count_publishes", static_cast<double>(count_publishes_.load()));
   add("elimda.compactions", static_cast<double>(compactions_.load()));
   add("elimda.dram_items", static_cast<double>(dram_items));
   add("elimda.shadow_entries", static_cast<double>(shadows));
@@ -2600,7 +2684,11 @@ Status ElimDA<P, R>::CheckInvariants() const PMHASH_NO_THREAD_SAFETY_ANALYSIS {
     if (h->tag_depth.load() != SegWord(s->depth)) return fail("segment header word");
     const uint64_t prefix = i >> (gd_ - s->depth);
     for (uint32_t b = 0; b < params_.segment_buckets; b++) {
-      if (h->count[b].load() != s->count[b]) return fail("bucket count differs from PM");
+      // I14: PM's count is the DRAM count, or below it while the segment is listed unpublished.
+      const uint64_t pm_count = h->count[b].load();
+      if (pm_count > s->count[b] || (pm_count < s->count[b] && !s->unpublished.load())) {
+        return fail("bucket count differs from PM");
+      }
       const PmSlot* slots = BucketSlots(off, b);
       in_bucket.Clear();
       for (uint32_t j = 0; j < s->count[b]; j++) {
@@ -2616,11 +2704,22 @@ Status ElimDA<P, R>::CheckInvariants() const PMHASH_NO_THREAD_SAFETY_ANALYSIS {
         live++;
       }
       uint32_t last_pos = 0;
+      uint32_t covered = static_cast<uint32_t>(pm_count);  // I14: below it, or shadowed
+      auto unshadowed = [&](uint32_t from, uint32_t to) {  // true if no live item in [from, to)
+        for (uint32_t j = from; j < to; j++) {
+          if (LiveIn(slots[j].key.load(), prefix, s->depth, b)) return false;
+        }
+        return true;
+      };
       for (const Shadow& e : s->shadow[b]) {
         refs[e.bi]++;
         if (e.pos < last_pos) return fail("shadow list out of order");
         last_pos = e.pos;
         if (!((e.bi->stale >> e.slot) & 1)) continue;
+        if (!unshadowed(covered, std::min(e.pos, s->count[b]))) {
+          return fail("an unpublished item without a shadow (lost in a crash)");
+        }
+        covered = std::max(covered, e.pos + 1);
         if (e.pos >= s->count[b]) return fail("shadow past the bucket's count");
         if (!s->Shadowed(size_t{b} * params_.bucket_items + e.pos)) {
           return fail("shadowed slot without its bit");
@@ -2635,6 +2734,9 @@ Status ElimDA<P, R>::CheckInvariants() const PMHASH_NO_THREAD_SAFETY_ANALYSIS {
         if (!shadowed.insert(e.bi->off << 4 | e.slot).second) {
           return fail("log slot shadowed twice");
         }
+      }
+      if (!unshadowed(covered, s->count[b])) {
+        return fail("an unpublished item without a shadow (lost in a crash)");
       }
       if (s->dfp[b].size() != s->dbucket[b].size()) return fail("D-bucket fingerprints");
       for (size_t x = 0; x < s->dbucket[b].size(); x++) {
