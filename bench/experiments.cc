@@ -149,6 +149,7 @@ void ApplyKindOptions(const BenchConfig& c, Options* o) {
   if (c.elimda_batch) o->elimda.empty_block_batch = *c.elimda_batch;
   if (c.elimda_writer_logs) o->elimda.writer_logs = *c.elimda_writer_logs;
   if (c.smartht_keys_per_head) o->smartht.grow_keys_per_head = *c.smartht_keys_per_head;
+  if (c.background_threads) o->background_threads = *c.background_threads;
 }
 
 std::vector<Series> RunGrowth(const BenchConfig& c, const KeySet& keys, PoolFile* file,

@@ -771,6 +771,7 @@ std::string ToJson(const BenchReport& r) {
   if (c.elimda_batch) j.UintMember("elimda_batch", *c.elimda_batch);
   if (c.elimda_writer_logs) j.UintMember("elimda_writer_logs", *c.elimda_writer_logs);
   if (c.smartht_keys_per_head) j.NumberMember("smartht_keys_per_head", *c.smartht_keys_per_head);
+  if (c.background_threads) j.UintMember("background_threads", *c.background_threads);
   j.BoolMember("reference", c.reference);
   j.UintMember("key_bytes", c.key_bytes);
   j.UintMember("value_bytes", c.value_bytes);

@@ -14,7 +14,7 @@
 //   config  {indexes[], durabilities[], keys, threads[], seed, pool_path, keep_pool, pool_size,
 //            pin, huge_pages, media_block_bytes, media_cache_bytes, elimda_logs (only when
 //            set: the run's one value), elimda_batch, elimda_writer_logs,
-//            smartht_keys_per_head (only when set), reference, key_bytes, value_bytes (0: uint64 items), count_keys, check,
+//            smartht_keys_per_head, background_threads (only when set), reference, key_bytes, value_bytes (0: uint64 items), count_keys, check,
 //            persist_probe, repeat,
 //            experiment, phases[], distribution, mix, ops, warmup_ops, latency_every, table,
 //            growth, growth_steps, sample_ops, recovery_keys[]}

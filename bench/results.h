@@ -66,6 +66,10 @@ struct BenchConfig {
   // while it holds more keys per head bucket than this: a longer chain for a higher load
   // factor); unset: the default (3).
   std::optional<double> smartht_keys_per_head;
+  // Options::background_threads of the indexes this run opens (SmartHT's head growth and filter
+  // rebuild, ElimDA's background work); 0: manual mode, the writers do that work themselves, so
+  // load factors and table shapes no longer depend on thread timing. Unset: the default (1).
+  std::optional<uint32_t> background_threads;
   // Variable-size items (bench/bytes_table.h): keys of key_bytes and values of value_bytes
   // bytes, expanded from the generator's 64-bit keys, through the bytes API of the kinds whose
   // Capabilities have `bytes` (the others are skipped with a note); the reference row is then

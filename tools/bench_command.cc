@@ -251,6 +251,12 @@ int BenchMain(const ParsedArgs& args) {
       }
       c.smartht_keys_per_head = x;
     }
+    if (auto v = args.Value("background-threads")) {
+      uint64_t n = 0;
+      PMHASH_RETURN_IF_ERROR(ParseCount(*v, "--background-threads", &n));
+      if (n > 64) return Status::InvalidArgument("--background-threads: at most 64");
+      c.background_threads = static_cast<uint32_t>(n);
+    }
     if (args.Has("no-reference")) c.reference = false;
     if (auto v = args.Value("count-keys")) {
       uint64_t n = 0;

@@ -112,6 +112,9 @@ constexpr FlagSpec kBenchFlags[] = {
      "SmartHT grows its head array while it holds more than X keys per head\n"
      "bucket (default 3; larger: longer chains, fewer buckets, a higher load\n"
      "factor; the paper's 200M keys in 2^24 heads are 11.9)"},
+    {"background-threads", "N",
+     "worker threads of the indexes' background work (SmartHT's head growth\n"
+     "and filter rebuild; default 1; 0: the writers do it, deterministically)"},
     {"check", "", "run CheckInvariants after the insert phase (untimed)"},
     {"no-probe", "", "skip the persist-limit probe (store + flush + fence on random lines)"},
     {"repeat", "R",
