@@ -924,6 +924,7 @@ class ElimDA : public index::EngineBase<ElimDA<P, kRecords>, P, Config> {
   // (shared: the counts only change under the exclusive lock; concurrent publishers store the
   // same words).
   void PublishCounts(SegMeta* s);
+  void StoreCounts(SegMeta* s);  // the header's counts stored and flushed, no fence
   // I14: every segment with unpublished counts, one fence. REQUIRES: exclusive (or recovery).
   void PublishAllCounts();
 
@@ -2519,12 +2520,17 @@ void ElimDA<P, R>::ClearAllStale() PMHASH_NO_THREAD_SAFETY_ANALYSIS {
 }
 
 template <pm::PersistPolicy P, bool R>
-void ElimDA<P, R>::PublishCounts(SegMeta* s) PMHASH_NO_THREAD_SAFETY_ANALYSIS {
+void ElimDA<P, R>::StoreCounts(SegMeta* s) PMHASH_NO_THREAD_SAFETY_ANALYSIS {
   SegHeader* hdr = Header(s);
   for (uint32_t b = 0; b < params_.segment_buckets; b++) {
     hdr->count[b].store(s->count[b], std::memory_order_release);
   }
   persist_.Flush(&hdr->count[0], params_.segment_buckets * sizeof(uint64_t));
+}
+
+template <pm::PersistPolicy P, bool R>
+void ElimDA<P, R>::PublishCounts(SegMeta* s) PMHASH_NO_THREAD_SAFETY_ANALYSIS {
+  StoreCounts(s);
   persist_.Fence();
   s->unpublished.store(false, std::memory_order_release);
   count_publishes_.fetch_add(1, std::memory_order_relaxed);
@@ -2537,11 +2543,7 @@ void ElimDA<P, R>::PublishAllCounts() PMHASH_NO_THREAD_SAFETY_ANALYSIS {
   for (SegMeta* s : unpublished_) {
     s->listed = false;
     if (!s->unpublished.load(std::memory_order_relaxed)) continue;  // an update published it
-    SegHeader* hdr = Header(s);
-    for (uint32_t b = 0; b < params_.segment_buckets; b++) {
-      hdr->count[b].store(s->count[b], std::memory_order_release);
-    }
-    persist_.Flush(&hdr->count[0], params_.segment_buckets * sizeof(uint64_t));
+    StoreCounts(s);
     s->unpublished.store(false, std::memory_order_relaxed);
     n++;
   }
