@@ -67,8 +67,10 @@ struct BenchConfig {
   // factor); unset: the default (3).
   std::optional<double> smartht_keys_per_head;
   // Options::background_threads of the indexes this run opens (SmartHT's head growth and filter
-  // rebuild, ElimDA's background work); 0: manual mode, the writers do that work themselves, so
-  // load factors and table shapes no longer depend on thread timing. Unset: the default (1).
+  // rebuild, ElimDA's background work); 0: manual mode, where writers split SmartHT's heads
+  // themselves, so load factors and table shapes no longer depend on thread timing, but queued
+  // tasks (SmartHT's filter rebuilds) wait for Close: its negative searches read PM once the
+  // filter is past the keys it was sized for. Unset: the default (1).
   std::optional<uint32_t> background_threads;
   // Variable-size items (bench/bytes_table.h): keys of key_bytes and values of value_bytes
   // bytes, expanded from the generator's 64-bit keys, through the bytes API of the kinds whose

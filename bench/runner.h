@@ -29,6 +29,7 @@
 
 #include "bench/histogram.h"
 #include "bench/keys.h"
+#include "common/attributes.h"
 #include "pmhash/index.h"
 #include "pmhash/status.h"
 
@@ -150,9 +151,11 @@ inline uint64_t NowNs() {
                                    .count());
 }
 
-// One checked operation; false (and out->failure set) on an unexpected result.
+// One checked operation; false (and out->failure set) on an unexpected result. Always inlined
+// into the hot loop, whatever the table: a call frame per operation is harness cost, and a
+// table whose operation inlines (absl's, SmartHT's Find) would otherwise pay it for the harness.
 template <Op kOp, BenchTable T>
-inline bool DoOp(T& table, uint64_t k, ThreadOutcome* out) {
+PMHASH_ALWAYS_INLINE bool DoOp(T& table, uint64_t k, ThreadOutcome* out) {
   if constexpr (kOp == Op::kInsert || kOp == Op::kUpdate || kOp == Op::kErase) {
     Status s = kOp == Op::kInsert   ? table.Insert(k, ValueOf(k))
                : kOp == Op::kUpdate ? table.Update(k, ValueOf(k))
@@ -209,7 +212,7 @@ inline bool DoMixedOp(T& table, const OpKey& ok, ThreadOutcome* out) {
 template <Op kOp, BenchTable T, class Item>
 void RunSlice(T& table, std::span<const Item> items, uint32_t every, ThreadOutcome* out) {
   const size_t n = items.size();
-  auto one = [&](const Item& it) {
+  auto one = [&](const Item& it) PMHASH_LAMBDA_INLINE {
     if constexpr (kOp == Op::kMixed) {
       return DoMixedOp(table, it, out);
     } else {

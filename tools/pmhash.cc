@@ -114,7 +114,9 @@ constexpr FlagSpec kBenchFlags[] = {
      "factor; the paper's 200M keys in 2^24 heads are 11.9)"},
     {"background-threads", "N",
      "worker threads of the indexes' background work (SmartHT's head growth\n"
-     "and filter rebuild; default 1; 0: the writers do it, deterministically)"},
+     "and filter rebuild; default 1; 0: manual mode, deterministic: writers\n"
+     "split heads themselves, but SmartHT's filter is not rebuilt until Close,\n"
+     "so past its first capacity its negative searches read PM)"},
     {"check", "", "run CheckInvariants after the insert phase (untimed)"},
     {"no-probe", "", "skip the persist-limit probe (store + flush + fence on random lines)"},
     {"repeat", "R",

@@ -229,8 +229,10 @@ struct Options {
   // Worker threads of an index's background work (ElimDA's log flushes, SmartHT's filter
   // rebuild; src/pm/background.h), at most 64. 0: manual mode — no thread, the tasks run on the
   // caller's thread when Close() drains them (or a test runs them), deterministically; the crash
-  // suite uses it. Close() always finishes the queued work first. Indexes without background work
-  // ignore it. Open-time.
+  // suite uses it. Not for serving: SmartHT then keeps the filter it opened with (its negative
+  // searches read PM once the table is past the keys that filter was sized for) and, after a
+  // crash, reads PM for every negative search until Close. Close() always finishes the queued
+  // work first. Indexes without background work ignore it. Open-time.
   uint32_t background_threads = 1;
 
   // A pool created with a persistent durability (adr, eadr) is refused when opened with `dram`,

@@ -31,25 +31,6 @@ __attribute__((target("avx512bw,avx512vl"))) uint64_t M64Avx512(const uint8_t* t
   return _mm512_cmpeq_epi8_mask(v, _mm512_set1_epi8(static_cast<char>(tag)));
 }
 
-}  // namespace
-
-__attribute__((target("avx2"))) bool BlockBitsSetAvx2(const uint64_t* block, uint64_t bits) {
-  __m256i lo, hi;
-  asm volatile("vmovdqu %1, %0" : "=x"(lo) : "m"(*reinterpret_cast<const __m256i*>(block)));
-  asm volatile("vmovdqu %1, %0" : "=x"(hi) : "m"(*reinterpret_cast<const __m256i*>(block + 4)));
-  // Word i's bit number: byte i of bits, mod 64; its mask 1 << that, four words at a time.
-  const __m256i low6 = _mm256_set1_epi64x(63);
-  const __m256i one = _mm256_set1_epi64x(1);
-  const __m256i n_lo = _mm256_cvtepu8_epi64(_mm_cvtsi32_si128(static_cast<int>(bits)));
-  const __m256i n_hi = _mm256_cvtepu8_epi64(_mm_cvtsi32_si128(static_cast<int>(bits >> 32)));
-  const __m256i m_lo = _mm256_sllv_epi64(one, _mm256_and_si256(n_lo, low6));
-  const __m256i m_hi = _mm256_sllv_epi64(one, _mm256_and_si256(n_hi, low6));
-  // testc: 1 iff every bit of the mask is set in the words.
-  return (_mm256_testc_si256(lo, m_lo) & _mm256_testc_si256(hi, m_hi)) != 0;
-}
-
-namespace {
-
 SimdLevel Detect() {
   __builtin_cpu_init();
   if (__builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl"))

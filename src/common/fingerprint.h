@@ -56,10 +56,16 @@ uint64_t Match64With(SimdLevel l, const uint8_t* tags, uint8_t tag);
 // loads. The two answer alike, but not at the same speed where the block misses the cache: a
 // negative search is one such miss, and the eight loads of the first each hold a load-queue
 // entry for the whole miss, so fewer searches' misses overlap (measured: 2.5-3x the rate of the
-// word-by-word check over a 16-64 MiB array of blocks, one thread). The vector loads are inline
-// assembly, opaque to the compiler (and to the sanitizers) as the atomic loads are to its
-// optimizer. Were a vector load to tear a word, each part would still hold every bit set before
-// the probe began (bits are only set while a filter serves), which is all a probe promises.
+// word-by-word check over a 16-64 MiB array of blocks, one thread). BlockBitsSetAvx2 is one
+// block of inline assembly, loads included: opaque to the compiler (and to the sanitizers) as
+// the atomic loads are to its optimizer, and inlined into callers built without -mavx2 (a
+// function with target("avx2") cannot be), so that a negative search runs no call at all: the
+// fewer instructions each search keeps in flight, the more searches' misses the CPU overlaps
+// (a scratch loop over a 40 MB filter: the probe called out of line ran at 0.66-0.85x the rate
+// of the inlined one; docs/results.md, "SmartHT: find− inline"). It ends
+// with vzeroupper, as the SSE code around it expects. Were a vector load to tear a word, each
+// part would still hold every bit set before the probe began (bits are only set while a filter
+// serves), which is all a probe promises.
 // REQUIRES: block 8-byte aligned; BlockBitsSetAvx2 only where ActiveSimdLevel() >= kAvx2.
 inline bool BlockBitsSet(const uint64_t* block, uint64_t bits) {
   bool all = true;
@@ -71,6 +77,35 @@ inline bool BlockBitsSet(const uint64_t* block, uint64_t bits) {
   }
   return all;
 }
-bool BlockBitsSetAvx2(const uint64_t* block, uint64_t bits);
+[[gnu::always_inline]] inline bool BlockBitsSetAvx2(const uint64_t* block, uint64_t bits) {
+  struct Half {
+    uint64_t w[4];
+  };
+  bool all;
+  // Word i's bit number n_i is byte i of bits (mod 64): the bytes widened to four 64-bit lanes
+  // per half, each lane's mask 1 << n_i; all set iff no mask bit is clear in its word.
+  asm volatile(
+      "vmovq %[bits], %%xmm0\n\t"
+      "vpmovzxbq %%xmm0, %%ymm1\n\t"       // n_0..n_3
+      "vpsrlq $32, %%xmm0, %%xmm0\n\t"
+      "vpmovzxbq %%xmm0, %%ymm2\n\t"       // n_4..n_7
+      "vpcmpeqq %%ymm3, %%ymm3, %%ymm3\n\t"
+      "vpsrlq $63, %%ymm3, %%ymm3\n\t"     // 1 in every lane
+      "vpsllvq %%ymm1, %%ymm3, %%ymm1\n\t" // masks 0..3
+      "vpsllvq %%ymm2, %%ymm3, %%ymm2\n\t" // masks 4..7
+      "vmovdqu %[lo], %%ymm4\n\t"          // words 0..3
+      "vmovdqu %[hi], %%ymm5\n\t"          // words 4..7
+      "vpandn %%ymm1, %%ymm4, %%ymm1\n\t"  // mask bits clear in the word
+      "vpandn %%ymm2, %%ymm5, %%ymm2\n\t"
+      "vpor %%ymm1, %%ymm2, %%ymm1\n\t"
+      "vptest %%ymm1, %%ymm1\n\t"
+      "sete %[all]\n\t"
+      "vzeroupper"
+      : [all] "=r"(all)
+      : [bits] "r"(bits & 0x3F3F3F3F3F3F3F3FULL), [lo] "m"(*reinterpret_cast<const Half*>(block)),
+        [hi] "m"(*reinterpret_cast<const Half*>(block + 4))
+      : "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "cc");
+  return all;
+}
 
 }  // namespace pmhash

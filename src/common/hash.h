@@ -52,7 +52,7 @@ class Hasher {
   uint64_t seed() const { return seed_; }
 
  private:
-  uint64_t Strong(uint64_t key) const {
+  PMHASH_ALWAYS_INLINE uint64_t Strong(uint64_t key) const {
     return Mix64(key ^ seed_ ^ 0xa0761d6478bd642fULL, 0xe7037ed1a0b428dbULL ^ (seed_ >> 1)) ^
            Mix64(key, 0x8ebc6af09c88c6e3ULL);
   }

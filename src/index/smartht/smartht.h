@@ -409,7 +409,7 @@ class BloomFilter {
   }
   // (The vector probe where the CPU has one: a negative search is this block's miss, and the
   // word-by-word probe's eight loads let fewer searches' misses overlap; BlockBitsSetAvx2.)
-  bool MayContain(uint64_t h) const {
+  PMHASH_ALWAYS_INLINE bool MayContain(uint64_t h) const {
     const uint64_t* w = &words_[Block(h) * 8];
     return avx2_ ? BlockBitsSetAvx2(w, Bits(h)) : BlockBitsSet(w, Bits(h));
   }
@@ -723,7 +723,7 @@ class SmartHt : public index::EngineBase<SmartHt<P, kRecords>, P, Config> {
   // A key as the search compares it: the inline key, or hash + bytes (smartht-kv).
   using Probe = index::KeyProbe;
   using Keys = index::ProbeKeys<kRecords>;  // src/index/records.h
-  Probe MakeProbe(Key k) const { return Keys::Make(hash_, k); }
+  PMHASH_ALWAYS_INLINE Probe MakeProbe(Key k) const { return Keys::Make(hash_, k); }
   Probe MakeProbe(std::string_view s) const { return Keys::Make(hash_, s); }
   // The hash a slot's key word stands for (smartht-kv: the word is the hash).
   PMHASH_ALWAYS_INLINE uint64_t SlotHash(uint64_t key_word) const {
@@ -732,9 +732,6 @@ class SmartHt : public index::EngineBase<SmartHt<P, kRecords>, P, Config> {
   // Locates p in the chain of head `head`. REQUIRES: its stripe locked.
   PMHASH_ALWAYS_INLINE bool Locate(const PmBucket* head, const Probe& p, PmBucket** bucket,
                                    int* slot) const;
-  // p's value word (smartht-kv: its record's offset), under its stripe's lock shared; false if
-  // absent. REQUIRES (smartht-kv): an epoch guard while the caller reads the record.
-  PMHASH_ALWAYS_INLINE bool Search(const Probe& p, uint64_t* word) const;
   // Batched finds (src/index/batch.h; smartht only, smartht-kv copies records): stage 0 asks
   // for the filter block (a filter swapped out meanwhile stays mapped); stage 1 reads it and,
   // unless it rules the key out, asks for the stripe's lock and the head bucket, so that a
@@ -831,6 +828,18 @@ class SmartHt : public index::EngineBase<SmartHt<P, kRecords>, P, Config> {
   PMHASH_ALWAYS_INLINE bool FilterRulesOut(uint64_t h) const {
     return FilterCheck(h) == Filtered::kAbsent;
   }
+  // p's value word (smartht-kv: its record's offset), under its stripe's lock shared; false if
+  // absent. The filter's "no" inline (no call, no lock, no PM line); the rest out of line.
+  // REQUIRES (smartht-kv): an epoch guard while the caller reads the record.
+  PMHASH_ALWAYS_INLINE bool Search(const Probe& p, uint64_t* word) const {
+    const Filtered f = FilterCheck(p.h);
+    if (f == Filtered::kAbsent) return false;  // the paper's point: no PM access (and no lock)
+    return SearchAfterFilter(p, f, word);
+  }
+  // Search past FilterCheck's answer f (kMaybe or kAsk): the chain, under the stripe's lock.
+  bool SearchAfterFilter(const Probe& p, Filtered f, uint64_t* word) const;
+  // smartht-kv's uint64 Find (its 8-byte record: index::ProbeCalls::Find), out of line.
+  Status FindRecord(Key k, Value* v) const;
   // The same question under h's stripe lock, where FilterCheck's answer was f: asked of the
   // filter again only if the check could not answer (kAsk). REQUIRES: h's stripe locked.
   PMHASH_ALWAYS_INLINE bool FilterRulesOutLocked(Filtered f, uint64_t h) const {
@@ -1795,9 +1804,7 @@ bool SmartHt<P, R>::Locate(const PmBucket* head, const Probe& p, PmBucket** buck
 }
 
 template <pm::PersistPolicy P, bool R>
-bool SmartHt<P, R>::Search(const Probe& p, uint64_t* word) const {
-  const Filtered f = FilterCheck(p.h);
-  if (f == Filtered::kAbsent) return false;  // the paper's point: no PM access (and no lock)
+bool SmartHt<P, R>::SearchAfterFilter(const Probe& p, Filtered f, uint64_t* word) const {
   // The head's miss starts before the lock's locked instruction, which no later load passes: as
   // when the lock came first, it overlaps the filter block's (the branch above is predicted).
   // (Located again under the lock: a split may move the key's head meanwhile.)
@@ -2469,7 +2476,29 @@ Status SmartHt<P, R>::CheckInvariants() const PMHASH_NO_THREAD_SAFETY_ANALYSIS {
   return Status::OK();
 }
 
-PMHASH_PROBE_ENGINE_CALLS_WITH_FIND((template <pm::PersistPolicy P, bool R>), SmartHt<P, R>);
+PMHASH_PROBE_ENGINE_CALLS((template <pm::PersistPolicy P, bool R>), SmartHt<P, R>);
+
+// Find is the one engine call defined inline (the extern template below leaves inline functions
+// to every caller): a negative search is the filter's probe and nothing more, and the fewer
+// instructions each search keeps in flight, the more searches' filter misses the CPU overlaps.
+// Out of line, the call, its frame and a Status returned through memory cost more than the
+// probe itself (docs/results.md, "SmartHT: find− inline"). The chain search stays out of line.
+template <pm::PersistPolicy P, bool R>
+PMHASH_ALWAYS_INLINE Status SmartHt<P, R>::Find(Key k, Value* v) const {
+  if constexpr (R) {
+    return FindRecord(k, v);
+  } else {
+    const Probe p = MakeProbe(k);
+    const Filtered f = FilterCheck(p.h);
+    if (f == Filtered::kAbsent) return Status::NotFound();
+    return SearchAfterFilter(p, f, v) ? Status::OK() : Status::NotFound();
+  }
+}
+
+template <pm::PersistPolicy P, bool R>
+Status SmartHt<P, R>::FindRecord(Key k, Value* v) const {
+  return index::ProbeCalls::Find(*this, k, v);
+}
 
 // Instantiated once, in the library (smartht.cc).
 PMHASH_ENGINE_INSTANTIATIONS(extern, SmartHt, false);
