@@ -62,10 +62,10 @@ uint64_t Match64With(SimdLevel l, const uint8_t* tags, uint8_t tag);
 // function with target("avx2") cannot be), so that a negative search runs no call at all: the
 // fewer instructions each search keeps in flight, the more searches' misses the CPU overlaps
 // (a scratch loop over a 40 MB filter: the probe called out of line ran at 0.66-0.85x the rate
-// of the inlined one; docs/results.md, "SmartHT: find− inline"). It ends
-// with vzeroupper, as the SSE code around it expects. Were a vector load to tear a word, each
-// part would still hold every bit set before the probe began (bits are only set while a filter
-// serves), which is all a probe promises.
+// of the inlined one; docs/results.md, "SmartHT: find− inline"). It ends with vzeroupper, as
+// the SSE code around it expects. Were a vector load to tear a word, each part would still hold
+// every bit set before the probe began (bits are only set while a filter serves), which is all a
+// probe promises.
 // REQUIRES: block 8-byte aligned; BlockBitsSetAvx2 only where ActiveSimdLevel() >= kAvx2.
 inline bool BlockBitsSet(const uint64_t* block, uint64_t bits) {
   bool all = true;

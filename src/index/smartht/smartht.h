@@ -2488,10 +2488,7 @@ PMHASH_ALWAYS_INLINE Status SmartHt<P, R>::Find(Key k, Value* v) const {
   if constexpr (R) {
     return FindRecord(k, v);
   } else {
-    const Probe p = MakeProbe(k);
-    const Filtered f = FilterCheck(p.h);
-    if (f == Filtered::kAbsent) return Status::NotFound();
-    return SearchAfterFilter(p, f, v) ? Status::OK() : Status::NotFound();
+    return index::ProbeCalls::Find(*this, k, v);  // Search: FilterCheck, then out of line
   }
 }
 
